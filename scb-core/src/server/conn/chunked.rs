@@ -1,0 +1,251 @@
+//! A strict decoder for `Transfer-Encoding: chunked` request bodies (RFC 9112 §7.1).
+//!
+//! Strict because lenient chunk parsing is a request-smuggling vector: a front end and a
+//! back end that disagree on where a chunk ends see different requests. Refused: a bare
+//! LF, a missing CRLF after chunk data, a size that is empty, not hex, or overflows, bytes
+//! other than extensions after the size, and obs-fold in trailers. Trailer fields are read
+//! and dropped.
+
+use bytes::{Buf, Bytes, BytesMut};
+
+/// Longest chunk-size line (size plus extensions) accepted.
+const MAX_SIZE_LINE: usize = 4096;
+
+/// What one decoding step produced.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Decoded {
+    Data(Bytes),
+    Done,
+    NeedMore,
+}
+
+/// Why a chunked body was refused.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum ChunkError {
+    #[error("invalid chunk size line")]
+    Size,
+    #[error("chunk size line too long")]
+    SizeLineTooLong,
+    #[error("chunk data not followed by CRLF")]
+    DataEnd,
+    #[error("line ended by a bare LF")]
+    BareLf,
+    #[error("invalid or oversized trailer section")]
+    Trailers,
+}
+
+#[derive(Debug)]
+enum State {
+    Size,
+    Data(u64),
+    DataEnd,
+    Trailers,
+    Done,
+}
+
+/// Decodes a chunked body incrementally from a read buffer.
+#[derive(Debug)]
+pub(crate) struct ChunkedDecoder {
+    state: State,
+    trailer_budget: usize,
+}
+
+impl ChunkedDecoder {
+    /// A decoder that accepts at most `max_trailer_bytes` of trailer fields.
+    pub(crate) fn new(max_trailer_bytes: usize) -> Self {
+        Self {
+            state: State::Size,
+            trailer_budget: max_trailer_bytes,
+        }
+    }
+
+    /// Consumes what it can from the front of `buf`.
+    pub(crate) fn decode(&mut self, buf: &mut BytesMut) -> Result<Decoded, ChunkError> {
+        loop {
+            match self.state {
+                State::Size => {
+                    let Some(line) = take_line(buf, MAX_SIZE_LINE, ChunkError::SizeLineTooLong)?
+                    else {
+                        return Ok(Decoded::NeedMore);
+                    };
+                    let size = parse_size_line(&line)?;
+                    self.state = if size == 0 {
+                        State::Trailers
+                    } else {
+                        State::Data(size)
+                    };
+                }
+                State::Data(remaining) => {
+                    if buf.is_empty() {
+                        return Ok(Decoded::NeedMore);
+                    }
+                    let n = remaining.min(buf.len() as u64);
+                    let data = buf.split_to(n as usize).freeze();
+                    self.state = if n == remaining {
+                        State::DataEnd
+                    } else {
+                        State::Data(remaining - n)
+                    };
+                    return Ok(Decoded::Data(data));
+                }
+                State::DataEnd => {
+                    if buf.len() < 2 {
+                        if buf.first().is_some_and(|&b| b != b'\r') {
+                            return Err(ChunkError::DataEnd);
+                        }
+                        return Ok(Decoded::NeedMore);
+                    }
+                    if &buf[..2] != b"\r\n" {
+                        return Err(ChunkError::DataEnd);
+                    }
+                    buf.advance(2);
+                    self.state = State::Size;
+                }
+                State::Trailers => {
+                    let Some(line) = take_line(buf, self.trailer_budget, ChunkError::Trailers)?
+                    else {
+                        return Ok(Decoded::NeedMore);
+                    };
+                    if line.is_empty() {
+                        self.state = State::Done;
+                        return Ok(Decoded::Done);
+                    }
+                    if matches!(line[0], b' ' | b'\t') || !line.contains(&b':') {
+                        return Err(ChunkError::Trailers);
+                    }
+                    self.trailer_budget = self.trailer_budget.saturating_sub(line.len() + 2);
+                }
+                State::Done => return Ok(Decoded::Done),
+            }
+        }
+    }
+}
+
+/// Takes one CRLF-terminated line (without the CRLF) off the front of `buf`.
+fn take_line(
+    buf: &mut BytesMut,
+    max: usize,
+    too_long: ChunkError,
+) -> Result<Option<Bytes>, ChunkError> {
+    let Some(lf) = buf.iter().position(|&b| b == b'\n') else {
+        if buf.len() > max {
+            return Err(too_long);
+        }
+        return Ok(None);
+    };
+    if lf == 0 || buf[lf - 1] != b'\r' {
+        return Err(ChunkError::BareLf);
+    }
+    if lf - 1 > max {
+        return Err(too_long);
+    }
+    let line = buf.split_to(lf + 1).freeze();
+    Ok(Some(line.slice(..lf - 1)))
+}
+
+/// `chunk-size [ BWS ";" chunk-ext ]`: hex digits, then only extensions.
+fn parse_size_line(line: &[u8]) -> Result<u64, ChunkError> {
+    let digits = line.iter().take_while(|b| b.is_ascii_hexdigit()).count();
+    if digits == 0 || digits > 16 {
+        return Err(ChunkError::Size);
+    }
+    let size = line[..digits].iter().fold(0u64, |n, &b| {
+        let d = (b as char).to_digit(16).unwrap_or(0);
+        (n << 4) | u64::from(d)
+    });
+    let rest = line[digits..].trim_ascii_start();
+    if !(rest.is_empty() || rest[0] == b';') || rest.iter().any(|&b| b == b'\r' || b == 0) {
+        return Err(ChunkError::Size);
+    }
+    Ok(size)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decode_all(input: &[u8]) -> Result<Vec<u8>, ChunkError> {
+        let mut dec = ChunkedDecoder::new(1024);
+        let mut buf = BytesMut::from(input);
+        let mut out = Vec::new();
+        loop {
+            match dec.decode(&mut buf)? {
+                Decoded::Data(d) => out.extend_from_slice(&d),
+                Decoded::Done => return Ok(out),
+                Decoded::NeedMore => return Err(ChunkError::Size),
+            }
+        }
+    }
+
+    #[test]
+    fn decodes_chunks_extensions_and_trailers() {
+        let body = b"5\r\nhello\r\n6;ext=1\r\n world\r\n0\r\nX-T: v\r\n\r\n";
+        assert_eq!(decode_all(body).unwrap(), b"hello world");
+    }
+
+    #[test]
+    fn decodes_byte_by_byte() {
+        let body = b"a\r\n0123456789\r\n0\r\n\r\n";
+        let mut dec = ChunkedDecoder::new(1024);
+        let mut buf = BytesMut::new();
+        let mut out = Vec::new();
+        let mut done = false;
+        for &b in body {
+            buf.extend_from_slice(&[b]);
+            loop {
+                match dec.decode(&mut buf).unwrap() {
+                    Decoded::Data(d) => out.extend_from_slice(&d),
+                    Decoded::Done => {
+                        done = true;
+                        break;
+                    }
+                    Decoded::NeedMore => break,
+                }
+            }
+        }
+        assert!(done);
+        assert_eq!(out, b"0123456789");
+    }
+
+    #[test]
+    fn refuses_bad_sizes() {
+        for bad in [
+            &b"\r\n"[..],
+            b"0x5\r\nhello\r\n0\r\n\r\n",
+            b"-5\r\n",
+            b"5 5\r\nhello\r\n",
+            b"fffffffffffffffff\r\n",
+            b"g\r\n",
+        ] {
+            assert!(decode_all(bad).is_err(), "{:?}", String::from_utf8_lossy(bad));
+        }
+    }
+
+    #[test]
+    fn refuses_bare_lf_and_missing_crlf_after_data() {
+        assert_eq!(decode_all(b"5\nhello\r\n0\r\n\r\n"), Err(ChunkError::BareLf));
+        assert_eq!(decode_all(b"5\r\nhelloX\r\n0\r\n\r\n"), Err(ChunkError::DataEnd));
+        assert_eq!(decode_all(b"5\r\nhello\r\n0\r\n\n"), Err(ChunkError::BareLf));
+    }
+
+    #[test]
+    fn refuses_obs_fold_and_oversized_trailers() {
+        assert_eq!(
+            decode_all(b"0\r\nX-A: a\r\n folded\r\n\r\n"),
+            Err(ChunkError::Trailers)
+        );
+        let mut big = b"0\r\n".to_vec();
+        for _ in 0..100 {
+            big.extend_from_slice(b"X-Long-Trailer-Name: some value here\r\n");
+        }
+        big.extend_from_slice(b"\r\n");
+        assert_eq!(decode_all(&big), Err(ChunkError::Trailers));
+    }
+
+    #[test]
+    fn huge_size_line_is_refused_before_its_end_arrives() {
+        let mut dec = ChunkedDecoder::new(1024);
+        let mut buf = BytesMut::from(&[b'1'; MAX_SIZE_LINE + 1][..]);
+        assert_eq!(dec.decode(&mut buf), Err(ChunkError::SizeLineTooLong));
+    }
+}

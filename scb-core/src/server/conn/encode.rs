@@ -1,0 +1,331 @@
+//! Response-head encoding for the HTTP/1.1 driver.
+//!
+//! The rules follow hyper's server encoder so that the fast path and the hyper path answer
+//! the same way: the body's exact size becomes Content-Length, an unknown size is chunked
+//! (HTTP/1.1) or close-delimited (HTTP/1.0), HEAD, 1xx, 204 and 304 carry no body, a
+//! service's own Transfer-Encoding is dropped, and Date is added from a per-thread cache.
+
+use std::cell::RefCell;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use http::{HeaderValue, Method, StatusCode, Version, header};
+
+/// How the response body is framed on the wire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Framing {
+    /// No body bytes are sent (HEAD, 1xx, 204, 304, or an empty body).
+    None,
+    /// Exactly this many bytes.
+    Length(u64),
+    /// Chunked transfer coding.
+    Chunked,
+    /// The body ends when the connection closes (HTTP/1.0, unknown length).
+    Close,
+}
+
+/// What the encoder needs to know about the request being answered.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RequestInfo<'a> {
+    pub(crate) method: &'a Method,
+    pub(crate) version: Version,
+    pub(crate) keep_alive: bool,
+}
+
+/// The result of encoding a head.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Encoded {
+    pub(crate) framing: Framing,
+    pub(crate) keep_alive: bool,
+}
+
+/// Appends the status line and header section of `parts` to `dst`.
+///
+/// `body_len` is the body's exact size when known. `keep_alive` is whether the driver
+/// would keep the connection; the result says whether it still may (a close-delimited
+/// body or a service's `Connection: close` ends it).
+pub(crate) fn encode_head(
+    dst: &mut Vec<u8>,
+    parts: &http::response::Parts,
+    body_len: Option<u64>,
+    req: RequestInfo<'_>,
+) -> Encoded {
+    let status = parts.status;
+    let is_head = *req.method == Method::HEAD;
+    let bodiless_status = status.is_informational()
+        || status == StatusCode::NO_CONTENT
+        || status == StatusCode::NOT_MODIFIED;
+    let mut keep_alive = req.keep_alive;
+
+    dst.extend_from_slice(match req.version {
+        Version::HTTP_10 => b"HTTP/1.0 ",
+        _ => b"HTTP/1.1 ",
+    });
+    dst.extend_from_slice(status.as_str().as_bytes());
+    dst.push(b' ');
+    dst.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
+    dst.extend_from_slice(b"\r\n");
+
+    let mut service_len = None;
+    let mut wrote_date = false;
+    let mut wrote_connection = false;
+    for (name, value) in &parts.headers {
+        match *name {
+            header::CONTENT_LENGTH => {
+                // Written below, once, from the body or from this value.
+                if service_len.is_none() {
+                    service_len = Some(value.clone());
+                }
+                continue;
+            }
+            // The driver decides the transfer coding.
+            header::TRANSFER_ENCODING => continue,
+            header::CONNECTION => {
+                if connection_has_close(value) {
+                    keep_alive = false;
+                }
+                wrote_connection = true;
+            }
+            header::DATE => wrote_date = true,
+            _ => {}
+        }
+        write_field(dst, name.as_str().as_bytes(), value.as_bytes());
+    }
+
+    let framing = if status.is_informational() || status == StatusCode::NO_CONTENT {
+        Framing::None
+    } else if is_head || bodiless_status {
+        // A HEAD (or 304) response describes the representation without sending it:
+        // keep the service's length, else the body's if it is not empty.
+        if let Some(v) = &service_len {
+            write_field(dst, b"content-length", v.as_bytes());
+        } else if let Some(len) = body_len.filter(|&n| n > 0) {
+            write_len(dst, len);
+        }
+        Framing::None
+    } else if let Some(len) = body_len {
+        write_len(dst, len);
+        if len == 0 {
+            Framing::None
+        } else {
+            Framing::Length(len)
+        }
+    } else if let Some(len) = service_len.as_ref().and_then(parse_len) {
+        write_len(dst, len);
+        Framing::Length(len)
+    } else if req.version == Version::HTTP_11 {
+        write_field(dst, b"transfer-encoding", b"chunked");
+        Framing::Chunked
+    } else {
+        keep_alive = false;
+        Framing::Close
+    };
+
+    if !wrote_connection {
+        if !keep_alive && req.version == Version::HTTP_11 {
+            write_field(dst, b"connection", b"close");
+        } else if keep_alive && req.version == Version::HTTP_10 {
+            write_field(dst, b"connection", b"keep-alive");
+        }
+    }
+    if !wrote_date {
+        dst.extend_from_slice(b"date: ");
+        with_date(|d| dst.extend_from_slice(d));
+        dst.extend_from_slice(b"\r\n");
+    }
+    dst.extend_from_slice(b"\r\n");
+    Encoded {
+        framing,
+        keep_alive,
+    }
+}
+
+fn write_field(dst: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    dst.extend_from_slice(name);
+    dst.extend_from_slice(b": ");
+    dst.extend_from_slice(value);
+    dst.extend_from_slice(b"\r\n");
+}
+
+fn write_len(dst: &mut Vec<u8>, len: u64) {
+    dst.extend_from_slice(b"content-length: ");
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    let mut n = len;
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    dst.extend_from_slice(&digits[i..]);
+    dst.extend_from_slice(b"\r\n");
+}
+
+fn parse_len(v: &HeaderValue) -> Option<u64> {
+    let s = v.as_bytes();
+    if s.is_empty() || s.len() > 19 || !s.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(s).ok()?.parse().ok()
+}
+
+fn connection_has_close(v: &HeaderValue) -> bool {
+    v.as_bytes()
+        .split(|&b| b == b',')
+        .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"close"))
+}
+
+/// The chunk-size line for a chunk of `len` bytes.
+pub(crate) fn chunk_header(dst: &mut Vec<u8>, len: usize) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut digits = [0u8; 16];
+    let mut i = digits.len();
+    let mut n = len;
+    loop {
+        i -= 1;
+        digits[i] = HEX[n & 0xf];
+        n >>= 4;
+        if n == 0 {
+            break;
+        }
+    }
+    dst.extend_from_slice(&digits[i..]);
+    dst.extend_from_slice(b"\r\n");
+}
+
+struct CachedDate {
+    second: u64,
+    text: [u8; 29],
+}
+
+thread_local! {
+    static DATE: RefCell<CachedDate> = const {
+        RefCell::new(CachedDate { second: u64::MAX, text: [0; 29] })
+    };
+}
+
+/// Calls `f` with the current IMF-fixdate, formatted at most once per second per thread
+/// (`SystemTime::now` is a vDSO read, not a syscall).
+pub(crate) fn with_date<R>(f: impl FnOnce(&[u8]) -> R) -> R {
+    DATE.with(|cell| {
+        let mut cached = cell.borrow_mut();
+        let now = SystemTime::now();
+        let second = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        if cached.second != second {
+            let text = httpdate::fmt_http_date(now);
+            if text.len() == 29 {
+                cached.text.copy_from_slice(text.as_bytes());
+                cached.second = second;
+            }
+        }
+        f(&cached.text)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn encode(
+        res: http::Response<()>,
+        method: Method,
+        version: Version,
+        body_len: Option<u64>,
+    ) -> (String, Encoded) {
+        let (parts, ()) = res.into_parts();
+        let mut dst = Vec::new();
+        let enc = encode_head(
+            &mut dst,
+            &parts,
+            body_len,
+            RequestInfo {
+                method: &method,
+                version,
+                keep_alive: true,
+            },
+        );
+        let text = String::from_utf8(dst).unwrap();
+        (text, enc)
+    }
+
+    #[test]
+    fn known_length_becomes_content_length_and_date_is_added() {
+        let res = http::Response::builder()
+            .header("content-type", "text/plain")
+            .body(())
+            .unwrap();
+        let (text, enc) = encode(res, Method::GET, Version::HTTP_11, Some(13));
+        assert!(text.starts_with("HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\n"));
+        assert!(text.contains("content-length: 13\r\n"));
+        assert!(text.contains("\r\ndate: "));
+        assert!(text.ends_with("GMT\r\n\r\n"));
+        assert_eq!(enc.framing, Framing::Length(13));
+        assert!(enc.keep_alive);
+    }
+
+    #[test]
+    fn unknown_length_is_chunked_in_11_and_close_delimited_in_10() {
+        let res = || http::Response::new(());
+        let (text, enc) = encode(res(), Method::GET, Version::HTTP_11, None);
+        assert!(text.contains("transfer-encoding: chunked\r\n"));
+        assert_eq!(enc.framing, Framing::Chunked);
+        let (text, enc) = encode(res(), Method::GET, Version::HTTP_10, None);
+        assert!(text.starts_with("HTTP/1.0 200 OK\r\n"));
+        assert!(!text.contains("transfer-encoding"));
+        assert_eq!(enc.framing, Framing::Close);
+        assert!(!enc.keep_alive);
+    }
+
+    #[test]
+    fn head_keeps_the_service_length_and_sends_no_body() {
+        let res = http::Response::builder()
+            .header("content-length", "1234")
+            .body(())
+            .unwrap();
+        let (text, enc) = encode(res, Method::HEAD, Version::HTTP_11, Some(0));
+        assert!(text.contains("content-length: 1234\r\n"));
+        assert_eq!(enc.framing, Framing::None);
+        let (text, _) = encode(http::Response::new(()), Method::HEAD, Version::HTTP_11, Some(13));
+        assert!(text.contains("content-length: 13\r\n"));
+    }
+
+    #[test]
+    fn no_content_has_no_length_and_service_transfer_encoding_is_dropped() {
+        let res = http::Response::builder()
+            .status(204)
+            .header("transfer-encoding", "chunked")
+            .body(())
+            .unwrap();
+        let (text, enc) = encode(res, Method::GET, Version::HTTP_11, Some(0));
+        assert!(!text.contains("content-length"));
+        assert!(!text.contains("transfer-encoding"));
+        assert_eq!(enc.framing, Framing::None);
+    }
+
+    #[test]
+    fn service_connection_close_ends_keep_alive() {
+        let res = http::Response::builder()
+            .header("connection", "close")
+            .body(())
+            .unwrap();
+        let (text, enc) = encode(res, Method::GET, Version::HTTP_11, Some(0));
+        assert_eq!(text.matches("connection").count(), 1);
+        assert!(!enc.keep_alive);
+    }
+
+    #[test]
+    fn http10_keep_alive_is_announced() {
+        let (text, enc) = encode(http::Response::new(()), Method::GET, Version::HTTP_10, Some(2));
+        assert!(text.contains("connection: keep-alive\r\n"));
+        assert!(enc.keep_alive);
+    }
+
+    #[test]
+    fn chunk_header_is_lower_hex() {
+        let mut dst = Vec::new();
+        chunk_header(&mut dst, 0x1a2f);
+        assert_eq!(dst, b"1a2f\r\n");
+    }
+}

@@ -1,0 +1,378 @@
+//! scb's HTTP/1.1 connection driver.
+//!
+//! Why our own and not hyper's: hyper cannot send a file descriptor, so a response body
+//! that is a [`FileRegion`](crate::FileRegion) could never go out with `sendfile(2)`; and
+//! hyper answers malformed or oversized heads itself, without the request id every scb
+//! response carries. The driver is deliberately small: it parses heads (`head`), decodes
+//! bodies (`body`, `chunked`), encodes response heads (`encode`) and loops. Pipelined
+//! responses are batched into one write. Anything outside plain HTTP/1.1 (the HTTP/2
+//! preface, an `Upgrade` or CONNECT) is handed to hyper with the bytes already read.
+
+use std::any::Any;
+use std::pin::pin;
+use std::rc::Rc;
+
+use bytes::{Bytes, BytesMut};
+use http::{Method, Request, Response, StatusCode, Version};
+use http_body_util::BodyExt as _;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+use tower::Service;
+
+use super::body::Feeder;
+use super::encode::{self, Framing, RequestInfo};
+use super::head::{self, BodyFraming, HeadError, HeadLimits, Scratch};
+use super::{ConnCtx, call_service, error_response};
+use crate::server::io::{Rewind, write_all_progress};
+use crate::server::{ConnectInfo, sys};
+use crate::{Body, BoxError};
+
+/// The HTTP/2 connection preface (RFC 9113 §3.4).
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// Output is gathered up to this size before a write; pipelined responses and small bodies
+/// share one `write` with their heads.
+const WRITE_BUFFER: usize = 64 * 1024;
+
+/// How long, and how much, to keep reading after deciding to close a connection whose
+/// client may still be sending: closing with unread input makes the kernel send RST, which
+/// can destroy the response the client has not read yet.
+const LINGER_TIME: std::time::Duration = std::time::Duration::from_secs(2);
+const LINGER_BYTES: usize = 1 << 20;
+
+/// How a connection ended.
+pub(crate) enum Outcome {
+    Closed,
+    Http2(Rewind<TcpStream>),
+    Upgrade(Rewind<TcpStream>),
+}
+
+struct Conn<'a> {
+    io: TcpStream,
+    rbuf: BytesMut,
+    wbuf: Vec<u8>,
+    ctx: &'a ConnCtx,
+}
+
+pub(crate) async fn serve<S, B>(
+    io: TcpStream,
+    info: ConnectInfo,
+    mut svc: S,
+    ctx: &Rc<ConnCtx>,
+) -> std::io::Result<Outcome>
+where
+    S: Service<Request<Body>, Response = Response<B>>,
+    S::Error: Into<BoxError>,
+    B: http_body::Body<Data = Bytes> + 'static,
+    B::Error: Into<BoxError>,
+{
+    let limits = &ctx.limits;
+    let head_limits = HeadLimits {
+        max_header_bytes: limits.max_header_bytes,
+        max_headers: limits.max_headers,
+        max_body_bytes: limits.max_body_bytes,
+    };
+    let mut conn = Conn {
+        io,
+        rbuf: BytesMut::with_capacity(8 * 1024),
+        wbuf: Vec::with_capacity(8 * 1024),
+        ctx,
+    };
+    let mut scratch = Scratch::default();
+    // The first request's head deadline runs from accept: a client that connects and
+    // sends nothing is a slowloris too.
+    let mut deadline = Some(Instant::now() + limits.header_read_timeout);
+    let mut first = true;
+
+    loop {
+        // Read one request head.
+        let head = loop {
+            if !conn.rbuf.is_empty() {
+                if first && conn.rbuf[0] == H2_PREFACE[0] {
+                    let n = conn.rbuf.len().min(H2_PREFACE.len());
+                    if conn.rbuf[..n] == H2_PREFACE[..n] {
+                        if n == H2_PREFACE.len() {
+                            let pre = conn.rbuf.split().freeze();
+                            return Ok(Outcome::Http2(Rewind::new(conn.io, pre)));
+                        }
+                        if !conn.read_more(deadline).await? {
+                            return Ok(Outcome::Closed);
+                        }
+                        continue;
+                    }
+                }
+                match head::parse(&mut conn.rbuf, head_limits, &mut scratch) {
+                    Ok(Some(head)) => break head,
+                    Ok(None) => {}
+                    Err(e) => {
+                        conn.refuse(&e).await;
+                        return Ok(Outcome::Closed);
+                    }
+                }
+                // Part of a head is here: its deadline runs from its first byte.
+                deadline.get_or_insert_with(|| Instant::now() + limits.header_read_timeout);
+            }
+            if !conn.read_more(deadline).await? {
+                return Ok(Outcome::Closed);
+            }
+        };
+        first = false;
+        deadline = None;
+
+        if head.upgrade {
+            conn.flush().await?;
+            let pre = head::rejoin(&head.raw, &conn.rbuf);
+            return Ok(Outcome::Upgrade(Rewind::new(conn.io, pre)));
+        }
+
+        let method = head.parts.method.clone();
+        let version = head.parts.version;
+        let body_deadline = Instant::now() + limits.body_read_timeout;
+        let (mut feeder, body) = match head.framing {
+            BodyFraming::None => (None, Body::empty()),
+            BodyFraming::Length(n) => {
+                let (f, b) =
+                    Feeder::new(Some(n), limits.max_body_bytes, limits.max_header_bytes, body_deadline);
+                (Some(f), Body::new(b))
+            }
+            BodyFraming::Chunked => {
+                let (f, b) =
+                    Feeder::new(None, limits.max_body_bytes, limits.max_header_bytes, body_deadline);
+                (Some(f), Body::new(b))
+            }
+        };
+        if head.expect_continue {
+            conn.wbuf.extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
+            conn.flush().await?;
+        }
+        let mut req = Request::from_parts(head.parts, body);
+        req.extensions_mut().insert(info);
+
+        // Run the service, feeding the request body while it wants more.
+        let mut body_failed = false;
+        let result = {
+            let mut fut = pin!(call_service(&mut svc, req));
+            match &mut feeder {
+                None => fut.await,
+                Some(feeder) => loop {
+                    if feeder.is_finished() {
+                        break fut.await;
+                    }
+                    tokio::select! {
+                        biased;
+                        res = &mut fut => break res,
+                        step = feeder.step(&mut conn.io, &mut conn.rbuf) => {
+                            if let Err(e) = step {
+                                tracing::debug!(error = %e, "request body failed");
+                                feeder.fail(e);
+                                body_failed = true;
+                            }
+                        }
+                    }
+                },
+            }
+        };
+        // A body not read to its end leaves the stream mid-message: no next request.
+        let body_done = feeder.as_ref().is_none_or(Feeder::is_complete) && !body_failed;
+        drop(feeder);
+
+        let keep_alive = head.keep_alive && body_done && !ctx.shutdown.is_fired();
+        let info = RequestInfo {
+            method: &method,
+            version,
+            keep_alive,
+        };
+        let written = match result {
+            Ok(res) => conn.write_response(res, info).await,
+            Err(()) => {
+                let res = error_response(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "the request handler failed",
+                    &ctx.request_id_header,
+                    false,
+                );
+                conn.write_response(res, info).await
+            }
+        };
+        let keep_alive = match written {
+            Ok(keep_alive) => keep_alive,
+            Err(e) => {
+                tracing::debug!(error = %e, "response not completed; closing the connection");
+                return Ok(Outcome::Closed);
+            }
+        };
+        if !keep_alive {
+            conn.close(!body_done).await;
+            return Ok(Outcome::Closed);
+        }
+    }
+}
+
+impl Conn<'_> {
+    /// Reads more input. Between requests (`deadline` is `None`) it waits up to the idle
+    /// keep-alive timeout and gives way to shutdown; inside a head it waits until the
+    /// head's deadline and answers 408 when it passes. Returns false when the connection
+    /// is done.
+    async fn read_more(&mut self, deadline: Option<Instant>) -> std::io::Result<bool> {
+        self.flush().await?;
+        self.rbuf.reserve(8 * 1024);
+        let limits = &self.ctx.limits;
+        let read = match deadline {
+            Some(deadline) => {
+                let read = tokio::time::timeout_at(deadline, self.io.read_buf(&mut self.rbuf));
+                match read.await {
+                    Ok(read) => read,
+                    Err(_) => {
+                        let e = HeadError {
+                            status: StatusCode::REQUEST_TIMEOUT,
+                            reason: "request head not received in time",
+                        };
+                        self.refuse(&e).await;
+                        return Ok(false);
+                    }
+                }
+            }
+            None => {
+                if self.ctx.shutdown.is_fired() {
+                    return Ok(false);
+                }
+                let read = tokio::time::timeout(
+                    limits.keep_alive_timeout,
+                    self.io.read_buf(&mut self.rbuf),
+                );
+                tokio::select! {
+                    read = read => match read {
+                        Ok(read) => read,
+                        Err(_) => return Ok(false),
+                    },
+                    () = self.ctx.shutdown.fired() => return Ok(false),
+                }
+            }
+        };
+        Ok(read? > 0)
+    }
+
+    /// Answers a refused head and closes the connection.
+    async fn refuse(&mut self, e: &HeadError) {
+        tracing::debug!(status = %e.status, reason = e.reason, "refused request");
+        let res = error_response(e.status, e.reason, &self.ctx.request_id_header, true);
+        let info = RequestInfo {
+            method: &Method::GET,
+            version: Version::HTTP_11,
+            keep_alive: false,
+        };
+        if self.write_response(res, info).await.is_ok() {
+            self.close(true).await;
+        }
+    }
+
+    async fn flush(&mut self) -> std::io::Result<()> {
+        if !self.wbuf.is_empty() {
+            let result =
+                write_all_progress(&mut self.io, &self.wbuf, self.ctx.limits.send_timeout).await;
+            self.wbuf.clear();
+            result?;
+        }
+        Ok(())
+    }
+
+    /// Queues `data` behind what is buffered, writing out when the buffer would overflow.
+    async fn write_data(&mut self, data: &[u8]) -> std::io::Result<()> {
+        if self.wbuf.len() + data.len() <= WRITE_BUFFER {
+            self.wbuf.extend_from_slice(data);
+            return Ok(());
+        }
+        self.flush().await?;
+        write_all_progress(&mut self.io, data, self.ctx.limits.send_timeout).await
+    }
+
+    /// Writes one response; returns whether the connection may carry another request.
+    async fn write_response<B>(
+        &mut self,
+        res: Response<B>,
+        req: RequestInfo<'_>,
+    ) -> std::io::Result<bool>
+    where
+        B: http_body::Body<Data = Bytes> + 'static,
+        B::Error: Into<BoxError>,
+    {
+        let (parts, mut body) = res.into_parts();
+        let encoded = encode::encode_head(&mut self.wbuf, &parts, body.size_hint().exact(), req);
+        drop(parts);
+        let expected = match encoded.framing {
+            Framing::None => return Ok(encoded.keep_alive),
+            Framing::Length(n) => Some(n),
+            Framing::Chunked | Framing::Close => None,
+        };
+
+        // Zero-copy: only when the body is still scb's own `Body` carrying a file region.
+        // Any layer that wrapped it changed its type, and the downcast fails.
+        let region = (&mut body as &mut dyn Any)
+            .downcast_mut::<Body>()
+            .and_then(|b| b.file_region().cloned());
+        if let Some(region) = region.filter(|r| Some(r.len()) == expected) {
+            self.flush().await?;
+            sys::send_file(
+                &self.io,
+                region.file(),
+                region.offset(),
+                region.len(),
+                self.ctx.limits.send_timeout,
+            )
+            .await?;
+            return Ok(encoded.keep_alive);
+        }
+
+        let chunked = encoded.framing == Framing::Chunked;
+        let mut sent = 0u64;
+        let mut body = pin!(body);
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|e| std::io::Error::other(e.into()))?;
+            let Ok(data) = frame.into_data() else { continue };
+            if data.is_empty() {
+                continue;
+            }
+            sent += data.len() as u64;
+            if expected.is_some_and(|n| sent > n) {
+                return Err(std::io::Error::other("response body longer than its length"));
+            }
+            if chunked {
+                encode::chunk_header(&mut self.wbuf, data.len());
+                self.write_data(&data).await?;
+                self.wbuf.extend_from_slice(b"\r\n");
+            } else {
+                self.write_data(&data).await?;
+            }
+        }
+        if expected.is_some_and(|n| sent != n) {
+            return Err(std::io::Error::other("response body shorter than its length"));
+        }
+        if chunked {
+            self.wbuf.extend_from_slice(b"0\r\n\r\n");
+        }
+        Ok(encoded.keep_alive)
+    }
+
+    /// Flushes, half-closes, and (when the client may still be sending) reads and drops
+    /// input for a moment so the kernel does not reset the connection under the response.
+    async fn close(&mut self, linger: bool) {
+        if self.flush().await.is_err() {
+            return;
+        }
+        let _ = self.io.shutdown().await;
+        if linger {
+            let drain = async {
+                let mut sink = [0u8; 16 * 1024];
+                let mut total = 0;
+                while total < LINGER_BYTES {
+                    match self.io.read(&mut sink).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => total += n,
+                    }
+                }
+            };
+            let _ = tokio::time::timeout(LINGER_TIME, drain).await;
+        }
+    }
+}

@@ -1,0 +1,481 @@
+//! Request-head parsing and the framing rules of RFC 9112.
+//!
+//! One `httparse` pass over the read buffer; header values and the request target are then
+//! sliced out of the frozen head without copying. Every framing ambiguity a proxy or cache
+//! could read differently from us is refused here, never guessed at: Content-Length with
+//! Transfer-Encoding, several Content-Length fields, a Transfer-Encoding whose final coding
+//! is not `chunked`, obs-fold (httparse rejects it in requests), a missing or repeated Host.
+
+use std::mem::MaybeUninit;
+
+use bytes::{Bytes, BytesMut};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri, Version, header};
+
+/// Heads with at most this many fields are parsed into a stack array.
+const STACK_HEADERS: usize = 128;
+
+/// How the request body is framed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum BodyFraming {
+    None,
+    Length(u64),
+    Chunked,
+}
+
+/// A parsed request head.
+#[derive(Debug)]
+pub(crate) struct Head {
+    pub(crate) parts: http::request::Parts,
+    pub(crate) framing: BodyFraming,
+    pub(crate) keep_alive: bool,
+    pub(crate) expect_continue: bool,
+    /// An `Upgrade` request or CONNECT: the connection may stop being HTTP/1.1.
+    pub(crate) upgrade: bool,
+    /// The head's bytes as received, for handing the connection to hyper.
+    pub(crate) raw: Bytes,
+}
+
+/// Why a head was refused, and with which status.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct HeadError {
+    pub(crate) status: StatusCode,
+    pub(crate) reason: &'static str,
+}
+
+impl HeadError {
+    const fn new(status: StatusCode, reason: &'static str) -> Self {
+        Self { status, reason }
+    }
+
+    const fn bad(reason: &'static str) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, reason)
+    }
+}
+
+/// Limits the parser enforces.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct HeadLimits {
+    pub(crate) max_header_bytes: usize,
+    pub(crate) max_headers: usize,
+    pub(crate) max_body_bytes: u64,
+}
+
+/// Offsets of one header field inside the head buffer.
+#[derive(Clone, Copy, Debug)]
+struct FieldAt {
+    name: (usize, usize),
+    value: (usize, usize),
+}
+
+/// Scratch space reused across the requests of one connection.
+#[derive(Debug, Default)]
+pub(crate) struct Scratch {
+    fields: Vec<FieldAt>,
+}
+
+/// Parses one request head from the front of `buf`.
+///
+/// `Ok(None)` means the head is not complete yet. On success the head's bytes are removed
+/// from `buf`; on error the connection is to be answered and closed.
+pub(crate) fn parse(
+    buf: &mut BytesMut,
+    limits: HeadLimits,
+    scratch: &mut Scratch,
+) -> Result<Option<Head>, HeadError> {
+    let mut stack = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; STACK_HEADERS];
+    let mut heap = Vec::new();
+    let headers: &mut [MaybeUninit<httparse::Header<'_>>] = if limits.max_headers <= STACK_HEADERS
+    {
+        &mut stack[..limits.max_headers]
+    } else {
+        heap.resize_with(limits.max_headers, MaybeUninit::uninit);
+        &mut heap[..]
+    };
+
+    let mut req = httparse::Request::new(&mut []);
+    let status = httparse::ParserConfig::default().parse_request_with_uninit_headers(
+        &mut req,
+        buf,
+        headers,
+    );
+    let len = match status {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) => {
+            if buf.len() > limits.max_header_bytes {
+                return Err(too_large(buf));
+            }
+            return Ok(None);
+        }
+        Err(httparse::Error::TooManyHeaders) => {
+            return Err(HeadError::new(
+                StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+                "too many header fields",
+            ));
+        }
+        Err(httparse::Error::Version) => {
+            return Err(HeadError::new(
+                StatusCode::HTTP_VERSION_NOT_SUPPORTED,
+                "unsupported HTTP version",
+            ));
+        }
+        Err(_) => return Err(HeadError::bad("malformed request head")),
+    };
+    if len > limits.max_header_bytes {
+        return Err(too_large(buf));
+    }
+
+    // Record where everything is, then release the borrow of `buf` and freeze the head.
+    let base = buf.as_ptr() as usize;
+    let at = |s: &[u8]| (s.as_ptr() as usize - base, s.len());
+    let method = req.method.ok_or(HeadError::bad("missing method"))?;
+    let method = Method::from_bytes(method.as_bytes())
+        .map_err(|_| HeadError::bad("invalid method"))?;
+    let target = at(req.path.ok_or(HeadError::bad("missing target"))?.as_bytes());
+    let version = match req.version {
+        Some(0) => Version::HTTP_10,
+        _ => Version::HTTP_11,
+    };
+    scratch.fields.clear();
+    scratch.fields.extend(req.headers.iter().map(|h| FieldAt {
+        name: at(h.name.as_bytes()),
+        value: at(h.value),
+    }));
+    let head = buf.split_to(len).freeze();
+    let slice = |(start, len): (usize, usize)| head.slice(start..start + len);
+
+    let uri = Uri::from_maybe_shared(slice(target))
+        .map_err(|_| HeadError::bad("invalid request target"))?;
+
+    let mut headers = HeaderMap::with_capacity(scratch.fields.len());
+    let mut framing = Framing::new(version);
+    for field in &scratch.fields {
+        let name = HeaderName::from_bytes(&head[field.name.0..field.name.0 + field.name.1])
+            .map_err(|_| HeadError::bad("invalid header name"))?;
+        let value = HeaderValue::from_maybe_shared(slice(field.value))
+            .map_err(|_| HeadError::bad("invalid header value"))?;
+        framing.see(&name, &value)?;
+        headers.append(name, value);
+    }
+    let framing = framing.finish(&method, limits.max_body_bytes)?;
+
+    let mut builder = http::Request::builder()
+        .method(method)
+        .uri(uri)
+        .version(version);
+    if let Some(h) = builder.headers_mut() {
+        *h = headers;
+    }
+    let (parts, ()) = builder
+        .body(())
+        .map_err(|_| HeadError::bad("invalid request"))?
+        .into_parts();
+    Ok(Some(Head {
+        parts,
+        framing: framing.body,
+        keep_alive: framing.keep_alive,
+        expect_continue: framing.expect_continue,
+        upgrade: framing.upgrade,
+        raw: head,
+    }))
+}
+
+fn too_large(buf: &[u8]) -> HeadError {
+    if memchr_newline(buf) {
+        HeadError::new(
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            "request head too large",
+        )
+    } else {
+        HeadError::new(StatusCode::URI_TOO_LONG, "request line too long")
+    }
+}
+
+fn memchr_newline(buf: &[u8]) -> bool {
+    buf.contains(&b'\n')
+}
+
+/// What the framing-relevant fields said, checked as they are seen.
+struct Framing {
+    version: Version,
+    content_length: Option<u64>,
+    transfer_encoding: bool,
+    hosts: u32,
+    keep_alive: bool,
+    saw_close: bool,
+    expect_continue: bool,
+    upgrade: bool,
+}
+
+struct FramingResult {
+    body: BodyFraming,
+    keep_alive: bool,
+    expect_continue: bool,
+    upgrade: bool,
+}
+
+impl Framing {
+    fn new(version: Version) -> Self {
+        Self {
+            version,
+            content_length: None,
+            transfer_encoding: false,
+            hosts: 0,
+            keep_alive: version == Version::HTTP_11,
+            saw_close: false,
+            expect_continue: false,
+            upgrade: false,
+        }
+    }
+
+    fn see(&mut self, name: &HeaderName, value: &HeaderValue) -> Result<(), HeadError> {
+        match *name {
+            header::CONTENT_LENGTH => {
+                if self.content_length.is_some() {
+                    return Err(HeadError::bad("more than one content-length"));
+                }
+                self.content_length = Some(
+                    parse_content_length(value.as_bytes())
+                        .ok_or(HeadError::bad("invalid content-length"))?,
+                );
+            }
+            header::TRANSFER_ENCODING => {
+                if self.version == Version::HTTP_10 {
+                    return Err(HeadError::bad("transfer-encoding in an HTTP/1.0 request"));
+                }
+                if self.transfer_encoding {
+                    return Err(HeadError::bad("more than one transfer-encoding"));
+                }
+                self.transfer_encoding = true;
+                let codings = value.as_bytes();
+                let last = codings.rsplit(|&b| b == b',').next().unwrap_or_default();
+                if !trim(last).eq_ignore_ascii_case(b"chunked") {
+                    return Err(HeadError::bad("transfer-encoding does not end in chunked"));
+                }
+                if !trim(codings).eq_ignore_ascii_case(b"chunked") {
+                    return Err(HeadError::new(
+                        StatusCode::NOT_IMPLEMENTED,
+                        "unsupported transfer coding",
+                    ));
+                }
+            }
+            header::HOST => self.hosts += 1,
+            header::CONNECTION => {
+                for token in value.as_bytes().split(|&b| b == b',').map(trim) {
+                    if token.eq_ignore_ascii_case(b"close") {
+                        self.saw_close = true;
+                    } else if token.eq_ignore_ascii_case(b"keep-alive") {
+                        self.keep_alive = true;
+                    }
+                }
+            }
+            header::EXPECT => {
+                if trim(value.as_bytes()).eq_ignore_ascii_case(b"100-continue") {
+                    self.expect_continue = true;
+                } else {
+                    return Err(HeadError::new(
+                        StatusCode::EXPECTATION_FAILED,
+                        "unsupported expectation",
+                    ));
+                }
+            }
+            header::UPGRADE => self.upgrade = self.version == Version::HTTP_11,
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn finish(self, method: &Method, max_body: u64) -> Result<FramingResult, HeadError> {
+        if self.transfer_encoding && self.content_length.is_some() {
+            return Err(HeadError::bad("content-length with transfer-encoding"));
+        }
+        if self.hosts > 1 || (self.version == Version::HTTP_11 && self.hosts == 0) {
+            return Err(HeadError::bad("a request needs exactly one host field"));
+        }
+        let body = match (self.transfer_encoding, self.content_length) {
+            (true, _) => BodyFraming::Chunked,
+            (false, Some(0) | None) => BodyFraming::None,
+            (false, Some(n)) if n > max_body => {
+                return Err(HeadError::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "request body too large",
+                ));
+            }
+            (false, Some(n)) => BodyFraming::Length(n),
+        };
+        Ok(FramingResult {
+            body,
+            keep_alive: self.keep_alive && !self.saw_close,
+            expect_continue: self.expect_continue && body != BodyFraming::None,
+            upgrade: self.upgrade || *method == Method::CONNECT,
+        })
+    }
+}
+
+/// 1*DIGIT and nothing else (no sign, no whitespace, no list), without overflow.
+fn parse_content_length(v: &[u8]) -> Option<u64> {
+    if v.is_empty() || v.len() > 19 {
+        return None;
+    }
+    v.iter().try_fold(0u64, |n, &b| {
+        b.is_ascii_digit().then(|| n * 10 + u64::from(b - b'0'))
+    })
+}
+
+fn trim(s: &[u8]) -> &[u8] {
+    s.trim_ascii()
+}
+
+/// A head followed by the bytes read after it, to replay to hyper on a hand-off.
+pub(crate) fn rejoin(head: &[u8], rest: &[u8]) -> Bytes {
+    let mut out = BytesMut::with_capacity(head.len() + rest.len());
+    out.extend_from_slice(head);
+    out.extend_from_slice(rest);
+    out.freeze()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: HeadLimits = HeadLimits {
+        max_header_bytes: 1024,
+        max_headers: 8,
+        max_body_bytes: 1000,
+    };
+
+    fn parse_str(s: &str) -> Result<Option<Head>, HeadError> {
+        let mut buf = BytesMut::from(s.as_bytes());
+        parse(&mut buf, LIMITS, &mut Scratch::default())
+    }
+
+    fn status_of(s: &str) -> StatusCode {
+        parse_str(s).unwrap_err().status
+    }
+
+    #[test]
+    fn simple_get_is_parsed_and_consumed_leaving_the_next_request() {
+        let mut buf = BytesMut::from(&b"GET /a?b=c HTTP/1.1\r\nHost: x\r\nX-Y: z\r\n\r\nGET /"[..]);
+        let head = parse(&mut buf, LIMITS, &mut Scratch::default())
+            .unwrap()
+            .unwrap();
+        assert_eq!(head.parts.method, Method::GET);
+        assert_eq!(head.parts.uri, "/a?b=c");
+        assert_eq!(head.parts.headers["x-y"], "z");
+        assert_eq!(head.framing, BodyFraming::None);
+        assert!(head.keep_alive);
+        assert_eq!(&buf[..], b"GET /");
+    }
+
+    #[test]
+    fn partial_head_waits_for_more() {
+        assert!(parse_str("GET / HTTP/1.1\r\nHost: x\r\n").unwrap().is_none());
+    }
+
+    #[test]
+    fn content_length_with_transfer_encoding_is_refused() {
+        let s = "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n";
+        assert_eq!(status_of(s), StatusCode::BAD_REQUEST);
+        let s = "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n";
+        assert_eq!(status_of(s), StatusCode::BAD_REQUEST);
+    }
+
+    #[test]
+    fn duplicate_content_length_is_refused_even_when_equal() {
+        let s = "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\n";
+        assert_eq!(status_of(s), StatusCode::BAD_REQUEST);
+    }
+
+    #[test]
+    fn malformed_content_length_is_refused() {
+        for v in ["+3", "3 ", "3,3", "-1", "0x10", "99999999999999999999", ""] {
+            let s = format!("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: {v}\r\n\r\n");
+            assert_eq!(status_of(&s), StatusCode::BAD_REQUEST, "{v:?}");
+        }
+    }
+
+    #[test]
+    fn obs_fold_is_refused() {
+        let s = "GET / HTTP/1.1\r\nHost: x\r\nX-A: a\r\n  folded\r\n\r\n";
+        assert_eq!(status_of(s), StatusCode::BAD_REQUEST);
+    }
+
+    #[test]
+    fn transfer_encoding_must_end_in_chunked() {
+        let s = "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, gzip\r\n\r\n";
+        assert_eq!(status_of(s), StatusCode::BAD_REQUEST);
+        let s = "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n";
+        assert_eq!(status_of(s), StatusCode::NOT_IMPLEMENTED);
+        let s = "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: Chunked\r\n\r\n";
+        assert_eq!(parse_str(s).unwrap().unwrap().framing, BodyFraming::Chunked);
+    }
+
+    #[test]
+    fn http10_transfer_encoding_is_refused() {
+        let s = "POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n";
+        assert_eq!(status_of(s), StatusCode::BAD_REQUEST);
+    }
+
+    #[test]
+    fn host_is_required_once_in_http11() {
+        assert_eq!(status_of("GET / HTTP/1.1\r\n\r\n"), StatusCode::BAD_REQUEST);
+        assert_eq!(
+            status_of("GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n"),
+            StatusCode::BAD_REQUEST
+        );
+        assert!(parse_str("GET / HTTP/1.0\r\n\r\n").unwrap().is_some());
+    }
+
+    #[test]
+    fn too_many_headers_is_431() {
+        let mut s = String::from("GET / HTTP/1.1\r\nHost: x\r\n");
+        for i in 0..10 {
+            s.push_str(&format!("X-{i}: v\r\n"));
+        }
+        s.push_str("\r\n");
+        assert_eq!(status_of(&s), StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
+    }
+
+    #[test]
+    fn oversized_head_is_431_and_oversized_request_line_is_414() {
+        let s = format!("GET / HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n", "a".repeat(2000));
+        assert_eq!(status_of(&s), StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
+        let s = format!("GET /{} HTTP/1.1", "a".repeat(2000));
+        assert_eq!(status_of(&s), StatusCode::URI_TOO_LONG);
+    }
+
+    #[test]
+    fn body_framing_and_limits() {
+        let s = "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n";
+        assert_eq!(parse_str(s).unwrap().unwrap().framing, BodyFraming::Length(10));
+        let s = "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n";
+        assert_eq!(parse_str(s).unwrap().unwrap().framing, BodyFraming::None);
+        let s = "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1001\r\n\r\n";
+        assert_eq!(status_of(s), StatusCode::PAYLOAD_TOO_LARGE);
+    }
+
+    #[test]
+    fn connection_tokens_decide_keep_alive() {
+        let h = |s: &str| parse_str(s).unwrap().unwrap().keep_alive;
+        assert!(!h("GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
+        assert!(!h("GET / HTTP/1.0\r\n\r\n"));
+        assert!(h("GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n"));
+        assert!(!h(
+            "GET / HTTP/1.1\r\nHost: x\r\nConnection: keep-alive\r\nConnection: close\r\n\r\n"
+        ));
+    }
+
+    #[test]
+    fn garbage_is_400_and_http2_version_is_505() {
+        assert_eq!(status_of("\x16\x03\x01 hello\r\n\r\n"), StatusCode::BAD_REQUEST);
+        assert_eq!(
+            status_of("GET / HTTP/2.0\r\nHost: x\r\n\r\n"),
+            StatusCode::HTTP_VERSION_NOT_SUPPORTED
+        );
+    }
+
+    #[test]
+    fn unknown_expectation_is_417() {
+        let s = "POST / HTTP/1.1\r\nHost: x\r\nExpect: magic\r\nContent-Length: 1\r\n\r\n";
+        assert_eq!(status_of(s), StatusCode::EXPECTATION_FAILED);
+    }
+}

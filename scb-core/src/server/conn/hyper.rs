@@ -1,0 +1,210 @@
+//! The hand-off to hyper: HTTP/2 with prior knowledge (h2c) and HTTP/1.1 upgrades.
+//!
+//! hyper runs on the worker's own thread: its HTTP/2 stream tasks are spawned with
+//! `spawn_local`, so services need not be `Send`.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::{Pin, pin};
+use std::rc::Rc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body::{Body as _, Frame, SizeHint};
+use http_body_util::Either;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::net::TcpStream;
+use tower::Service;
+
+use super::body::BodyError;
+use super::{ConnCtx, call_service, error_response};
+use crate::server::ConnectInfo;
+use crate::server::io::Rewind;
+use crate::{Body, BoxError};
+
+/// Most concurrent streams one HTTP/2 client may open; hyper's default is unbounded-ish,
+/// and each stream is a task on this worker.
+const H2_MAX_CONCURRENT_STREAMS: u32 = 256;
+
+/// Spawns hyper's HTTP/2 stream tasks on the current worker thread.
+#[derive(Clone, Copy, Debug)]
+struct LocalExec;
+
+impl<F> hyper::rt::Executor<F> for LocalExec
+where
+    F: Future + 'static,
+{
+    fn execute(&self, fut: F) {
+        tokio::task::spawn_local(fut);
+    }
+}
+
+pub(crate) async fn serve_h2<S, B>(io: Rewind<TcpStream>, info: ConnectInfo, svc: S, ctx: &Rc<ConnCtx>)
+where
+    S: Service<Request<Body>, Response = Response<B>> + Clone + 'static,
+    S::Error: Into<BoxError>,
+    S::Future: 'static,
+    B: http_body::Body<Data = Bytes> + 'static,
+    B::Error: Into<BoxError>,
+{
+    let limits = &ctx.limits;
+    let max_header_list = u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX);
+    let conn = hyper::server::conn::http2::Builder::new(LocalExec)
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(H2_MAX_CONCURRENT_STREAMS)
+        .max_header_list_size(max_header_list)
+        .serve_connection(TokioIo::new(io), adapter(svc, info, ctx));
+    let mut conn = pin!(conn);
+    let result = tokio::select! {
+        r = conn.as_mut() => r,
+        () = ctx.shutdown.fired() => {
+            conn.as_mut().graceful_shutdown();
+            conn.await
+        }
+    };
+    if let Err(e) = result {
+        tracing::debug!(peer = %info.remote, error = %e, "HTTP/2 connection ended with an error");
+    }
+}
+
+pub(crate) async fn serve_h1<S, B>(io: Rewind<TcpStream>, info: ConnectInfo, svc: S, ctx: &Rc<ConnCtx>)
+where
+    S: Service<Request<Body>, Response = Response<B>> + Clone + 'static,
+    S::Error: Into<BoxError>,
+    S::Future: 'static,
+    B: http_body::Body<Data = Bytes> + 'static,
+    B::Error: Into<BoxError>,
+{
+    let limits = &ctx.limits;
+    let conn = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout)
+        .max_buf_size(limits.max_header_bytes.max(8192))
+        .max_headers(limits.max_headers)
+        .serve_connection(TokioIo::new(io), adapter(svc, info, ctx))
+        .with_upgrades();
+    let mut conn = pin!(conn);
+    let result = tokio::select! {
+        r = conn.as_mut() => r,
+        () = ctx.shutdown.fired() => {
+            conn.as_mut().graceful_shutdown();
+            conn.await
+        }
+    };
+    if let Err(e) = result {
+        tracing::debug!(peer = %info.remote, error = %e, "HTTP/1.1 connection ended with an error");
+    }
+}
+
+type AdapterBody<B> = Either<B, Body>;
+
+/// Turns a tower service over `Request<Body>` into the hyper service hyper wants.
+fn adapter<S, B>(
+    svc: S,
+    info: ConnectInfo,
+    ctx: &Rc<ConnCtx>,
+) -> impl hyper::service::Service<
+    Request<Incoming>,
+    Response = Response<AdapterBody<B>>,
+    Error = Infallible,
+    Future = impl Future<Output = Result<Response<AdapterBody<B>>, Infallible>> + 'static,
+> + 'static
+where
+    S: Service<Request<Body>, Response = Response<B>> + Clone + 'static,
+    S::Error: Into<BoxError>,
+    S::Future: 'static,
+    B: http_body::Body<Data = Bytes> + 'static,
+    B::Error: Into<BoxError>,
+{
+    let ctx = Rc::clone(ctx);
+    hyper::service::service_fn(move |req: Request<Incoming>| {
+        let mut svc = svc.clone();
+        let ctx = Rc::clone(&ctx);
+        async move {
+            let limits = &ctx.limits;
+            let mut req = req.map(|body| {
+                if body.is_end_stream() {
+                    Body::empty()
+                } else {
+                    Body::new(LimitedBody::new(
+                        body,
+                        limits.body_read_timeout,
+                        limits.max_body_bytes,
+                    ))
+                }
+            });
+            req.extensions_mut().insert(info);
+            let res = match call_service(&mut svc, req).await {
+                Ok(res) => res.map(Either::Left),
+                Err(()) => error_response(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "the request handler failed",
+                    &ctx.request_id_header,
+                    false,
+                )
+                .map(Either::Right),
+            };
+            Ok(res)
+        }
+    })
+}
+
+pin_project_lite::pin_project! {
+    /// hyper's request body with the body-read deadline and size limit applied.
+    struct LimitedBody {
+        #[pin]
+        inner: Incoming,
+        #[pin]
+        deadline: tokio::time::Sleep,
+        received: u64,
+        max: u64,
+    }
+}
+
+impl LimitedBody {
+    fn new(inner: Incoming, timeout: std::time::Duration, max: u64) -> Self {
+        Self {
+            inner,
+            deadline: tokio::time::sleep(timeout),
+            received: 0,
+            max,
+        }
+    }
+}
+
+impl http_body::Body for LimitedBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = self.project();
+        if let Poll::Ready(frame) = this.inner.poll_frame(cx) {
+            if let Some(Ok(frame)) = &frame
+                && let Some(data) = frame.data_ref()
+            {
+                *this.received += data.len() as u64;
+                if *this.received > *this.max {
+                    return Poll::Ready(Some(Err(BodyError::TooLarge.into())));
+                }
+            }
+            return Poll::Ready(frame.map(|r| r.map_err(Into::into)));
+        }
+        if this.deadline.poll(cx).is_ready() {
+            return Poll::Ready(Some(Err(BodyError::Timeout.into())));
+        }
+        Poll::Pending
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}

@@ -1,0 +1,122 @@
+//! Connection drivers: scb's own HTTP/1.1 driver, and the hand-off to hyper for HTTP/2
+//! prior knowledge and upgrades.
+
+mod body;
+mod chunked;
+mod encode;
+mod h1;
+mod head;
+mod hyper;
+
+use std::net::SocketAddr;
+use std::panic::AssertUnwindSafe;
+use std::rc::Rc;
+
+use bytes::Bytes;
+use futures_util::FutureExt as _;
+use http::{HeaderName, HeaderValue, Request, Response, StatusCode, header};
+use tokio::net::TcpStream;
+use tower::Service;
+
+use super::shutdown::Trigger;
+use super::{ConnectInfo, Limits};
+use crate::{Body, BoxError};
+
+/// What every connection of one worker shares.
+#[derive(Debug)]
+pub(crate) struct ConnCtx {
+    pub(crate) limits: Limits,
+    pub(crate) request_id_header: HeaderName,
+    pub(crate) shutdown: Trigger,
+}
+
+/// Serves one accepted connection until it closes.
+pub(crate) async fn serve<S, B>(
+    stream: TcpStream,
+    remote: SocketAddr,
+    local: SocketAddr,
+    svc: S,
+    ctx: Rc<ConnCtx>,
+) where
+    S: Service<Request<Body>, Response = Response<B>> + Clone + 'static,
+    S::Error: Into<BoxError>,
+    S::Future: 'static,
+    B: http_body::Body<Data = Bytes> + 'static,
+    B::Error: Into<BoxError>,
+{
+    let info = ConnectInfo { remote, local };
+    match h1::serve(stream, info, svc.clone(), &ctx).await {
+        Ok(h1::Outcome::Closed) => {}
+        Ok(h1::Outcome::Http2(io)) => hyper::serve_h2(io, info, svc, &ctx).await,
+        Ok(h1::Outcome::Upgrade(io)) => hyper::serve_h1(io, info, svc, &ctx).await,
+        Err(e) => tracing::debug!(peer = %remote, error = %e, "connection ended with an error"),
+    }
+}
+
+/// Calls the service, turning a panic (in `call` or in the future) or a service error
+/// into `Err(())`, logged here, so that the driver answers 500 and the worker goes on.
+pub(crate) async fn call_service<S, B>(svc: &mut S, req: Request<Body>) -> Result<Response<B>, ()>
+where
+    S: Service<Request<Body>, Response = Response<B>>,
+    S::Error: Into<BoxError>,
+{
+    if let Err(e) = futures_util::future::poll_fn(|cx| svc.poll_ready(cx)).await {
+        tracing::error!(error = %e.into(), "service not ready");
+        return Err(());
+    }
+    let fut = match std::panic::catch_unwind(AssertUnwindSafe(|| svc.call(req))) {
+        Ok(fut) => fut,
+        Err(panic) => {
+            log_panic(&*panic);
+            return Err(());
+        }
+    };
+    match AssertUnwindSafe(fut).catch_unwind().await {
+        Ok(Ok(res)) => Ok(res),
+        Ok(Err(e)) => {
+            tracing::error!(error = %e.into(), "service failed");
+            Err(())
+        }
+        Err(panic) => {
+            log_panic(&*panic);
+            Err(())
+        }
+    }
+}
+
+fn log_panic(panic: &(dyn std::any::Any + Send)) {
+    let msg = panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(non-string panic payload)");
+    tracing::error!(panic = msg, "request handler panicked; answered 500");
+}
+
+/// A response the server makes itself: a short plain-text body, a fresh request id, and
+/// `Connection: close` unless the connection can go on.
+pub(crate) fn error_response(
+    status: StatusCode,
+    reason: &str,
+    request_id_header: &HeaderName,
+    close: bool,
+) -> Response<Body> {
+    let mut res = Response::new(Body::from(format!(
+        "{}: {reason}\n",
+        status.canonical_reason().unwrap_or("error")
+    )));
+    *res.status_mut() = status;
+    let headers = res.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    headers.insert(
+        request_id_header.clone(),
+        crate::request_id::generate(),
+    );
+    if close {
+        headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    res
+}

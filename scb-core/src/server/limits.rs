@@ -1,0 +1,50 @@
+//! Connection limits and timeouts.
+
+use std::time::Duration;
+
+/// Size limits and timeouts that protect a worker from slow or hostile clients.
+///
+/// Every field has a safe default; see each one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Deadline for a whole request head, counted from its first byte (or from accept for
+    /// a connection's first request), not per read: a slowloris client that trickles one
+    /// byte at a time is closed when it runs out. Defaults to 10 seconds.
+    pub header_read_timeout: Duration,
+    /// Deadline for a whole request body, counted from the end of its head. Defaults to
+    /// 60 seconds.
+    pub body_read_timeout: Duration,
+    /// A connection whose writes make no progress for this long is closed (slow readers).
+    /// Defaults to 30 seconds.
+    pub send_timeout: Duration,
+    /// How long an idle keep-alive connection waits for its next request. Defaults to 60
+    /// seconds.
+    pub keep_alive_timeout: Duration,
+    /// Largest request head (request line and header fields) in bytes; larger gets 431.
+    /// Defaults to 16 KiB.
+    pub max_header_bytes: usize,
+    /// Most header fields in a request; more gets 431. Defaults to 100.
+    pub max_headers: usize,
+    /// Largest request body in bytes; a larger Content-Length gets 413, and a chunked body
+    /// that grows past it ends with an error and the connection is closed. Defaults to
+    /// 16 MiB.
+    pub max_body_bytes: u64,
+    /// Most open connections per worker; at the limit the worker stops accepting until
+    /// one closes (the kernel's listen backlog holds the rest). Defaults to 10,000.
+    pub max_connections: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            header_read_timeout: Duration::from_secs(10),
+            body_read_timeout: Duration::from_secs(60),
+            send_timeout: Duration::from_secs(30),
+            keep_alive_timeout: Duration::from_secs(60),
+            max_header_bytes: 16 * 1024,
+            max_headers: 100,
+            max_body_bytes: 16 * 1024 * 1024,
+            max_connections: 10_000,
+        }
+    }
+}

@@ -1,0 +1,264 @@
+//! The per-core server runtime.
+//!
+//! [`Server`] runs `workers` OS threads. Each thread owns a `current_thread` tokio runtime,
+//! its own `SO_REUSEPORT` listener per configured address (the kernel spreads connections
+//! across them), and its own service stack built by the `make_service` closure: per-worker
+//! state needs no locks and may use `Rc`. Nothing hops to another thread on the request
+//! path; the prototype's work-stealing runtime spent most of its kernel time waking threads.
+//!
+//! Plain HTTP/1.1 connections are driven by scb's own connection driver (`conn::h1`):
+//! it parses each request head with `httparse`, enforces the limits, refuses framing
+//! ambiguities, and writes responses itself, so that a response body that is a
+//! [`FileRegion`](crate::FileRegion) can go out with `sendfile(2)`. HTTP/2 with prior
+//! knowledge (h2c) and HTTP/1.1 upgrades are handed to hyper, with the bytes already read.
+//!
+//! ```no_run
+//! use scb_core::{respond::Respond, server::Server};
+//! use std::time::Duration;
+//!
+//! let server = Server::builder()
+//!     .workers(1)
+//!     .grace_period(Duration::from_secs(5))
+//!     .listen("127.0.0.1:8080".parse().unwrap())
+//!     .bind()
+//!     .expect("bind");
+//! let handle = server.start(|_worker| Respond::new(http::StatusCode::OK).body("Hello, world!"));
+//! // ... later, e.g. on SIGTERM:
+//! handle.shutdown();
+//! handle.join();
+//! ```
+
+mod conn;
+mod io;
+mod limits;
+mod shutdown;
+mod sys;
+mod worker;
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderName, Request, Response};
+use tower::Service;
+
+pub use limits::Limits;
+pub use shutdown::shutdown_signal;
+
+use crate::{Body, BoxError};
+
+/// The peer and local addresses of the connection a request came in on.
+///
+/// The server inserts it into every request's extensions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConnectInfo {
+    /// The client's address.
+    pub remote: SocketAddr,
+    /// The address of the listener that accepted the connection.
+    pub local: SocketAddr,
+}
+
+/// What a worker tells `make_service` about itself.
+#[derive(Clone, Copy, Debug)]
+pub struct WorkerInfo {
+    /// The worker's index, `0..workers`.
+    pub index: usize,
+    /// How many workers the server runs.
+    pub workers: usize,
+}
+
+/// Configures a [`Server`]; see [`Server::builder`].
+#[derive(Clone, Debug)]
+pub struct Server {
+    workers: usize,
+    grace_period: Duration,
+    limits: Limits,
+    request_id_header: HeaderName,
+    addrs: Vec<SocketAddr>,
+}
+
+impl Default for Server {
+    fn default() -> Self {
+        Self::builder()
+    }
+}
+
+impl Server {
+    /// A server with default settings and no listener yet.
+    pub fn builder() -> Self {
+        Self {
+            workers: std::thread::available_parallelism().map_or(1, usize::from),
+            grace_period: Duration::from_secs(10),
+            limits: Limits::default(),
+            request_id_header: HeaderName::from_static("x-request-id"),
+            addrs: Vec::new(),
+        }
+    }
+
+    /// How many worker threads to run, each with its own runtime and listeners.
+    ///
+    /// Values below 1 are raised to 1. Defaults to the number of available CPUs.
+    pub fn workers(mut self, workers: usize) -> Self {
+        self.workers = workers.max(1);
+        self
+    }
+
+    /// How long in-flight requests may run after shutdown begins before their
+    /// connections are closed. Defaults to 10 seconds.
+    pub fn grace_period(mut self, grace_period: Duration) -> Self {
+        self.grace_period = grace_period;
+        self
+    }
+
+    /// Size limits and timeouts for connections. Defaults to [`Limits::default`].
+    pub fn limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// The header that carries the request id on responses the server makes itself
+    /// (400, 408, 413, 431, 500) before or after the service stack. Use the same name as
+    /// the [`RequestIdLayer`](crate::request_id::RequestIdLayer). Defaults to `x-request-id`.
+    pub fn request_id_header(mut self, header: HeaderName) -> Self {
+        self.request_id_header = header;
+        self
+    }
+
+    /// Adds an address to listen on. Port 0 picks a free port (the same one for every
+    /// worker); see [`BoundServer::local_addrs`].
+    pub fn listen(mut self, addr: SocketAddr) -> Self {
+        self.addrs.push(addr);
+        self
+    }
+
+    /// Opens every listener now, one `SO_REUSEPORT` socket per worker and address, so
+    /// that an address in use is an error here and not in a worker thread later.
+    ///
+    /// # Errors
+    ///
+    /// When no address was given, or a socket cannot be created, bound or listened on.
+    pub fn bind(self) -> std::io::Result<BoundServer> {
+        if self.addrs.is_empty() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "server has no listen address",
+            ));
+        }
+        sys::raise_nofile_limit();
+        let mut local_addrs = Vec::with_capacity(self.addrs.len());
+        let mut per_worker: Vec<Vec<std::net::TcpListener>> =
+            (0..self.workers).map(|_| Vec::new()).collect();
+        for addr in &self.addrs {
+            let mut addr = *addr;
+            for listeners in &mut per_worker {
+                let listener = worker::reuseport_listener(addr)?;
+                // Port 0: the first bind picks the port, the others must share it.
+                addr = listener.local_addr()?;
+                listeners.push(listener);
+            }
+            local_addrs.push(addr);
+        }
+        Ok(BoundServer {
+            config: Arc::new(self),
+            local_addrs,
+            per_worker,
+        })
+    }
+}
+
+/// A [`Server`] whose listeners are open; [`start`](BoundServer::start) runs it.
+#[derive(Debug)]
+pub struct BoundServer {
+    config: Arc<Server>,
+    local_addrs: Vec<SocketAddr>,
+    per_worker: Vec<Vec<std::net::TcpListener>>,
+}
+
+impl BoundServer {
+    /// The addresses actually bound, in the order they were added (port 0 resolved).
+    pub fn local_addrs(&self) -> &[SocketAddr] {
+        &self.local_addrs
+    }
+
+    /// Starts the workers and returns at once.
+    ///
+    /// `make_service` runs once on each worker thread, so the stack it builds is that
+    /// worker's own: it need not be `Send`, and clones of it serve the worker's
+    /// connections.
+    pub fn start<F, S, B>(self, make_service: F) -> ServerHandle
+    where
+        F: Fn(&WorkerInfo) -> S + Send + Sync + 'static,
+        S: Service<Request<Body>, Response = Response<B>> + Clone + 'static,
+        S::Error: Into<BoxError>,
+        S::Future: 'static,
+        B: http_body::Body<Data = Bytes> + 'static,
+        B::Error: Into<BoxError>,
+    {
+        let make_service = Arc::new(make_service);
+        let shutdown = shutdown::Trigger::new();
+        let workers = self.per_worker.len();
+        let threads = self
+            .per_worker
+            .into_iter()
+            .enumerate()
+            .map(|(index, listeners)| {
+                let info = WorkerInfo { index, workers };
+                let make_service = Arc::clone(&make_service);
+                let config = Arc::clone(&self.config);
+                let shutdown = shutdown.clone();
+                std::thread::Builder::new()
+                    .name(format!("scb-worker-{index}"))
+                    .spawn(move || {
+                        worker::run(info, &config, listeners, &shutdown, |i| make_service(i));
+                    })
+                    .expect("spawning a worker thread")
+            })
+            .collect();
+        ServerHandle {
+            local_addrs: self.local_addrs,
+            shutdown,
+            threads,
+        }
+    }
+}
+
+/// A running server: stop it with [`shutdown`](Self::shutdown), wait with
+/// [`join`](Self::join).
+pub struct ServerHandle {
+    local_addrs: Vec<SocketAddr>,
+    shutdown: shutdown::Trigger,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl fmt::Debug for ServerHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ServerHandle")
+            .field("local_addrs", &self.local_addrs)
+            .field("workers", &self.threads.len())
+            .finish()
+    }
+}
+
+impl ServerHandle {
+    /// The addresses the server listens on.
+    pub fn local_addrs(&self) -> &[SocketAddr] {
+        &self.local_addrs
+    }
+
+    /// Begins graceful shutdown: every worker stops accepting, closes idle connections,
+    /// lets in-flight requests finish within the grace period, then exits.
+    pub fn shutdown(&self) {
+        self.shutdown.fire();
+    }
+
+    /// Waits until every worker has exited.
+    pub fn join(self) {
+        for thread in self.threads {
+            if thread.join().is_err() {
+                tracing::error!("a worker thread panicked outside a request");
+            }
+        }
+    }
+}

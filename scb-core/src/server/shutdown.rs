@@ -1,0 +1,62 @@
+//! Shutdown: one trigger shared by all workers, observed locally by each connection.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use tokio::sync::Notify;
+
+/// The cross-thread shutdown trigger. Firing it wakes every worker and every connection
+/// waiting on [`fired`](Self::fired); checking it is one atomic load.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Trigger {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    fired: AtomicBool,
+    notify: Notify,
+}
+
+impl Trigger {
+    pub(crate) fn new() -> Self {
+        Self::default()
+    }
+
+    pub(crate) fn fire(&self) {
+        self.inner.fired.store(true, Ordering::SeqCst);
+        self.inner.notify.notify_waiters();
+    }
+
+    pub(crate) fn is_fired(&self) -> bool {
+        self.inner.fired.load(Ordering::SeqCst)
+    }
+
+    /// Resolves once [`fire`](Self::fire) has been called (at once if it already was).
+    pub(crate) async fn fired(&self) {
+        let notified = self.inner.notify.notified();
+        if self.is_fired() {
+            return;
+        }
+        notified.await;
+    }
+}
+
+/// Resolves on SIGTERM or SIGINT (Ctrl-C): the usual way to end [`ServerHandle`] from a
+/// binary. Must be awaited inside a tokio runtime with signals enabled.
+///
+/// [`ServerHandle`]: super::ServerHandle
+///
+/// # Errors
+///
+/// When the signal handlers cannot be installed.
+pub async fn shutdown_signal() -> std::io::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM received, shutting down"),
+        _ = int.recv() => tracing::info!("SIGINT received, shutting down"),
+    }
+    Ok(())
+}

@@ -1,0 +1,44 @@
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt as _;
+use std::time::Duration;
+
+use tokio::net::TcpStream;
+
+use crate::body::FileShrunk;
+
+pub(crate) fn raise_nofile_limit() {}
+
+/// Portable stand-in for `sendfile(2)`: positional reads and ordinary writes.
+pub(crate) async fn send_file(
+    stream: &TcpStream,
+    file: &File,
+    mut offset: u64,
+    len: u64,
+    send_timeout: Duration,
+) -> io::Result<()> {
+    let end = offset + len;
+    let mut buf = vec![0u8; (len as usize).min(crate::body::FILE_CHUNK_SIZE)];
+    while offset < end {
+        let want = ((end - offset) as usize).min(buf.len());
+        let n = file.read_at(&mut buf[..want], offset)?;
+        if n == 0 {
+            return Err(io::Error::other(FileShrunk { missing: end - offset }));
+        }
+        let mut written = 0;
+        while written < n {
+            stream.writable().await?;
+            match stream.try_write(&buf[written..n]) {
+                Ok(m) => written += m,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    tokio::time::timeout(send_timeout, stream.writable())
+                        .await
+                        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "send timeout"))??;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        offset += n as u64;
+    }
+    Ok(())
+}

@@ -1,0 +1,179 @@
+//! One worker: a thread, a `current_thread` runtime, its listeners and its connections.
+
+use std::cell::Cell;
+use std::net::SocketAddr;
+use std::rc::Rc;
+
+use bytes::Bytes;
+use http::{Request, Response};
+use socket2::{Domain, Protocol, Socket, Type};
+use tokio::net::TcpListener;
+use tokio::sync::Notify;
+use tower::Service;
+
+use super::conn::{self, ConnCtx};
+use super::shutdown::Trigger;
+use super::{Server, WorkerInfo};
+use crate::{Body, BoxError};
+
+/// Listen backlog per worker socket: connections the kernel holds while the worker is busy
+/// or at its connection limit.
+const BACKLOG: i32 = 4096;
+
+/// A listening socket that shares its address with the other workers' (`SO_REUSEPORT`):
+/// the kernel spreads new connections across workers, no accept lock, no hand-off.
+pub(super) fn reuseport_listener(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_reuse_address(true)?;
+    socket.set_reuse_port(true)?;
+    if addr.is_ipv6() {
+        socket.set_only_v6(true)?;
+    }
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(BACKLOG)?;
+    Ok(socket.into())
+}
+
+/// Counts a worker's open connections and wakes whoever waits for a change.
+#[derive(Debug, Default)]
+struct Connections {
+    open: Cell<usize>,
+    changed: Notify,
+}
+
+/// Decrements the count when a connection task ends, however it ends.
+struct ConnGuard(Rc<Connections>);
+
+impl Drop for ConnGuard {
+    fn drop(&mut self) {
+        self.0.open.set(self.0.open.get() - 1);
+        self.0.changed.notify_waiters();
+    }
+}
+
+/// Runs one worker to completion on the current thread.
+pub(super) fn run<S, B>(
+    info: WorkerInfo,
+    config: &Server,
+    listeners: Vec<std::net::TcpListener>,
+    shutdown: &Trigger,
+    make_service: impl FnOnce(&WorkerInfo) -> S,
+) where
+    S: Service<Request<Body>, Response = Response<B>> + Clone + 'static,
+    S::Error: Into<BoxError>,
+    S::Future: 'static,
+    B: http_body::Body<Data = Bytes> + 'static,
+    B::Error: Into<BoxError>,
+{
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            tracing::error!(worker = info.index, error = %e, "cannot start the worker runtime");
+            shutdown.fire();
+            return;
+        }
+    };
+    let local = tokio::task::LocalSet::new();
+    let ctx = Rc::new(ConnCtx {
+        limits: config.limits.clone(),
+        request_id_header: config.request_id_header.clone(),
+        shutdown: shutdown.clone(),
+    });
+    let connections = Rc::new(Connections::default());
+    let grace_period = config.grace_period;
+
+    local.block_on(&runtime, async {
+        let svc = make_service(&info);
+        for listener in listeners {
+            let listener = match TcpListener::from_std(listener) {
+                Ok(l) => l,
+                Err(e) => {
+                    tracing::error!(worker = info.index, error = %e, "cannot register listener");
+                    continue;
+                }
+            };
+            tokio::task::spawn_local(accept_loop(
+                listener,
+                svc.clone(),
+                Rc::clone(&ctx),
+                Rc::clone(&connections),
+            ));
+        }
+        shutdown.fired().await;
+        let drained = async {
+            loop {
+                let changed = connections.changed.notified();
+                if connections.open.get() == 0 {
+                    break;
+                }
+                changed.await;
+            }
+        };
+        if tokio::time::timeout(grace_period, drained).await.is_err() {
+            tracing::warn!(
+                worker = info.index,
+                open = connections.open.get(),
+                "grace period over; closing the remaining connections"
+            );
+        }
+    });
+    // Dropping the LocalSet cancels what is left, closing those sockets.
+    drop(local);
+}
+
+async fn accept_loop<S, B>(
+    listener: TcpListener,
+    svc: S,
+    ctx: Rc<ConnCtx>,
+    connections: Rc<Connections>,
+) where
+    S: Service<Request<Body>, Response = Response<B>> + Clone + 'static,
+    S::Error: Into<BoxError>,
+    S::Future: 'static,
+    B: http_body::Body<Data = Bytes> + 'static,
+    B::Error: Into<BoxError>,
+{
+    let Ok(local) = listener.local_addr() else {
+        return;
+    };
+    let max = ctx.limits.max_connections.max(1);
+    loop {
+        // At the limit, wait for a connection to close (or for shutdown).
+        while connections.open.get() >= max {
+            let changed = connections.changed.notified();
+            tokio::select! {
+                () = changed => {}
+                () = ctx.shutdown.fired() => return,
+            }
+        }
+        let accepted = tokio::select! {
+            biased;
+            () = ctx.shutdown.fired() => return,
+            accepted = listener.accept() => accepted,
+        };
+        match accepted {
+            Ok((stream, remote)) => {
+                // Responses are written whole, in as few writes as possible: Nagle
+                // would only delay them.
+                let _ = stream.set_nodelay(true);
+                connections.open.set(connections.open.get() + 1);
+                let guard = ConnGuard(Rc::clone(&connections));
+                let svc = svc.clone();
+                let ctx = Rc::clone(&ctx);
+                tokio::task::spawn_local(async move {
+                    let _guard = guard;
+                    conn::serve(stream, remote, local, svc, ctx).await;
+                });
+            }
+            Err(e) => {
+                // EMFILE and friends: back off instead of spinning on a full table.
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        }
+    }
+}

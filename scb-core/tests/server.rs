@@ -1,0 +1,714 @@
+//! The server runtime over real TCP: framing, limits, keep-alive, pipelining, h2c,
+//! shutdown, panics, request bodies and the file-region path.
+
+use std::convert::Infallible;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::BodyExt as _;
+use scb_core::request_id::RequestIdLayer;
+use scb_core::server::{ConnectInfo, Limits, Server, ServerHandle, WorkerInfo};
+use scb_core::{Body, FileRegion};
+use tower::ServiceBuilder;
+
+/// Every request reaching the test service is counted here, so a test can prove that a
+/// refused request never reached it.
+type Hits = Arc<AtomicUsize>;
+
+fn test_service(
+    hits: Hits,
+    worker: WorkerInfo,
+) -> impl tower::Service<
+    Request<Body>,
+    Response = Response<Body>,
+    Error = Infallible,
+    Future = impl Future<Output = Result<Response<Body>, Infallible>> + 'static,
+> + Clone
++ 'static {
+    let svc = tower::service_fn(move |req: Request<Body>| {
+        let hits = Arc::clone(&hits);
+        async move {
+            hits.fetch_add(1, Ordering::SeqCst);
+            let path = req.uri().path().to_owned();
+            let method = req.method().clone();
+            let remote = req.extensions().get::<ConnectInfo>().map(|c| c.remote);
+            let res = match path.as_str() {
+                "/hello" => Response::new(Body::from("Hello, world!")),
+                "/worker" => Response::new(Body::from(worker.index.to_string())),
+                "/echo" => {
+                    let body = req.into_body().collect().await;
+                    match body {
+                        Ok(b) => Response::new(Body::from(b.to_bytes())),
+                        Err(e) => Response::builder()
+                            .status(StatusCode::BAD_REQUEST)
+                            .body(Body::from(format!("body error: {e}")))
+                            .unwrap(),
+                    }
+                }
+                "/slow" => {
+                    tokio::time::sleep(Duration::from_millis(400)).await;
+                    Response::new(Body::from("slow done"))
+                }
+                "/panic" => panic!("test handler panicked on purpose"),
+                "/stream" => {
+                    let chunks = futures_util::stream::iter(
+                        ["one ", "two ", "three"].map(|c| {
+                            Ok::<_, Infallible>(http_body::Frame::data(Bytes::from_static(
+                                c.as_bytes(),
+                            )))
+                        }),
+                    );
+                    Response::new(Body::new(http_body_util::StreamBody::new(chunks)))
+                }
+                "/file" => {
+                    let data: Vec<u8> = (0..300_000u32).map(|i| (i % 253) as u8).collect();
+                    let path = std::env::temp_dir().join(format!(
+                        "scb-server-test-{}-{}",
+                        std::process::id(),
+                        fastrand::u64(..)
+                    ));
+                    std::fs::write(&path, &data).unwrap();
+                    let file = std::fs::File::open(&path).unwrap();
+                    std::fs::remove_file(&path).unwrap();
+                    Response::new(Body::file(FileRegion::new(Arc::new(file), 10, 250_000)))
+                }
+                "/peer" => Response::new(Body::from(format!("{remote:?}"))),
+                _ => Response::builder()
+                    .status(StatusCode::NOT_FOUND)
+                    .body(Body::from("nope"))
+                    .unwrap(),
+            };
+            let mut res = res;
+            res.headers_mut()
+                .insert("x-method", method.as_str().parse().unwrap());
+            Ok::<_, Infallible>(res)
+        }
+    });
+    ServiceBuilder::new().layer(RequestIdLayer::new()).service(svc)
+}
+
+struct TestServer {
+    addr: SocketAddr,
+    hits: Hits,
+    handle: Option<ServerHandle>,
+}
+
+impl TestServer {
+    fn start(workers: usize, limits: Limits) -> Self {
+        Self::start_with(workers, limits, Duration::from_secs(5))
+    }
+
+    fn start_with(workers: usize, limits: Limits, grace: Duration) -> Self {
+        let hits: Hits = Arc::default();
+        let bound = Server::builder()
+            .workers(workers)
+            .limits(limits)
+            .grace_period(grace)
+            .listen("127.0.0.1:0".parse().unwrap())
+            .bind()
+            .unwrap();
+        let addr = bound.local_addrs()[0];
+        let h = Arc::clone(&hits);
+        let handle = bound.start(move |w| test_service(Arc::clone(&h), *w));
+        Self {
+            addr,
+            hits,
+            handle: Some(handle),
+        }
+    }
+
+    fn connect(&self) -> TcpStream {
+        let s = TcpStream::connect(self.addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s
+    }
+
+    fn stop(&mut self) {
+        if let Some(h) = self.handle.take() {
+            h.shutdown();
+            h.join();
+        }
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// One parsed response read off a raw connection.
+#[derive(Debug)]
+struct Resp {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Resp {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Reads one response (Content-Length, chunked, or no body for HEAD) from `s`, keeping
+/// any bytes after it in `buf`.
+fn read_response(s: &mut TcpStream, buf: &mut Vec<u8>, head_request: bool) -> Option<Resp> {
+    let head_end = loop {
+        if let Some(i) = find(buf, b"\r\n\r\n") {
+            break i + 4;
+        }
+        let mut chunk = [0u8; 65536];
+        let n = s.read(&mut chunk).ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    };
+    let head = String::from_utf8(buf[..head_end].to_vec()).unwrap();
+    buf.drain(..head_end);
+    let mut lines = head.split("\r\n");
+    let status: u16 = lines.next()?.split(' ').nth(1)?.parse().ok()?;
+    let headers: Vec<(String, String)> = lines
+        .filter(|l| !l.is_empty())
+        .map(|l| {
+            let (n, v) = l.split_once(':').unwrap();
+            (n.trim().to_owned(), v.trim().to_owned())
+        })
+        .collect();
+    let mut resp = Resp {
+        status,
+        headers,
+        body: Vec::new(),
+    };
+    if head_request || status == 204 || status == 304 {
+        return Some(resp);
+    }
+    if let Some(len) = resp.header("content-length") {
+        let len: usize = len.parse().unwrap();
+        fill(s, buf, len)?;
+        resp.body = buf.drain(..len).collect();
+    } else if resp.header("transfer-encoding") == Some("chunked") {
+        loop {
+            let line_end = loop {
+                if let Some(i) = find(buf, b"\r\n") {
+                    break i;
+                }
+                fill(s, buf, buf.len() + 1)?;
+            };
+            let size = usize::from_str_radix(std::str::from_utf8(&buf[..line_end]).unwrap(), 16)
+                .unwrap();
+            buf.drain(..line_end + 2);
+            fill(s, buf, size + 2)?;
+            resp.body.extend(buf.drain(..size));
+            buf.drain(..2);
+            if size == 0 {
+                break;
+            }
+        }
+    } else {
+        s.read_to_end(buf).ok()?;
+        resp.body = std::mem::take(buf);
+    }
+    Some(resp)
+}
+
+fn fill(s: &mut TcpStream, buf: &mut Vec<u8>, len: usize) -> Option<()> {
+    while buf.len() < len {
+        let mut chunk = [0u8; 65536];
+        let n = s.read(&mut chunk).ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    Some(())
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+/// Sends `raw` on a fresh connection and reads one response.
+fn roundtrip(server: &TestServer, raw: &[u8]) -> Resp {
+    let mut s = server.connect();
+    s.write_all(raw).unwrap();
+    read_response(&mut s, &mut Vec::new(), raw.starts_with(b"HEAD")).expect("a response")
+}
+
+/// Reads until the server closes the connection; true if it did (EOF or reset).
+fn closed_by_server(s: &mut TcpStream) -> bool {
+    let mut sink = [0u8; 4096];
+    loop {
+        match s.read(&mut sink) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
+            Err(_) => return false,
+        }
+    }
+}
+
+#[test]
+fn keep_alive_serves_many_requests_on_one_connection() {
+    let server = TestServer::start(1, Limits::default());
+    let mut s = server.connect();
+    let mut buf = Vec::new();
+    for _ in 0..20 {
+        s.write_all(b"GET /hello HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+        let r = read_response(&mut s, &mut buf, false).unwrap();
+        assert_eq!(r.status, 200);
+        assert_eq!(r.body, b"Hello, world!");
+        assert_eq!(r.header("content-length"), Some("13"));
+        assert!(r.header("date").is_some());
+        assert!(r.header("connection").is_none());
+    }
+    assert_eq!(server.hits.load(Ordering::SeqCst), 20);
+}
+
+#[test]
+fn pipelined_requests_are_answered_in_order() {
+    let server = TestServer::start(1, Limits::default());
+    let mut s = server.connect();
+    let mut batch = Vec::new();
+    for path in ["/hello", "/worker", "/missing", "/hello"] {
+        batch.extend_from_slice(format!("GET {path} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes());
+    }
+    batch.extend_from_slice(b"HEAD /hello HTTP/1.1\r\nHost: t\r\n\r\n");
+    s.write_all(&batch).unwrap();
+    let mut buf = Vec::new();
+    let statuses: Vec<(u16, Vec<u8>)> = (0..4)
+        .map(|_| {
+            let r = read_response(&mut s, &mut buf, false).unwrap();
+            (r.status, r.body)
+        })
+        .collect();
+    assert_eq!(
+        statuses,
+        vec![
+            (200, b"Hello, world!".to_vec()),
+            (200, b"0".to_vec()),
+            (404, b"nope".to_vec()),
+            (200, b"Hello, world!".to_vec()),
+        ]
+    );
+    let head = read_response(&mut s, &mut buf, true).unwrap();
+    assert_eq!(head.status, 200);
+    assert_eq!(head.header("content-length"), Some("13"));
+    assert_eq!(head.header("x-method"), Some("HEAD"));
+    assert!(buf.is_empty(), "HEAD response must carry no body");
+}
+
+#[test]
+fn request_split_across_many_writes_is_assembled() {
+    let server = TestServer::start(1, Limits::default());
+    let mut s = server.connect();
+    s.set_nodelay(true).unwrap();
+    for b in b"GET /hello HTTP/1.1\r\nHost: t\r\n\r\n" {
+        s.write_all(&[*b]).unwrap();
+    }
+    let r = read_response(&mut s, &mut Vec::new(), false).unwrap();
+    assert_eq!(r.body, b"Hello, world!");
+}
+
+#[test]
+fn http10_closes_unless_keep_alive_is_asked() {
+    let server = TestServer::start(1, Limits::default());
+    let mut s = server.connect();
+    s.write_all(b"GET /hello HTTP/1.0\r\n\r\n").unwrap();
+    let r = read_response(&mut s, &mut Vec::new(), false).unwrap();
+    assert_eq!(r.body, b"Hello, world!");
+    assert!(closed_by_server(&mut s));
+
+    let mut s = server.connect();
+    s.write_all(b"GET /hello HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+        .unwrap();
+    let mut buf = Vec::new();
+    let r = read_response(&mut s, &mut buf, false).unwrap();
+    assert_eq!(r.header("connection"), Some("keep-alive"));
+    s.write_all(b"GET /hello HTTP/1.0\r\n\r\n").unwrap();
+    assert_eq!(read_response(&mut s, &mut buf, false).unwrap().status, 200);
+}
+
+#[test]
+fn connection_close_is_honoured() {
+    let server = TestServer::start(1, Limits::default());
+    let mut s = server.connect();
+    s.write_all(b"GET /hello HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let r = read_response(&mut s, &mut Vec::new(), false).unwrap();
+    assert_eq!(r.header("connection"), Some("close"));
+    assert!(closed_by_server(&mut s));
+}
+
+#[test]
+fn request_id_is_kept_generated_or_replaced() {
+    let server = TestServer::start(1, Limits::default());
+    let r = roundtrip(&server, b"GET /hello HTTP/1.1\r\nHost: t\r\nX-Request-Id: abc-123\r\n\r\n");
+    assert_eq!(r.header("x-request-id"), Some("abc-123"));
+    let r = roundtrip(&server, b"GET /missing HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(r.status, 404);
+    let generated = r.header("x-request-id").unwrap();
+    assert!(scb_core::request_id::is_valid(generated.as_bytes()));
+    let r = roundtrip(
+        &server,
+        b"GET /hello HTTP/1.1\r\nHost: t\r\nX-Request-Id: bad id with spaces\r\n\r\n",
+    );
+    let replaced = r.header("x-request-id").unwrap();
+    assert_ne!(replaced, "bad id with spaces");
+    assert!(scb_core::request_id::is_valid(replaced.as_bytes()));
+}
+
+#[test]
+fn oversized_head_gets_431_with_a_request_id_and_never_reaches_the_service() {
+    let limits = Limits {
+        max_header_bytes: 1024,
+        ..Limits::default()
+    };
+    let server = TestServer::start(1, limits);
+    let raw = format!(
+        "GET /hello HTTP/1.1\r\nHost: t\r\nX-Big: {}\r\n\r\n",
+        "a".repeat(4000)
+    );
+    let mut s = server.connect();
+    s.write_all(raw.as_bytes()).unwrap();
+    let r = read_response(&mut s, &mut Vec::new(), false).unwrap();
+    assert_eq!(r.status, 431);
+    assert!(r.header("x-request-id").is_some());
+    assert_eq!(r.header("connection"), Some("close"));
+    assert!(closed_by_server(&mut s));
+    assert_eq!(server.hits.load(Ordering::SeqCst), 0);
+}
+
+#[test]
+fn too_many_header_fields_get_431() {
+    let limits = Limits {
+        max_headers: 10,
+        ..Limits::default()
+    };
+    let server = TestServer::start(1, limits);
+    let mut raw = String::from("GET /hello HTTP/1.1\r\nHost: t\r\n");
+    for i in 0..20 {
+        raw.push_str(&format!("X-{i}: v\r\n"));
+    }
+    raw.push_str("\r\n");
+    let r = roundtrip(&server, raw.as_bytes());
+    assert_eq!(r.status, 431);
+    assert!(r.header("x-request-id").is_some());
+}
+
+#[test]
+fn framing_ambiguities_are_refused_with_400_before_the_service() {
+    let server = TestServer::start(1, Limits::default());
+    let cases: &[&[u8]] = &[
+        b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+        b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\nhello",
+        b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!",
+        b"GET /hello HTTP/1.1\r\nHost: t\r\nX-Folded: a\r\n b\r\n\r\n",
+        b"GET /hello HTTP/1.1\r\n\r\n",
+        b"GET /hello HTTP/1.1\r\nHost: t\r\nContent-Length: -1\r\n\r\n",
+        b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n",
+    ];
+    for raw in cases {
+        let r = roundtrip(&server, raw);
+        assert_eq!(r.status, 400, "{}", String::from_utf8_lossy(raw));
+        assert!(r.header("x-request-id").is_some());
+    }
+    assert_eq!(server.hits.load(Ordering::SeqCst), 0);
+}
+
+#[test]
+fn bad_chunk_size_ends_the_body_with_an_error_and_closes() {
+    let server = TestServer::start(1, Limits::default());
+    let mut s = server.connect();
+    s.write_all(
+        b"POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n",
+    )
+    .unwrap();
+    let r = read_response(&mut s, &mut Vec::new(), false).unwrap();
+    assert_eq!(r.status, 400);
+    assert!(String::from_utf8_lossy(&r.body).contains("chunk"));
+    assert!(closed_by_server(&mut s));
+}
+
+#[test]
+fn request_bodies_are_streamed_to_the_service_by_length_and_chunked() {
+    let server = TestServer::start(1, Limits::default());
+    let mut s = server.connect();
+    let mut buf = Vec::new();
+    let payload: Vec<u8> = (0..200_000u32).map(|i| (i % 241) as u8).collect();
+    let mut raw = format!(
+        "POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n",
+        payload.len()
+    )
+    .into_bytes();
+    raw.extend_from_slice(&payload);
+    s.write_all(&raw).unwrap();
+    let r = read_response(&mut s, &mut buf, false).unwrap();
+    assert_eq!(r.status, 200);
+    assert!(r.body == payload, "length-delimited body changed in transit");
+
+    let mut raw = b"POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+    for chunk in payload.chunks(7000) {
+        raw.extend_from_slice(format!("{:x}\r\n", chunk.len()).as_bytes());
+        raw.extend_from_slice(chunk);
+        raw.extend_from_slice(b"\r\n");
+    }
+    raw.extend_from_slice(b"0\r\nX-Trailer: t\r\n\r\n");
+    s.write_all(&raw).unwrap();
+    let r = read_response(&mut s, &mut buf, false).unwrap();
+    assert!(r.body == payload, "chunked body changed in transit");
+
+    // The connection is still in sync for the next request.
+    s.write_all(b"GET /hello HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+    assert_eq!(read_response(&mut s, &mut buf, false).unwrap().body, b"Hello, world!");
+}
+
+#[test]
+fn content_length_over_the_limit_gets_413() {
+    let limits = Limits {
+        max_body_bytes: 1000,
+        ..Limits::default()
+    };
+    let server = TestServer::start(1, limits);
+    let r = roundtrip(
+        &server,
+        b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 1001\r\n\r\n",
+    );
+    assert_eq!(r.status, 413);
+    assert!(r.header("x-request-id").is_some());
+    assert_eq!(server.hits.load(Ordering::SeqCst), 0);
+}
+
+#[test]
+fn unread_body_closes_the_connection_after_the_response() {
+    let server = TestServer::start(1, Limits::default());
+    let mut s = server.connect();
+    s.write_all(b"POST /hello HTTP/1.1\r\nHost: t\r\nContent-Length: 100000\r\n\r\npartial")
+        .unwrap();
+    let r = read_response(&mut s, &mut Vec::new(), false).unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("connection"), Some("close"));
+}
+
+#[test]
+fn expect_continue_gets_100_before_the_body() {
+    let server = TestServer::start(1, Limits::default());
+    let mut s = server.connect();
+    s.write_all(b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n")
+        .unwrap();
+    let mut buf = Vec::new();
+    let interim = read_response(&mut s, &mut buf, true).unwrap();
+    assert_eq!(interim.status, 100);
+    s.write_all(b"hello").unwrap();
+    let r = read_response(&mut s, &mut buf, false).unwrap();
+    assert_eq!(r.body, b"hello");
+}
+
+#[test]
+fn streamed_response_is_chunked() {
+    let server = TestServer::start(1, Limits::default());
+    let r = roundtrip(&server, b"GET /stream HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(r.header("transfer-encoding"), Some("chunked"));
+    assert_eq!(r.body, b"one two three");
+}
+
+#[test]
+fn file_region_is_sent_exactly() {
+    let server = TestServer::start(1, Limits::default());
+    let r = roundtrip(&server, b"GET /file HTTP/1.1\r\nHost: t\r\n\r\n");
+    let expected: Vec<u8> = (10..250_010u32).map(|i| (i % 253) as u8).collect();
+    assert_eq!(r.header("content-length"), Some("250000"));
+    assert!(r.body == expected, "file region bytes differ");
+}
+
+#[test]
+fn panicking_handler_gets_500_and_the_worker_keeps_serving() {
+    let server = TestServer::start(1, Limits::default());
+    let mut s = server.connect();
+    let mut buf = Vec::new();
+    s.write_all(b"GET /panic HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+    let r = read_response(&mut s, &mut buf, false).unwrap();
+    assert_eq!(r.status, 500);
+    assert!(r.header("x-request-id").is_some());
+    s.write_all(b"GET /hello HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+    assert_eq!(read_response(&mut s, &mut buf, false).unwrap().status, 200);
+    let r = roundtrip(&server, b"GET /hello HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(r.status, 200);
+}
+
+#[test]
+fn slowloris_is_closed_at_the_header_deadline() {
+    let limits = Limits {
+        header_read_timeout: Duration::from_millis(500),
+        ..Limits::default()
+    };
+    let server = TestServer::start(1, limits);
+    let mut s = server.connect();
+    let started = Instant::now();
+    s.write_all(b"GET /hello HTTP/1.1\r\n").unwrap();
+    // Trickle one header byte at a time, each well inside any per-read timeout.
+    let mut closed_at = None;
+    for b in b"X-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa".iter().cycle().take(400) {
+        if s.write_all(&[*b]).is_err() {
+            closed_at = Some(started.elapsed());
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        s.set_nonblocking(true).unwrap();
+        let mut peek = [0u8; 1];
+        let got = s.peek(&mut peek);
+        s.set_nonblocking(false).unwrap();
+        if matches!(got, Ok(_)) {
+            closed_at = Some(started.elapsed());
+            break;
+        }
+    }
+    let closed_at = closed_at.expect("server never answered the slow head");
+    assert!(closed_at >= Duration::from_millis(450), "closed too early: {closed_at:?}");
+    assert!(closed_at < Duration::from_secs(4), "closed too late: {closed_at:?}");
+    let r = read_response(&mut s, &mut Vec::new(), false).unwrap();
+    assert_eq!(r.status, 408);
+    assert!(r.header("x-request-id").is_some());
+    assert!(closed_by_server(&mut s));
+}
+
+#[test]
+fn idle_keep_alive_connection_is_closed_after_the_timeout() {
+    let limits = Limits {
+        keep_alive_timeout: Duration::from_millis(300),
+        ..Limits::default()
+    };
+    let server = TestServer::start(1, limits);
+    let mut s = server.connect();
+    s.write_all(b"GET /hello HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+    let mut buf = Vec::new();
+    read_response(&mut s, &mut buf, false).unwrap();
+    let started = Instant::now();
+    assert!(closed_by_server(&mut s));
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_millis(250), "{waited:?}");
+}
+
+#[test]
+fn graceful_shutdown_lets_an_in_flight_request_finish() {
+    let mut server = TestServer::start(1, Limits::default());
+    let mut s = server.connect();
+    s.write_all(b"GET /slow HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+    // Wait until the request is inside the service, then shut down.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while server.hits.load(Ordering::SeqCst) == 0 {
+        assert!(Instant::now() < deadline, "request never reached the service");
+        std::thread::yield_now();
+    }
+    let handle = server.handle.take().unwrap();
+    handle.shutdown();
+    let r = read_response(&mut s, &mut Vec::new(), false).unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body, b"slow done");
+    assert_eq!(r.header("connection"), Some("close"));
+    handle.join();
+    assert!(TcpStream::connect(server.addr).is_err(), "still accepting after shutdown");
+}
+
+#[test]
+fn grace_period_bounds_shutdown() {
+    let mut server = TestServer::start_with(1, Limits::default(), Duration::from_millis(100));
+    let mut s = server.connect();
+    s.write_all(b"GET /slow HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while server.hits.load(Ordering::SeqCst) == 0 {
+        assert!(Instant::now() < deadline, "request never reached the service");
+        std::thread::yield_now();
+    }
+    let started = Instant::now();
+    server.stop();
+    assert!(started.elapsed() < Duration::from_millis(380), "{:?}", started.elapsed());
+    assert!(closed_by_server(&mut s));
+}
+
+#[test]
+fn idle_connections_close_on_shutdown() {
+    let mut server = TestServer::start(1, Limits::default());
+    let mut s = server.connect();
+    s.write_all(b"GET /hello HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+    read_response(&mut s, &mut Vec::new(), false).unwrap();
+    server.stop();
+    assert!(closed_by_server(&mut s));
+}
+
+#[test]
+fn two_workers_both_serve() {
+    let server = TestServer::start(2, Limits::default());
+    let mut seen = std::collections::HashSet::new();
+    for _ in 0..200 {
+        let r = roundtrip(&server, b"GET /worker HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+        seen.insert(r.body);
+        if seen.len() == 2 {
+            break;
+        }
+    }
+    assert_eq!(seen.len(), 2, "SO_REUSEPORT spread 200 connections onto one worker");
+}
+
+#[test]
+fn connect_info_carries_the_peer_address() {
+    let server = TestServer::start(1, Limits::default());
+    let mut s = server.connect();
+    let local = s.local_addr().unwrap();
+    s.write_all(b"GET /peer HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+    let r = read_response(&mut s, &mut Vec::new(), false).unwrap();
+    assert_eq!(String::from_utf8(r.body).unwrap(), format!("{:?}", Some(local)));
+}
+
+#[test]
+fn h2c_prior_knowledge_is_served_by_hyper() {
+    let server = TestServer::start(1, Limits::default());
+    let addr = server.addr;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async move {
+        let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (mut sender, conn) = hyper::client::conn::http2::handshake(
+            hyper_util::rt::TokioExecutor::new(),
+            hyper_util::rt::TokioIo::new(stream),
+        )
+        .await
+        .unwrap();
+        tokio::spawn(conn);
+        for path in ["/hello", "/missing"] {
+            let req = Request::get(format!("http://t{path}"))
+                .body(http_body_util::Full::new(Bytes::new()))
+                .unwrap();
+            let res = sender.send_request(req).await.unwrap();
+            assert_eq!(res.version(), http::Version::HTTP_2);
+            assert!(res.headers().contains_key("x-request-id"));
+            let status = res.status();
+            let body = res.into_body().collect().await.unwrap().to_bytes();
+            match path {
+                "/hello" => {
+                    assert_eq!(status, 200);
+                    assert_eq!(&body[..], b"Hello, world!");
+                }
+                _ => assert_eq!(status, 404),
+            }
+        }
+        // A POST body over HTTP/2 reaches the service whole.
+        let req = Request::post("http://t/echo")
+            .body(http_body_util::Full::new(Bytes::from_static(b"over h2")))
+            .unwrap();
+        let res = sender.send_request(req).await.unwrap();
+        let body = res.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(&body[..], b"over h2");
+    });
+}
