@@ -85,7 +85,8 @@ impl http_body::Body for ChannelBody {
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.remaining.map_or_else(SizeHint::new, SizeHint::with_exact)
+        self.remaining
+            .map_or_else(SizeHint::new, SizeHint::with_exact)
     }
 }
 

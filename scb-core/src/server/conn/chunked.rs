@@ -217,15 +217,28 @@ mod tests {
             b"fffffffffffffffff\r\n",
             b"g\r\n",
         ] {
-            assert!(decode_all(bad).is_err(), "{:?}", String::from_utf8_lossy(bad));
+            assert!(
+                decode_all(bad).is_err(),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
         }
     }
 
     #[test]
     fn refuses_bare_lf_and_missing_crlf_after_data() {
-        assert_eq!(decode_all(b"5\nhello\r\n0\r\n\r\n"), Err(ChunkError::BareLf));
-        assert_eq!(decode_all(b"5\r\nhelloX\r\n0\r\n\r\n"), Err(ChunkError::DataEnd));
-        assert_eq!(decode_all(b"5\r\nhello\r\n0\r\n\n"), Err(ChunkError::BareLf));
+        assert_eq!(
+            decode_all(b"5\nhello\r\n0\r\n\r\n"),
+            Err(ChunkError::BareLf)
+        );
+        assert_eq!(
+            decode_all(b"5\r\nhelloX\r\n0\r\n\r\n"),
+            Err(ChunkError::DataEnd)
+        );
+        assert_eq!(
+            decode_all(b"5\r\nhello\r\n0\r\n\n"),
+            Err(ChunkError::BareLf)
+        );
     }
 
     #[test]

@@ -132,18 +132,27 @@ where
         let (mut feeder, body) = match head.framing {
             BodyFraming::None => (None, Body::empty()),
             BodyFraming::Length(n) => {
-                let (f, b) =
-                    Feeder::new(Some(n), limits.max_body_bytes, limits.max_header_bytes, body_deadline);
+                let (f, b) = Feeder::new(
+                    Some(n),
+                    limits.max_body_bytes,
+                    limits.max_header_bytes,
+                    body_deadline,
+                );
                 (Some(f), Body::new(b))
             }
             BodyFraming::Chunked => {
-                let (f, b) =
-                    Feeder::new(None, limits.max_body_bytes, limits.max_header_bytes, body_deadline);
+                let (f, b) = Feeder::new(
+                    None,
+                    limits.max_body_bytes,
+                    limits.max_header_bytes,
+                    body_deadline,
+                );
                 (Some(f), Body::new(b))
             }
         };
         if head.expect_continue {
-            conn.wbuf.extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
+            conn.wbuf
+                .extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
             conn.flush().await?;
         }
         let mut req = Request::from_parts(head.parts, body);
@@ -329,13 +338,17 @@ impl Conn<'_> {
         let mut body = pin!(body);
         while let Some(frame) = body.frame().await {
             let frame = frame.map_err(|e| std::io::Error::other(e.into()))?;
-            let Ok(data) = frame.into_data() else { continue };
+            let Ok(data) = frame.into_data() else {
+                continue;
+            };
             if data.is_empty() {
                 continue;
             }
             sent += data.len() as u64;
             if expected.is_some_and(|n| sent > n) {
-                return Err(std::io::Error::other("response body longer than its length"));
+                return Err(std::io::Error::other(
+                    "response body longer than its length",
+                ));
             }
             if chunked {
                 encode::chunk_header(&mut self.wbuf, data.len());
@@ -346,7 +359,9 @@ impl Conn<'_> {
             }
         }
         if expected.is_some_and(|n| sent != n) {
-            return Err(std::io::Error::other("response body shorter than its length"));
+            return Err(std::io::Error::other(
+                "response body shorter than its length",
+            ));
         }
         if chunked {
             self.wbuf.extend_from_slice(b"0\r\n\r\n");
@@ -363,10 +378,11 @@ impl Conn<'_> {
         let _ = self.io.shutdown().await;
         if linger {
             let drain = async {
-                let mut sink = [0u8; 16 * 1024];
                 let mut total = 0;
                 while total < LINGER_BYTES {
-                    match self.io.read(&mut sink).await {
+                    self.rbuf.clear();
+                    self.rbuf.reserve(16 * 1024);
+                    match self.io.read_buf(&mut self.rbuf).await {
                         Ok(0) | Err(_) => break,
                         Ok(n) => total += n,
                     }

@@ -41,8 +41,12 @@ where
     }
 }
 
-pub(crate) async fn serve_h2<S, B>(io: Rewind<TcpStream>, info: ConnectInfo, svc: S, ctx: &Rc<ConnCtx>)
-where
+pub(crate) async fn serve_h2<S, B>(
+    io: Rewind<TcpStream>,
+    info: ConnectInfo,
+    svc: S,
+    ctx: &Rc<ConnCtx>,
+) where
     S: Service<Request<Body>, Response = Response<B>> + Clone + 'static,
     S::Error: Into<BoxError>,
     S::Future: 'static,
@@ -69,8 +73,12 @@ where
     }
 }
 
-pub(crate) async fn serve_h1<S, B>(io: Rewind<TcpStream>, info: ConnectInfo, svc: S, ctx: &Rc<ConnCtx>)
-where
+pub(crate) async fn serve_h1<S, B>(
+    io: Rewind<TcpStream>,
+    info: ConnectInfo,
+    svc: S,
+    ctx: &Rc<ConnCtx>,
+) where
     S: Service<Request<Body>, Response = Response<B>> + Clone + 'static,
     S::Error: Into<BoxError>,
     S::Future: 'static,

@@ -111,10 +111,7 @@ pub(crate) fn error_response(
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/plain; charset=utf-8"),
     );
-    headers.insert(
-        request_id_header.clone(),
-        crate::request_id::generate(),
-    );
+    headers.insert(request_id_header.clone(), crate::request_id::generate());
     if close {
         headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
     }

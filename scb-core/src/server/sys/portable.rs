@@ -23,7 +23,9 @@ pub(crate) async fn send_file(
         let want = ((end - offset) as usize).min(buf.len());
         let n = file.read_at(&mut buf[..want], offset)?;
         if n == 0 {
-            return Err(io::Error::other(FileShrunk { missing: end - offset }));
+            return Err(io::Error::other(FileShrunk {
+                missing: end - offset,
+            }));
         }
         let mut written = 0;
         while written < n {

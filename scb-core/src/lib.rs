@@ -1,0 +1,34 @@
+//! The shared core of scb: the [`Body`] type, the request-id, metrics, access-log and
+//! catch-panic layers, the [`Respond`](respond::Respond) service, the
+//! [`Router`](router::Router), and the per-core [`server`] runtime.
+//!
+//! Every piece is an ordinary tower `Service` or `Layer`, usable on its own in any
+//! tower, hyper or axum stack; the `scb` binary is only one way of composing them.
+//!
+//! ```
+//! use scb_core::{Body, request_id::RequestIdLayer, respond::Respond};
+//! use tower::{ServiceBuilder, ServiceExt};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let svc = ServiceBuilder::new()
+//!     .layer(RequestIdLayer::new())
+//!     .service(Respond::new(http::StatusCode::OK).body("Hello, world!"));
+//! let res = svc.oneshot(http::Request::new(Body::empty())).await.unwrap();
+//! assert!(res.headers().contains_key("x-request-id"));
+//! # }
+//! ```
+
+pub mod access_log;
+pub mod body;
+pub mod catch_panic;
+pub mod metrics;
+pub mod request_id;
+pub mod respond;
+pub mod router;
+pub mod server;
+
+pub use body::{Body, FileRegion};
+
+/// The error type at tower boundaries: any error, boxed.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;

@@ -1,0 +1,679 @@
+//! Request counts, latencies, in-flight requests and response bytes, per route, through the
+//! [`metrics`] facade.
+//!
+//! | metric | kind | labels |
+//! | --- | --- | --- |
+//! | [`REQUESTS_TOTAL`] `scb_http_requests_total` | counter | `route`, `method`, `status` |
+//! | [`REQUEST_DURATION_SECONDS`] `scb_http_request_duration_seconds` | histogram | `route` |
+//! | [`REQUESTS_IN_FLIGHT`] `scb_http_requests_in_flight` | gauge | none |
+//! | [`RESPONSE_BYTES_TOTAL`] `scb_http_response_bytes_total` | counter | `route` |
+//!
+//! `method` is one of `GET`, `HEAD`, `POST`, `PUT`, `DELETE`, `PATCH`, `OPTIONS` or `other`,
+//! so a client cannot grow the number of series by inventing methods. `status` is the
+//! numeric status code, or `error` when the inner service returned an error instead of a
+//! response.
+//!
+//! # Example
+//!
+//! ```
+//! use http::{Request, StatusCode};
+//! use scb_core::{Body, metrics::MetricsLayer, respond::Respond};
+//! use tower::{ServiceBuilder, ServiceExt};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! // Install a recorder first, then describe the metrics and build the stack.
+//! scb_core::metrics::describe();
+//! let svc = ServiceBuilder::new()
+//!     .layer(MetricsLayer::new("health"))
+//!     .service(Respond::new(StatusCode::OK).body("ok"));
+//! let res = svc.oneshot(Request::new(Body::empty())).await.unwrap();
+//! assert_eq!(res.status(), StatusCode::OK);
+//! # }
+//! ```
+//!
+//! # Cost per request
+//!
+//! Nothing is looked up by label on the hot path. The route's histogram, byte counter and
+//! the in-flight gauge are registered with the recorder once, when the layer is built. The
+//! request counters live in a fixed table indexed by (method, status) for the common
+//! statuses; each cell is registered the first time that pair is seen and is a single
+//! atomic load afterwards. Only a status outside that table takes the slow path of a
+//! labelled lookup, which is correct, just slower.
+//!
+//! **Install the recorder (e.g. the Prometheus exporter) before building the layer.**
+//! A handle is bound to the recorder in effect when it is registered: the route's handles
+//! when the layer is built, a request-counter cell when its (method, status) pair is first
+//! seen. With a global recorder installed first, that is the same recorder; a layer built
+//! before any recorder exists records its durations and bytes into nothing.
+//!
+//! # What is measured
+//!
+//! - Duration runs from the call to the response head (the service's future resolving),
+//!   not to the last body byte: the body is never wrapped, so the server's zero-copy path
+//!   survives this layer.
+//! - Bytes are the response body's exact size hint: the body as the service produced it
+//!   (for HEAD, the size of the body that was not sent), and 0 for a body whose size is not
+//!   known in advance (a streamed proxy response, for instance).
+//! - In flight counts requests between the call and the response head. A request whose
+//!   future is dropped unfinished (the client went away) leaves the gauge when dropped and
+//!   is not counted in `scb_http_requests_total`.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll, ready};
+use std::time::Instant;
+
+use ::metrics::{Counter, Gauge, Histogram, SharedString, Unit};
+use http::{Method, Request, Response, StatusCode};
+use http_body::Body as HttpBody;
+use pin_project_lite::pin_project;
+use tower::{Layer, Service};
+
+/// Counter of requests answered, labelled `route`, `method` and `status`.
+pub const REQUESTS_TOTAL: &str = "scb_http_requests_total";
+/// Histogram of seconds from the call to the response head, labelled `route`.
+pub const REQUEST_DURATION_SECONDS: &str = "scb_http_request_duration_seconds";
+/// Gauge of requests between the call and the response head, without labels.
+pub const REQUESTS_IN_FLIGHT: &str = "scb_http_requests_in_flight";
+/// Counter of response body bytes (exact size hints), labelled `route`.
+pub const RESPONSE_BYTES_TOTAL: &str = "scb_http_response_bytes_total";
+
+/// Registers the units and descriptions of the four metrics with the installed recorder.
+///
+/// Call it once, after installing the recorder; exporters such as Prometheus print the
+/// descriptions as `# HELP` lines.
+pub fn describe() {
+    ::metrics::describe_counter!(REQUESTS_TOTAL, Unit::Count, "HTTP requests answered");
+    ::metrics::describe_histogram!(
+        REQUEST_DURATION_SECONDS,
+        Unit::Seconds,
+        "Time from receiving an HTTP request to its response head"
+    );
+    ::metrics::describe_gauge!(
+        REQUESTS_IN_FLIGHT,
+        Unit::Count,
+        "HTTP requests received and not yet answered with a response head"
+    );
+    ::metrics::describe_counter!(
+        RESPONSE_BYTES_TOTAL,
+        Unit::Bytes,
+        "HTTP response body bytes, as announced by the body's exact size"
+    );
+}
+
+/// Method labels: the seven methods that make up nearly all traffic, then `other`.
+const METHOD_LABELS: [&str; 8] = [
+    "GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "other",
+];
+
+/// Statuses with a pre-allocated counter cell per method: those a web server and reverse
+/// proxy actually send. Sorted, because it is searched with a binary search.
+const FAST_STATUSES: [u16; 29] = [
+    200, 201, 204, 206, 301, 302, 303, 304, 307, 308, 400, 401, 403, 404, 405, 408, 409, 412, 413,
+    414, 415, 416, 429, 431, 500, 501, 502, 503, 504,
+];
+
+/// One column per fast status, and a last one for "the inner service failed".
+const COLUMNS: usize = FAST_STATUSES.len() + 1;
+const ERROR_COLUMN: usize = FAST_STATUSES.len();
+
+fn method_index(method: &Method) -> usize {
+    // Comparing against the standard methods is a tag comparison, no string work.
+    let known = [
+        Method::GET,
+        Method::HEAD,
+        Method::POST,
+        Method::PUT,
+        Method::DELETE,
+        Method::PATCH,
+        Method::OPTIONS,
+    ];
+    known
+        .iter()
+        .position(|m| m == method)
+        .unwrap_or(METHOD_LABELS.len() - 1)
+}
+
+/// The handles of one route, shared by every clone of the layer and its services.
+struct Handles {
+    route: SharedString,
+    /// `METHOD_LABELS.len() * COLUMNS` cells, row-major by method.
+    requests: Box<[OnceLock<Counter>]>,
+    duration: Histogram,
+    in_flight: Gauge,
+    bytes: Counter,
+}
+
+impl Handles {
+    fn new(route: Cow<'static, str>) -> Self {
+        // A shared string clones by reference count: the labelled slow path and each cell's
+        // first registration must not copy the route name.
+        let route = match route {
+            Cow::Borrowed(s) => SharedString::from(s),
+            Cow::Owned(s) => SharedString::from(Arc::<str>::from(s)),
+        };
+        Self {
+            duration: ::metrics::histogram!(REQUEST_DURATION_SECONDS, "route" => route.clone()),
+            bytes: ::metrics::counter!(RESPONSE_BYTES_TOTAL, "route" => route.clone()),
+            in_flight: ::metrics::gauge!(REQUESTS_IN_FLIGHT),
+            requests: (0..METHOD_LABELS.len() * COLUMNS)
+                .map(|_| OnceLock::new())
+                .collect(),
+            route,
+        }
+    }
+
+    fn count(&self, method: usize, status: Option<StatusCode>) {
+        let column = match status.map(|s| (s, FAST_STATUSES.binary_search(&s.as_u16()))) {
+            None => ERROR_COLUMN,
+            Some((_, Ok(column))) => column,
+            Some((status, Err(_))) => {
+                // Off the table: correct, just a labelled lookup in the recorder.
+                self.register(method, status.as_str().to_owned())
+                    .increment(1);
+                return;
+            }
+        };
+        self.requests[method * COLUMNS + column]
+            .get_or_init(|| {
+                let status = FAST_STATUSES
+                    .get(column)
+                    .map_or_else(|| "error".to_owned(), u16::to_string);
+                self.register(method, status)
+            })
+            .increment(1);
+    }
+
+    fn register(&self, method: usize, status: String) -> Counter {
+        ::metrics::counter!(
+            REQUESTS_TOTAL,
+            "route" => self.route.clone(),
+            "method" => METHOD_LABELS[method],
+            "status" => status,
+        )
+    }
+}
+
+impl fmt::Debug for Handles {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Handles")
+            .field("route", &&*self.route)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Applies [`Metrics`] to a service, recording under one route label.
+///
+/// The route's handles are registered when the layer is built (each request-counter cell
+/// when first used) and shared (`Arc`) by every service it makes: install the recorder
+/// first.
+#[derive(Clone, Debug)]
+pub struct MetricsLayer {
+    handles: Arc<Handles>,
+}
+
+impl MetricsLayer {
+    /// A layer recording under the route label `route`, registering its handles with the
+    /// recorder in effect now.
+    pub fn new(route: impl Into<Cow<'static, str>>) -> Self {
+        Self {
+            handles: Arc::new(Handles::new(route.into())),
+        }
+    }
+}
+
+impl<S> Layer<S> for MetricsLayer {
+    type Service = Metrics<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Metrics {
+            inner,
+            handles: Arc::clone(&self.handles),
+        }
+    }
+}
+
+/// Records request count, duration, in-flight requests and response bytes for the inner
+/// service.
+///
+/// See the [module documentation](self) for what is measured and how.
+#[derive(Clone, Debug)]
+pub struct Metrics<S> {
+    inner: S,
+    handles: Arc<Handles>,
+}
+
+impl<S> Metrics<S> {
+    /// Wraps `inner`, recording under the route label `route`.
+    pub fn new(inner: S, route: impl Into<Cow<'static, str>>) -> Self {
+        MetricsLayer::new(route).layer(inner)
+    }
+
+    /// A [`MetricsLayer`] recording under the route label `route`.
+    pub fn layer(route: impl Into<Cow<'static, str>>) -> MetricsLayer {
+        MetricsLayer::new(route)
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Consumes `self`, returning the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S, ReqB, ResB> Service<Request<ReqB>> for Metrics<S>
+where
+    S: Service<Request<ReqB>, Response = Response<ResB>>,
+    ResB: HttpBody,
+{
+    type Response = Response<ResB>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<ReqB>) -> Self::Future {
+        // The guard exists before the inner call, so a panicking call still decrements.
+        let in_flight = InFlight::start(Arc::clone(&self.handles), method_index(req.method()));
+        ResponseFuture {
+            inner: self.inner.call(req),
+            in_flight: Some(in_flight),
+        }
+    }
+}
+
+/// A request between its call and its response head; decrements the gauge when dropped.
+struct InFlight {
+    handles: Arc<Handles>,
+    method: usize,
+    start: Instant,
+}
+
+impl InFlight {
+    fn start(handles: Arc<Handles>, method: usize) -> Self {
+        handles.in_flight.increment(1.0);
+        Self {
+            handles,
+            method,
+            start: Instant::now(),
+        }
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.handles.in_flight.decrement(1.0);
+    }
+}
+
+impl fmt::Debug for InFlight {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("InFlight")
+            .field("route", &&*self.handles.route)
+            .field("method", &METHOD_LABELS[self.method])
+            .field("start", &self.start)
+            .finish()
+    }
+}
+
+pin_project! {
+    /// Response future of [`Metrics`]: records when the response head is ready.
+    #[derive(Debug)]
+    pub struct ResponseFuture<F> {
+        #[pin]
+        inner: F,
+        in_flight: Option<InFlight>,
+    }
+}
+
+impl<F, B, E> Future for ResponseFuture<F>
+where
+    F: Future<Output = Result<Response<B>, E>>,
+    B: HttpBody,
+{
+    type Output = Result<Response<B>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let result = ready!(this.inner.poll(cx));
+        if let Some(flight) = this.in_flight.take() {
+            let handles = &flight.handles;
+            handles.duration.record(flight.start.elapsed());
+            match &result {
+                Ok(res) => {
+                    handles.count(flight.method, Some(res.status()));
+                    let bytes = res.body().size_hint().exact().unwrap_or(0);
+                    if bytes > 0 {
+                        handles.bytes.increment(bytes);
+                    }
+                }
+                Err(_) => handles.count(flight.method, None),
+            }
+        }
+        Poll::Ready(result)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::convert::Infallible;
+
+    use futures_util::FutureExt as _;
+    use http::{Method, Request, Response, StatusCode};
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+    use tower::{ServiceBuilder, ServiceExt, service_fn};
+
+    use super::*;
+    use crate::Body;
+    use crate::respond::Respond;
+
+    /// One recorded metric: name, labels sorted by key, value.
+    type Row = (String, Vec<(String, String)>, DebugValue);
+
+    fn rows(snapshotter: &Snapshotter) -> Vec<Row> {
+        snapshotter
+            .snapshot()
+            .into_vec()
+            .into_iter()
+            .map(|(key, _unit, _desc, value)| {
+                let (_kind, key) = key.into_parts();
+                let mut labels: Vec<_> = key
+                    .labels()
+                    .map(|l| (l.key().to_owned(), l.value().to_owned()))
+                    .collect();
+                labels.sort();
+                (key.name().to_owned(), labels, value)
+            })
+            .collect()
+    }
+
+    fn find<'a>(rows: &'a [Row], name: &str, labels: &[(&str, &str)]) -> Option<&'a DebugValue> {
+        let mut want: Vec<_> = labels
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        want.sort();
+        rows.iter()
+            .find(|(n, l, _)| n == name && *l == want)
+            .map(|(_, _, v)| v)
+    }
+
+    fn requests(rows: &[Row], route: &str, method: &str, status: &str) -> Option<u64> {
+        let labels = [("route", route), ("method", method), ("status", status)];
+        match find(rows, REQUESTS_TOTAL, &labels)? {
+            DebugValue::Counter(n) => Some(*n),
+            other => panic!("not a counter: {other:?}"),
+        }
+    }
+
+    fn request(method: &str) -> Request<Body> {
+        Request::builder()
+            .method(method)
+            .body(Body::empty())
+            .unwrap()
+    }
+
+    /// A service answering with the status named by the request's path, e.g. `/404`.
+    fn status_from_path() -> impl Service<
+        Request<Body>,
+        Response = Response<Body>,
+        Error = Infallible,
+        Future = impl Future<Output = Result<Response<Body>, Infallible>>,
+    > + Clone {
+        service_fn(|req: Request<Body>| async move {
+            let code: u16 = req.uri().path()[1..].parse().unwrap();
+            let mut res = Response::new(Body::from("12345"));
+            *res.status_mut() = StatusCode::from_u16(code).unwrap();
+            Ok::<_, Infallible>(res)
+        })
+    }
+
+    fn call_sync<S>(svc: S, method: &str, path: &str) -> Result<Response<Body>, S::Error>
+    where
+        S: Service<Request<Body>, Response = Response<Body>>,
+    {
+        let mut req = request(method);
+        *req.uri_mut() = path.parse().unwrap();
+        svc.oneshot(req)
+            .now_or_never()
+            .expect("test services answer immediately")
+    }
+
+    #[test]
+    fn counts_by_route_method_and_status_including_off_table_statuses() {
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        ::metrics::with_local_recorder(&recorder, || {
+            let svc = ServiceBuilder::new()
+                .layer(MetricsLayer::new("api"))
+                .service(status_from_path());
+            for (method, path) in [
+                ("GET", "/200"),
+                ("GET", "/200"),
+                ("GET", "/404"),
+                ("POST", "/201"),
+                ("HEAD", "/200"),
+                ("BREW", "/200"),
+                ("PROPFIND", "/200"),
+                ("GET", "/418"),
+                ("GET", "/418"),
+                ("DELETE", "/599"),
+            ] {
+                call_sync(svc.clone(), method, path).unwrap();
+            }
+        });
+        let rows = rows(&snapshotter);
+        assert_eq!(requests(&rows, "api", "GET", "200"), Some(2));
+        assert_eq!(requests(&rows, "api", "GET", "404"), Some(1));
+        assert_eq!(requests(&rows, "api", "POST", "201"), Some(1));
+        assert_eq!(requests(&rows, "api", "HEAD", "200"), Some(1));
+        // Unknown methods share one label, so clients cannot add series.
+        assert_eq!(requests(&rows, "api", "other", "200"), Some(2));
+        assert_eq!(requests(&rows, "api", "GET", "418"), Some(2));
+        assert_eq!(requests(&rows, "api", "DELETE", "599"), Some(1));
+        let request_series = rows.iter().filter(|r| r.0 == REQUESTS_TOTAL).count();
+        assert_eq!(request_series, 7, "{rows:#?}");
+
+        match find(&rows, REQUEST_DURATION_SECONDS, &[("route", "api")]) {
+            Some(DebugValue::Histogram(values)) => {
+                assert_eq!(values.len(), 10);
+                assert!(
+                    values.iter().all(|v| v.0 >= 0.0 && v.0 < 10.0),
+                    "{values:?}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            find(&rows, RESPONSE_BYTES_TOTAL, &[("route", "api")]),
+            Some(&DebugValue::Counter(50))
+        );
+        assert_eq!(
+            find(&rows, REQUESTS_IN_FLIGHT, &[]),
+            Some(&DebugValue::Gauge(0.0.into()))
+        );
+    }
+
+    #[test]
+    fn routes_are_labelled_separately_and_share_one_in_flight_gauge() {
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        ::metrics::with_local_recorder(&recorder, || {
+            let a = Metrics::new(Respond::new(StatusCode::OK).body("aa"), "a");
+            let b = Metrics::new(Respond::new(StatusCode::OK).body("bbb"), String::from("b"));
+            call_sync(a, "GET", "/").unwrap();
+            call_sync(b.clone(), "GET", "/").unwrap();
+            call_sync(b, "GET", "/").unwrap();
+        });
+        let rows = rows(&snapshotter);
+        assert_eq!(requests(&rows, "a", "GET", "200"), Some(1));
+        assert_eq!(requests(&rows, "b", "GET", "200"), Some(2));
+        assert_eq!(
+            find(&rows, RESPONSE_BYTES_TOTAL, &[("route", "b")]),
+            Some(&DebugValue::Counter(6))
+        );
+        let gauges = rows.iter().filter(|r| r.0 == REQUESTS_IN_FLIGHT).count();
+        assert_eq!(gauges, 1);
+    }
+
+    #[tokio::test]
+    async fn route_handles_stay_bound_to_the_recorder_the_layer_was_built_with() {
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        let layer = ::metrics::with_local_recorder(&recorder, || MetricsLayer::new("bound"));
+        // The requests run outside the recorder's scope, on the test runtime.
+        let svc = ServiceBuilder::new()
+            .layer(layer)
+            .service(Respond::new(StatusCode::OK).body("four"));
+        svc.clone().oneshot(request("GET")).await.unwrap();
+        svc.oneshot(request("GET")).await.unwrap();
+        let rows = rows(&snapshotter);
+        match find(&rows, REQUEST_DURATION_SECONDS, &[("route", "bound")]) {
+            Some(DebugValue::Histogram(values)) => assert_eq!(values.len(), 2),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            find(&rows, RESPONSE_BYTES_TOTAL, &[("route", "bound")]),
+            Some(&DebugValue::Counter(8))
+        );
+    }
+
+    #[test]
+    fn in_flight_rises_on_call_and_falls_on_completion_or_drop() {
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        let gauge = |rows: &[Row]| match find(rows, REQUESTS_IN_FLIGHT, &[]) {
+            Some(DebugValue::Gauge(v)) => v.0,
+            other => panic!("{other:?}"),
+        };
+        ::metrics::with_local_recorder(&recorder, || {
+            let mut svc = Metrics::new(Respond::new(StatusCode::OK), "r");
+            let completed = svc.call(request("GET"));
+            let dropped = svc.call(request("GET"));
+            // The debugging recorder resets values on every snapshot: each one is a delta.
+            assert_eq!(gauge(&rows(&snapshotter)), 2.0);
+            completed.now_or_never().unwrap().unwrap();
+            let after_completion = rows(&snapshotter);
+            assert_eq!(gauge(&after_completion), -1.0);
+            assert_eq!(requests(&after_completion, "r", "GET", "200"), Some(1));
+            drop(dropped);
+            let after_drop = rows(&snapshotter);
+            assert_eq!(gauge(&after_drop), -1.0);
+            // The dropped request never got a response: it is not counted as answered.
+            assert_eq!(requests(&after_drop, "r", "GET", "200"), Some(0));
+        });
+    }
+
+    #[test]
+    fn inner_errors_are_counted_under_status_error() {
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        ::metrics::with_local_recorder(&recorder, || {
+            let svc = Metrics::new(
+                service_fn(|_req: Request<Body>| async {
+                    Err::<Response<Body>, _>("upstream refused")
+                }),
+                "failing",
+            );
+            assert!(call_sync(svc, "PUT", "/").is_err());
+        });
+        let rows = rows(&snapshotter);
+        assert_eq!(requests(&rows, "failing", "PUT", "error"), Some(1));
+        match find(&rows, REQUEST_DURATION_SECONDS, &[("route", "failing")]) {
+            Some(DebugValue::Histogram(values)) => assert_eq!(values.len(), 1),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn unknown_body_size_counts_zero_bytes() {
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        ::metrics::with_local_recorder(&recorder, || {
+            let svc = Metrics::new(
+                service_fn(|_req: Request<Body>| async {
+                    let stream =
+                        http_body_util::StreamBody::new(futures_util::stream::iter([Ok::<
+                            _,
+                            Infallible,
+                        >(
+                            http_body::Frame::data(bytes::Bytes::from("unknown")),
+                        )]));
+                    Ok::<_, Infallible>(Response::new(Body::new(stream)))
+                }),
+                "stream",
+            );
+            call_sync(svc, "GET", "/").unwrap();
+        });
+        let rows = rows(&snapshotter);
+        assert_eq!(requests(&rows, "stream", "GET", "200"), Some(1));
+        assert_eq!(
+            find(&rows, RESPONSE_BYTES_TOTAL, &[("route", "stream")]),
+            Some(&DebugValue::Counter(0))
+        );
+    }
+
+    #[test]
+    fn describe_sets_units_and_descriptions() {
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        ::metrics::with_local_recorder(&recorder, || {
+            describe();
+            call_sync(Metrics::new(Respond::new(StatusCode::OK), "d"), "GET", "/").unwrap();
+        });
+        let units: Vec<_> = snapshotter
+            .snapshot()
+            .into_vec()
+            .into_iter()
+            .map(|(key, unit, desc, _)| (key.key().name().to_owned(), unit, desc.is_some()))
+            .collect();
+        for (name, unit) in [
+            (REQUESTS_TOTAL, Unit::Count),
+            (REQUEST_DURATION_SECONDS, Unit::Seconds),
+            (REQUESTS_IN_FLIGHT, Unit::Count),
+            (RESPONSE_BYTES_TOTAL, Unit::Bytes),
+        ] {
+            assert!(
+                units.contains(&(name.to_owned(), Some(unit), true)),
+                "{name}: {units:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn fast_statuses_are_sorted_and_methods_map_to_their_labels() {
+        assert!(FAST_STATUSES.windows(2).all(|w| w[0] < w[1]));
+        for (i, label) in METHOD_LABELS.iter().enumerate().take(7) {
+            assert_eq!(
+                method_index(&Method::from_bytes(label.as_bytes()).unwrap()),
+                i
+            );
+        }
+        assert_eq!(METHOD_LABELS[method_index(&Method::TRACE)], "other");
+        assert_eq!(METHOD_LABELS[method_index(&Method::CONNECT)], "other");
+    }
+
+    #[test]
+    fn service_is_send_and_sync_and_future_send_when_inner_parts_are() {
+        fn send_sync<T: Send + Sync>() {}
+        fn send<T: Send>() {}
+        send_sync::<MetricsLayer>();
+        send_sync::<Metrics<Respond>>();
+        send::<ResponseFuture<std::future::Ready<Result<Response<Body>, Infallible>>>>();
+    }
+}

@@ -1,0 +1,633 @@
+//! Route requests by path: exact paths first, then the longest matching prefix, then a
+//! fallback.
+//!
+//! A [`Router`] holds named routes, each an exact path or a prefix bound to a service of
+//! one type `S` (an enum or a boxed service when routes differ). The matched route's name is
+//! inserted as a [`RouteName`] extension into the request (for the services behind the
+//! router) and into the response (for the layers in front of it, such as the access log).
+//!
+//! # Example
+//!
+//! ```
+//! use http::{Request, StatusCode};
+//! use scb_core::Body;
+//! use scb_core::respond::Respond;
+//! use scb_core::router::{PathMatch, RouteName, Router};
+//! use tower::ServiceExt;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), scb_core::router::RouterError> {
+//! let router = Router::new()
+//!     .route("health", PathMatch::Exact("/healthz".into()), Respond::new(StatusCode::OK))?
+//!     .route("api", PathMatch::Prefix("/api".into()), Respond::new(StatusCode::ACCEPTED))?;
+//!
+//! let req = Request::get("/api/users").body(Body::empty()).unwrap();
+//! let res = router.clone().oneshot(req).await.unwrap();
+//! assert_eq!(res.status(), StatusCode::ACCEPTED);
+//! assert_eq!(res.extensions().get::<RouteName>().unwrap().as_str(), "api");
+//!
+//! let req = Request::get("/nowhere").body(Body::empty()).unwrap();
+//! let res = router.oneshot(req).await.unwrap();
+//! assert_eq!(res.status(), StatusCode::NOT_FOUND);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Matching
+//!
+//! - [`PathMatch::Exact`] matches the path exactly (one hash lookup).
+//! - [`PathMatch::Prefix`] matches on segment boundaries: `/api` matches `/api` and
+//!   `/api/users` but not `/apiary`; `/static/` matches `/static/app.js` but not `/static`.
+//!   `/` matches every path. Among matching prefixes the longest wins.
+//! - The path is matched as received: no percent-decoding and no dot-segment removal.
+//!   `/%61pi` does not match `/api`. A service behind the router that decodes paths
+//!   itself must not rely on the router for access control over the decoded form.
+//! - Nothing matches: the fallback answers, by default [`NotFound`].
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::fmt;
+use std::future::{Future, Ready, ready};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+
+use http::{HeaderValue, Request, Response, StatusCode, header};
+use pin_project_lite::pin_project;
+use tower::Service;
+use tower::util::{Oneshot, ServiceExt as _};
+
+use crate::Body;
+
+/// How a route matches a request path. Both forms must start with `/`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum PathMatch {
+    /// The path equals this string.
+    Exact(String),
+    /// The path starts with this string at a segment boundary (see the
+    /// [module documentation](self)).
+    Prefix(String),
+}
+
+/// The name of the route that matched, as a request and response extension.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct RouteName(pub Arc<str>);
+
+impl RouteName {
+    /// The name as a string.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for RouteName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Why a route could not be added.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RouterError {
+    /// The route name is empty.
+    #[error("route name is empty")]
+    EmptyName,
+    /// Another route already has this name.
+    #[error("route name `{name}` is used twice")]
+    DuplicateName {
+        /// The repeated name.
+        name: Arc<str>,
+    },
+    /// Another route already matches exactly this path.
+    #[error("exact path `{path}` is routed twice")]
+    DuplicateExact {
+        /// The repeated path.
+        path: String,
+    },
+    /// Another route already has this prefix.
+    #[error("path prefix `{prefix}` is routed twice")]
+    DuplicatePrefix {
+        /// The repeated prefix.
+        prefix: String,
+    },
+    /// The exact path or prefix does not start with `/`.
+    #[error("route path `{path}` does not start with '/'")]
+    NotAbsolute {
+        /// The path or prefix as given.
+        path: String,
+    },
+}
+
+#[derive(Clone, Debug)]
+struct Route<S> {
+    name: RouteName,
+    service: S,
+}
+
+#[derive(Clone, Debug)]
+struct Table<S> {
+    exact: HashMap<Box<str>, Route<S>>,
+    /// Longest first, so the first match is the longest.
+    prefixes: Vec<(Box<str>, Route<S>)>,
+}
+
+impl<S> Table<S> {
+    fn find(&self, path: &str) -> Option<&Route<S>> {
+        if let Some(route) = self.exact.get(path) {
+            return Some(route);
+        }
+        self.prefixes
+            .iter()
+            .find(|(prefix, _)| prefix_matches(prefix, path))
+            .map(|(_, route)| route)
+    }
+
+    fn names(&self) -> impl Iterator<Item = &RouteName> {
+        let exact = self.exact.values().map(|r| &r.name);
+        exact.chain(self.prefixes.iter().map(|(_, r)| &r.name))
+    }
+
+    fn insert(&mut self, name: Arc<str>, path: PathMatch, service: S) -> Result<(), RouterError> {
+        if name.is_empty() {
+            return Err(RouterError::EmptyName);
+        }
+        if self.names().any(|n| n.0 == name) {
+            return Err(RouterError::DuplicateName { name });
+        }
+        let route = Route {
+            name: RouteName(name),
+            service,
+        };
+        match path {
+            PathMatch::Exact(path) => {
+                check_absolute(&path)?;
+                if self.exact.contains_key(path.as_str()) {
+                    return Err(RouterError::DuplicateExact { path });
+                }
+                self.exact.insert(path.into_boxed_str(), route);
+            }
+            PathMatch::Prefix(prefix) => {
+                check_absolute(&prefix)?;
+                if self.prefixes.iter().any(|(p, _)| **p == *prefix) {
+                    return Err(RouterError::DuplicatePrefix { prefix });
+                }
+                let at = self
+                    .prefixes
+                    .partition_point(|(p, _)| p.len() >= prefix.len());
+                self.prefixes.insert(at, (prefix.into_boxed_str(), route));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn check_absolute(path: &str) -> Result<(), RouterError> {
+    if path.starts_with('/') {
+        Ok(())
+    } else {
+        Err(RouterError::NotAbsolute {
+            path: path.to_owned(),
+        })
+    }
+}
+
+/// Whether `prefix` matches `path` at a segment boundary.
+fn prefix_matches(prefix: &str, path: &str) -> bool {
+    path.strip_prefix(prefix)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('/') || prefix.ends_with('/'))
+}
+
+/// Routes requests to named services by path, with a fallback.
+///
+/// The routing table is shared (`Arc`), so cloning the router per connection is cheap.
+/// Each request is served by a clone of the matched service driven with
+/// [`Oneshot`], so [`Router::poll_ready`](Service::poll_ready) is always ready and
+/// readiness is checked per request on the clone. See the [module documentation](self) for
+/// the matching rules.
+pub struct Router<S, F = NotFound> {
+    table: Arc<Table<S>>,
+    fallback: F,
+}
+
+impl<S> Router<S> {
+    /// A router without routes, answering everything with [`NotFound`].
+    pub fn new() -> Self {
+        Self {
+            table: Arc::new(Table {
+                exact: HashMap::new(),
+                prefixes: Vec::new(),
+            }),
+            fallback: NotFound,
+        }
+    }
+}
+
+impl<S> Default for Router<S> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<S, F> Router<S, F> {
+    /// Adds the route `name`, serving requests that match `path` with `service`.
+    ///
+    /// # Errors
+    ///
+    /// If `name` is empty or taken, if the path or prefix does not start with `/`, or if
+    /// another route already has the same exact path or the same prefix.
+    pub fn route(
+        mut self,
+        name: impl Into<Arc<str>>,
+        path: PathMatch,
+        service: S,
+    ) -> Result<Self, RouterError>
+    where
+        S: Clone,
+    {
+        // Copies the table only if a clone of this router is still holding it.
+        Arc::make_mut(&mut self.table).insert(name.into(), path, service)?;
+        Ok(self)
+    }
+
+    /// The service answering requests no route matches.
+    ///
+    /// Defaults to [`NotFound`].
+    pub fn fallback<G>(self, fallback: G) -> Router<S, G> {
+        Router {
+            table: self.table,
+            fallback,
+        }
+    }
+}
+
+impl<S, F: Clone> Clone for Router<S, F> {
+    fn clone(&self) -> Self {
+        Self {
+            table: Arc::clone(&self.table),
+            fallback: self.fallback.clone(),
+        }
+    }
+}
+
+impl<S: fmt::Debug, F: fmt::Debug> fmt::Debug for Router<S, F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Router")
+            .field("exact", &self.table.exact)
+            .field("prefixes", &self.table.prefixes)
+            .field("fallback", &self.fallback)
+            .finish()
+    }
+}
+
+impl<S, F, ReqB, ResB> Service<Request<ReqB>> for Router<S, F>
+where
+    S: Service<Request<ReqB>, Response = Response<ResB>> + Clone,
+    F: Service<Request<ReqB>, Response = Response<ResB>, Error = S::Error> + Clone,
+{
+    type Response = Response<ResB>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S, F, Request<ReqB>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, mut req: Request<ReqB>) -> Self::Future {
+        let kind = match self.table.find(req.uri().path()) {
+            Some(route) => {
+                req.extensions_mut().insert(route.name.clone());
+                Kind::Route {
+                    future: route.service.clone().oneshot(req),
+                    name: Some(route.name.clone()),
+                }
+            }
+            None => Kind::Fallback {
+                future: self.fallback.clone().oneshot(req),
+            },
+        };
+        ResponseFuture { kind }
+    }
+}
+
+pin_project! {
+    /// Response future of [`Router`].
+    pub struct ResponseFuture<S, F, Req>
+    where
+        S: Service<Req>,
+        F: Service<Req>,
+    {
+        #[pin]
+        kind: Kind<S, F, Req>,
+    }
+}
+
+pin_project! {
+    #[project = KindProj]
+    enum Kind<S, F, Req>
+    where
+        S: Service<Req>,
+        F: Service<Req>,
+    {
+        Route {
+            #[pin]
+            future: Oneshot<S, Req>,
+            name: Option<RouteName>,
+        },
+        Fallback {
+            #[pin]
+            future: Oneshot<F, Req>,
+        },
+    }
+}
+
+impl<S, F, Req> fmt::Debug for ResponseFuture<S, F, Req>
+where
+    S: Service<Req>,
+    F: Service<Req>,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.kind {
+            Kind::Route { name, .. } => f.debug_tuple("ResponseFuture::Route").field(name).finish(),
+            Kind::Fallback { .. } => f.write_str("ResponseFuture::Fallback"),
+        }
+    }
+}
+
+impl<S, F, Req, B> Future for ResponseFuture<S, F, Req>
+where
+    S: Service<Req, Response = Response<B>>,
+    F: Service<Req, Response = Response<B>, Error = S::Error>,
+{
+    type Output = Result<Response<B>, S::Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project().kind.project() {
+            KindProj::Route { future, name } => {
+                let mut res = ready!(future.poll(cx))?;
+                if let Some(name) = name.take() {
+                    res.extensions_mut().insert(name);
+                }
+                Poll::Ready(Ok(res))
+            }
+            KindProj::Fallback { future } => future.poll(cx),
+        }
+    }
+}
+
+/// The default fallback: `404 Not Found`, `text/plain`, body `not found\n`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NotFound;
+
+impl<B> Service<Request<B>> for NotFound {
+    type Response = Response<Body>;
+    type Error = Infallible;
+    type Future = Ready<Result<Response<Body>, Infallible>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _req: Request<B>) -> Self::Future {
+        let mut res = Response::new(Body::from("not found\n"));
+        *res.status_mut() = StatusCode::NOT_FOUND;
+        res.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+        ready(Ok(res))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+    use http_body_util::BodyExt as _;
+    use tower::{ServiceBuilder, service_fn};
+
+    use super::*;
+    use crate::request_id::RequestIdLayer;
+    use crate::respond::Respond;
+
+    /// A service that answers with its tag and the route name it saw in the request.
+    fn tagged(
+        tag: &'static str,
+    ) -> impl Service<
+        Request<Body>,
+        Response = Response<Body>,
+        Error = Infallible,
+        Future = impl Future<Output = Result<Response<Body>, Infallible>>,
+    > + Clone {
+        service_fn(move |req: Request<Body>| async move {
+            let seen = req
+                .extensions()
+                .get::<RouteName>()
+                .map_or("-".to_owned(), |n| n.to_string());
+            Ok::<_, Infallible>(Response::new(Body::from(format!("{tag} {seen}"))))
+        })
+    }
+
+    fn exact(p: &str) -> PathMatch {
+        PathMatch::Exact(p.to_owned())
+    }
+
+    fn prefix(p: &str) -> PathMatch {
+        PathMatch::Prefix(p.to_owned())
+    }
+
+    async fn body(res: Response<Body>) -> Bytes {
+        res.into_body().collect().await.unwrap().to_bytes()
+    }
+
+    async fn get<S>(svc: &S, uri: &str) -> Response<Body>
+    where
+        S: Service<Request<Body>, Response = Response<Body>, Error = Infallible> + Clone,
+    {
+        let req = Request::get(uri).body(Body::empty()).unwrap();
+        svc.clone().oneshot(req).await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn exact_beats_prefix_and_longest_prefix_wins() {
+        let router = Router::new()
+            .route("root", prefix("/"), tagged("root"))
+            .unwrap()
+            .route("api", prefix("/api"), tagged("api"))
+            .unwrap()
+            .route("api-v2", prefix("/api/v2/"), tagged("api-v2"))
+            .unwrap()
+            .route("api-exact", exact("/api/v2/special"), tagged("special"))
+            .unwrap();
+        for (uri, want) in [
+            ("/api/v2/special", "special api-exact"),
+            ("/api/v2/special/more", "api-v2 api-v2"),
+            ("/api/v2/users?x=1", "api-v2 api-v2"),
+            ("/api/v1/users", "api api"),
+            ("/api", "api api"),
+            ("/api/v2", "api api"),
+            ("/apiary", "root root"),
+            ("/", "root root"),
+            ("/anything/else", "root root"),
+        ] {
+            assert_eq!(body(get(&router, uri).await).await, want, "{uri}");
+        }
+    }
+
+    #[test]
+    fn prefix_matches_on_segment_boundaries_only() {
+        assert!(prefix_matches("/api", "/api"));
+        assert!(prefix_matches("/api", "/api/"));
+        assert!(prefix_matches("/api", "/api/x"));
+        assert!(!prefix_matches("/api", "/apiary"));
+        assert!(!prefix_matches("/api", "/ap"));
+        assert!(prefix_matches("/static/", "/static/app.js"));
+        assert!(!prefix_matches("/static/", "/static"));
+        assert!(prefix_matches("/", "/anything"));
+        assert!(!prefix_matches("/", ""));
+    }
+
+    #[tokio::test]
+    async fn unmatched_path_gets_the_not_found_fallback() {
+        let router = Router::new()
+            .route("api", prefix("/api"), tagged("api"))
+            .unwrap();
+        let res = get(&router, "/elsewhere").await;
+        assert_eq!(res.status(), StatusCode::NOT_FOUND);
+        assert_eq!(
+            res.headers()[header::CONTENT_TYPE],
+            "text/plain; charset=utf-8"
+        );
+        assert!(res.extensions().get::<RouteName>().is_none());
+        assert_eq!(body(res).await, "not found\n");
+    }
+
+    #[tokio::test]
+    async fn path_is_matched_as_received_without_decoding() {
+        let router = Router::new()
+            .route("api", prefix("/api"), tagged("api"))
+            .unwrap();
+        let res = get(&router, "/%61pi/users").await;
+        assert_eq!(res.status(), StatusCode::NOT_FOUND);
+    }
+
+    #[tokio::test]
+    async fn custom_fallback_answers_unmatched_requests() {
+        let router = Router::new()
+            .route("api", prefix("/api"), tagged("api"))
+            .unwrap()
+            .fallback(tagged("fallback"));
+        assert_eq!(body(get(&router, "/other").await).await, "fallback -");
+    }
+
+    #[tokio::test]
+    async fn route_name_is_set_on_request_and_response() {
+        let router = Router::new()
+            .route("health", exact("/healthz"), tagged("h"))
+            .unwrap();
+        let res = get(&router, "/healthz").await;
+        assert_eq!(
+            res.extensions().get::<RouteName>().map(RouteName::as_str),
+            Some("health")
+        );
+        assert_eq!(body(res).await, "h health");
+    }
+
+    #[tokio::test]
+    async fn works_inside_a_service_builder_stack() {
+        let router = Router::new()
+            .route(
+                "ok",
+                exact("/ok"),
+                Respond::new(StatusCode::OK).body("fine"),
+            )
+            .unwrap();
+        let svc = ServiceBuilder::new()
+            .layer(RequestIdLayer::new())
+            .service(router);
+        let res = get(&svc, "/ok").await;
+        assert!(res.headers().contains_key("x-request-id"));
+        assert_eq!(body(res).await, "fine");
+        let res = get(&svc, "/missing").await;
+        assert!(res.headers().contains_key("x-request-id"));
+        assert_eq!(res.status(), StatusCode::NOT_FOUND);
+    }
+
+    #[test]
+    fn invalid_routes_are_refused_with_a_reason() {
+        let ok = || Respond::new(StatusCode::OK);
+        let base = || {
+            Router::new()
+                .route("a", exact("/a"), ok())
+                .unwrap()
+                .route("p", prefix("/p"), ok())
+                .unwrap()
+        };
+        let cases = [
+            ("", exact("/x"), RouterError::EmptyName),
+            (
+                "a",
+                exact("/x"),
+                RouterError::DuplicateName { name: "a".into() },
+            ),
+            (
+                "p",
+                prefix("/y"),
+                RouterError::DuplicateName { name: "p".into() },
+            ),
+            (
+                "b",
+                exact("/a"),
+                RouterError::DuplicateExact { path: "/a".into() },
+            ),
+            (
+                "b",
+                prefix("/p"),
+                RouterError::DuplicatePrefix {
+                    prefix: "/p".into(),
+                },
+            ),
+            (
+                "b",
+                exact("a"),
+                RouterError::NotAbsolute { path: "a".into() },
+            ),
+            (
+                "b",
+                prefix(""),
+                RouterError::NotAbsolute { path: "".into() },
+            ),
+        ];
+        for (name, path, want) in cases {
+            let err = base().route(name, path, ok()).unwrap_err();
+            assert_eq!(err, want);
+        }
+        // The same string may be both an exact path and a prefix.
+        assert!(base().route("b", prefix("/a"), ok()).is_ok());
+        assert_eq!(
+            RouterError::DuplicatePrefix {
+                prefix: "/p".into()
+            }
+            .to_string(),
+            "path prefix `/p` is routed twice"
+        );
+    }
+
+    #[tokio::test]
+    async fn adding_routes_to_a_clone_leaves_the_original_alone() {
+        let original = Router::new().route("a", exact("/a"), tagged("a")).unwrap();
+        let extended = original
+            .clone()
+            .route("b", exact("/b"), tagged("b"))
+            .unwrap();
+        assert_eq!(get(&original, "/b").await.status(), StatusCode::NOT_FOUND);
+        assert_eq!(body(get(&extended, "/b").await).await, "b b");
+    }
+
+    #[test]
+    fn router_is_send_and_sync_and_future_send_when_services_are() {
+        fn send_sync<T: Send + Sync>() {}
+        fn send<T: Send>() {}
+        send_sync::<Router<Respond>>();
+        send::<ResponseFuture<Respond, NotFound, Request<Body>>>();
+    }
+}
