@@ -31,7 +31,10 @@ fn main() -> std::io::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    runtime.block_on(scb_core::server::shutdown_signal())?;
+    runtime.block_on(async {
+        scb_core::server::shutdown_signal()?.await;
+        std::io::Result::Ok(())
+    })?;
     handle.shutdown();
     handle.join();
     Ok(())

@@ -32,3 +32,8 @@ pub use body::{Body, FileRegion};
 
 /// The error type at tower boundaries: any error, boxed.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// The README's Rust examples, compiled as doctests so they cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct ReadmeDoctests;

@@ -42,21 +42,30 @@ impl Trigger {
     }
 }
 
-/// Resolves on SIGTERM or SIGINT (Ctrl-C): the usual way to end [`ServerHandle`] from a
-/// binary. Must be awaited inside a tokio runtime with signals enabled.
+/// Installs SIGTERM and SIGINT (Ctrl-C) handlers now and returns a future that resolves
+/// when either arrives: the usual way to end a [`ServerHandle`] from a binary.
+///
+/// The handlers are in place when this returns, so a signal sent right after a binary
+/// announces its addresses already gets a graceful shutdown, not the default action.
 ///
 /// [`ServerHandle`]: super::ServerHandle
 ///
 /// # Errors
 ///
 /// When the signal handlers cannot be installed.
-pub async fn shutdown_signal() -> std::io::Result<()> {
+///
+/// # Panics
+///
+/// When called outside a tokio runtime with its I/O driver enabled.
+pub fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()> + Send + 'static>
+{
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM received, shutting down"),
-        _ = int.recv() => tracing::info!("SIGINT received, shutting down"),
-    }
-    Ok(())
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM received, shutting down"),
+            _ = int.recv() => tracing::info!("SIGINT received, shutting down"),
+        }
+    })
 }

@@ -1,0 +1,146 @@
+//! Config types into scb-core's builders. Each conversion checks what it converts and
+//! reports errors with the key relative to its own table.
+
+use std::time::Duration;
+
+use http::{HeaderName, HeaderValue, StatusCode, header};
+use scb_core::respond::Respond;
+use scb_core::server::Limits;
+use toml::Spanned;
+
+use super::{HumanDuration, LimitsConfig, Located, RequestIdConfig, RespondConfig};
+
+impl TryFrom<&LimitsConfig> for Limits {
+    type Error = Located;
+
+    fn try_from(config: &LimitsConfig) -> Result<Self, Located> {
+        let mut limits = Limits::default();
+        if let Some(value) = &config.header_read_timeout {
+            limits.header_read_timeout = nonzero_duration(value, "header_read_timeout")?;
+        }
+        if let Some(value) = &config.body_read_timeout {
+            limits.body_read_timeout = nonzero_duration(value, "body_read_timeout")?;
+        }
+        if let Some(value) = &config.send_timeout {
+            limits.send_timeout = nonzero_duration(value, "send_timeout")?;
+        }
+        if let Some(value) = &config.keep_alive_timeout {
+            limits.keep_alive_timeout = nonzero_duration(value, "keep_alive_timeout")?;
+        }
+        if let Some(value) = &config.max_header_bytes {
+            let bytes = usize::try_from(value.get_ref().0)
+                .map_err(|_| Located::at(value, "max_header_bytes", "too large"))?;
+            limits.max_header_bytes = nonzero(value, bytes, "max_header_bytes")?;
+        }
+        if let Some(value) = &config.max_headers {
+            limits.max_headers = nonzero(value, *value.get_ref(), "max_headers")?;
+        }
+        if let Some(value) = &config.max_connections {
+            limits.max_connections = nonzero(value, *value.get_ref(), "max_connections")?;
+        }
+        // Zero is meaningful here: no request may have a body.
+        if let Some(value) = config.max_body_bytes {
+            limits.max_body_bytes = value.0;
+        }
+        Ok(limits)
+    }
+}
+
+/// A zero timeout would fail every request at once; nobody means that.
+fn nonzero_duration(value: &Spanned<HumanDuration>, key: &str) -> Result<Duration, Located> {
+    let duration = value.get_ref().0;
+    if duration.is_zero() {
+        return Err(Located::at(value, key, "must be greater than zero"));
+    }
+    Ok(duration)
+}
+
+/// A limit of zero would refuse everything.
+fn nonzero<T>(at: &Spanned<T>, n: usize, key: &str) -> Result<usize, Located> {
+    if n == 0 {
+        return Err(Located::at(at, key, "must be at least 1"));
+    }
+    Ok(n)
+}
+
+impl RequestIdConfig {
+    /// The header name, `x-request-id` if none is given.
+    pub(crate) fn header_name(&self) -> Result<HeaderName, Located> {
+        let Some(name) = &self.header else {
+            return Ok(scb_core::request_id::X_REQUEST_ID);
+        };
+        HeaderName::from_bytes(name.get_ref().as_bytes()).map_err(|_| {
+            Located::at(
+                name,
+                "header",
+                format_args!("invalid header name {:?}", name.get_ref()),
+            )
+        })
+    }
+}
+
+/// Headers the server derives from the response itself; setting them by hand could only
+/// contradict the framing it writes.
+const FRAMING_HEADERS: [HeaderName; 3] = [
+    header::CONTENT_LENGTH,
+    header::TRANSFER_ENCODING,
+    header::CONNECTION,
+];
+
+impl TryFrom<&RespondConfig> for Respond {
+    type Error = Located;
+
+    fn try_from(config: &RespondConfig) -> Result<Self, Located> {
+        let status = match &config.status {
+            None => StatusCode::OK,
+            Some(status) => {
+                let code = StatusCode::from_u16(*status.get_ref()).map_err(|_| {
+                    Located::at(status, "status", "must be a status code from 100 to 999")
+                })?;
+                if code.is_informational() {
+                    // A 1xx is never a final response: the client would keep waiting.
+                    return Err(Located::at(
+                        status,
+                        "status",
+                        "must not be 1xx (informational)",
+                    ));
+                }
+                if matches!(code, StatusCode::NO_CONTENT | StatusCode::NOT_MODIFIED)
+                    && !config.body.is_empty()
+                {
+                    return Err(Located::at(
+                        status,
+                        "status",
+                        format_args!("a {code} response cannot have a body"),
+                    ));
+                }
+                code
+            }
+        };
+        let mut respond = Respond::new(status);
+        if let Some(value) = &config.content_type {
+            let value = HeaderValue::from_str(value.get_ref())
+                .map_err(|_| Located::at(value, "content_type", "invalid header value"))?;
+            respond = respond.content_type(value);
+        }
+        for (name, value) in &config.headers {
+            let key = format!("headers.{}", name.get_ref());
+            let header = HeaderName::from_bytes(name.get_ref().as_bytes())
+                .map_err(|_| Located::at(name, key.as_str(), "invalid header name"))?;
+            if FRAMING_HEADERS.contains(&header) {
+                return Err(Located::at(
+                    name,
+                    key,
+                    "is set by the server from the response itself",
+                ));
+            }
+            if header == header::CONTENT_TYPE {
+                return Err(Located::at(name, key, "set it with `content_type`"));
+            }
+            let value = HeaderValue::from_str(value.get_ref())
+                .map_err(|_| Located::at(value, key.as_str(), "invalid header value"))?;
+            respond = respond.header(header, value);
+        }
+        Ok(respond.body(config.body.clone()))
+    }
+}

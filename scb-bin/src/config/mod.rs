@@ -1,0 +1,148 @@
+//! The config file: TOML, deserialized with serde into the types below (unknown keys are
+//! errors everywhere), then checked and converted into scb-core's builders by
+//! [`Plan`](crate::plan::Plan).
+//!
+//! These types belong to the binary. The layer crates know nothing of them: each
+//! conversion is a `From`/`TryFrom` here, from a config type into a layer's own builder
+//! (see [`convert`]).
+//!
+//! Values whose meaning is checked after deserializing are kept [`Spanned`], so that an
+//! error names the line, column and key it is about, like a deserializer error does.
+
+mod convert;
+mod error;
+mod units;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+pub(crate) use error::{ConfigError, Located};
+pub(crate) use units::{ByteSize, HumanDuration};
+
+/// The whole file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Config {
+    #[serde(default)]
+    pub(crate) server: ServerConfig,
+    #[serde(default)]
+    pub(crate) limits: LimitsConfig,
+    #[serde(default)]
+    pub(crate) request_id: RequestIdConfig,
+    /// Absent: no metrics endpoint (the metrics layers record into nothing).
+    pub(crate) metrics: Option<MetricsConfig>,
+    #[serde(default)]
+    pub(crate) log: LogConfig,
+    /// At least one is required; that is checked with the rest, so that a missing
+    /// `[[listen]]` reads like every other error.
+    #[serde(default)]
+    pub(crate) listen: Vec<ListenConfig>,
+    #[serde(default)]
+    pub(crate) route: Vec<Spanned<RouteConfig>>,
+}
+
+/// `[server]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ServerConfig {
+    /// Worker threads; absent means one per available CPU.
+    pub(crate) workers: Option<Spanned<usize>>,
+    /// How long in-flight requests may finish after SIGTERM; absent means scb-core's
+    /// default.
+    pub(crate) grace_period: Option<HumanDuration>,
+}
+
+/// `[limits]`: every key is optional and defaults to scb-core's `Limits::default()`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct LimitsConfig {
+    pub(crate) header_read_timeout: Option<Spanned<HumanDuration>>,
+    pub(crate) body_read_timeout: Option<Spanned<HumanDuration>>,
+    pub(crate) send_timeout: Option<Spanned<HumanDuration>>,
+    pub(crate) keep_alive_timeout: Option<Spanned<HumanDuration>>,
+    pub(crate) max_header_bytes: Option<Spanned<ByteSize>>,
+    pub(crate) max_headers: Option<Spanned<usize>>,
+    pub(crate) max_body_bytes: Option<ByteSize>,
+    pub(crate) max_connections: Option<Spanned<usize>>,
+}
+
+/// `[request_id]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RequestIdConfig {
+    /// Absent means `x-request-id`.
+    pub(crate) header: Option<Spanned<String>>,
+}
+
+/// `[metrics]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct MetricsConfig {
+    pub(crate) listen: Spanned<SocketAddr>,
+    /// Absent means `/metrics`.
+    pub(crate) path: Option<Spanned<String>>,
+}
+
+/// `[log]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct LogConfig {
+    /// The access log (tracing target `scb::access`); off by default.
+    #[serde(default)]
+    pub(crate) access: bool,
+}
+
+/// One `[[listen]]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ListenConfig {
+    pub(crate) addr: Spanned<SocketAddr>,
+}
+
+/// One `[[route]]`: a name, exactly one of `path` and `prefix`, and exactly one handler.
+///
+/// Later handlers (`static`, `proxy`) are further `Option` fields next to `respond`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RouteConfig {
+    /// The route's name in metrics and logs; absent means one derived from the path.
+    pub(crate) name: Option<Spanned<String>>,
+    /// Exact match.
+    pub(crate) path: Option<Spanned<String>>,
+    /// Prefix match, on segment boundaries.
+    pub(crate) prefix: Option<Spanned<String>>,
+    pub(crate) respond: Option<Spanned<RespondConfig>>,
+}
+
+/// `respond = { ... }`: a fixed response.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RespondConfig {
+    /// Absent means 200.
+    pub(crate) status: Option<Spanned<u16>>,
+    #[serde(default)]
+    pub(crate) body: String,
+    pub(crate) content_type: Option<Spanned<String>>,
+    #[serde(default)]
+    pub(crate) headers: BTreeMap<Spanned<String>, Spanned<String>>,
+}
+
+impl Config {
+    /// Deserializes `source`; the result is well-typed but not yet checked (see
+    /// [`Plan`](crate::plan::Plan)).
+    pub(crate) fn parse(source: &str) -> Result<Self, Located> {
+        toml::from_str(source).map_err(|e| Located::from_toml(&e, source))
+    }
+
+    /// Reads `file`, for error messages that name it as the user did.
+    pub(crate) fn read(file: &Path) -> Result<String, ConfigError> {
+        std::fs::read_to_string(file).map_err(|source| ConfigError::Read {
+            file: file.to_owned(),
+            source,
+        })
+    }
+}

@@ -1,0 +1,129 @@
+//! `scb`: a web server composed from scb's tower layers by a TOML config file.
+//!
+//! ```text
+//! scb run   --config scb.toml     serve until SIGTERM/SIGINT, then drain and exit 0
+//! scb check --config scb.toml     validate: "scb.toml: ok", or file:line:column: key: error
+//! scb --version
+//! ```
+//!
+//! Logs go to stderr, human-readable by default or JSON with `--log-format json`, filtered
+//! by `RUST_LOG` (default `info`).
+
+mod config;
+mod plan;
+mod route;
+mod run;
+mod stack;
+
+use std::io::IsTerminal as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use scb_core::access_log;
+use tracing_subscriber::EnvFilter;
+use tracing_subscriber::filter::{Directive, LevelFilter};
+
+use crate::plan::Plan;
+
+/// A web server built from composable tower layers.
+#[derive(Debug, Parser)]
+#[command(name = "scb", version, about)]
+struct Cli {
+    /// Log output format (to stderr).
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the server until SIGTERM or SIGINT.
+    Run {
+        /// The config file (TOML).
+        #[arg(long, short)]
+        config: PathBuf,
+    },
+    /// Check a config file and exit: 0 if it is valid, 1 with the error otherwise.
+    Check {
+        /// The config file (TOML).
+        #[arg(long, short)]
+        config: PathBuf,
+    },
+}
+
+/// How log lines are written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Check { config } => match Plan::load(&config) {
+            Ok(_) => {
+                #[allow(clippy::print_stdout, reason = "the verdict is the command's output")]
+                {
+                    println!("{}: ok", config.display());
+                }
+                ExitCode::SUCCESS
+            }
+            Err(e) => config_error(&e),
+        },
+        Command::Run { config } => {
+            let plan = match Plan::load(&config) {
+                Ok(plan) => plan,
+                Err(e) => return config_error(&e),
+            };
+            init_logging(cli.log_format, plan.access_log);
+            match run::run(plan) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    tracing::error!("{e:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}
+
+/// Prints a config error as is: `file:line:column: key: message` is meant for people and
+/// editors alike, so it is not wrapped in a log line.
+fn config_error(err: &config::ConfigError) -> ExitCode {
+    #[allow(clippy::print_stderr, reason = "the error is the command's output")]
+    {
+        eprintln!("{err}");
+    }
+    ExitCode::FAILURE
+}
+
+/// Installs the global subscriber: `RUST_LOG` (default `info`) plus the access log's
+/// target turned on or off by `[log] access`, unless `RUST_LOG` names that target itself.
+fn init_logging(format: LogFormat, access_log: bool) {
+    let mut filter = EnvFilter::builder()
+        .with_default_directive(LevelFilter::INFO.into())
+        .from_env_lossy();
+    let env_names_access = std::env::var(EnvFilter::DEFAULT_ENV)
+        .is_ok_and(|directives| directives.contains(access_log::TARGET));
+    if !env_names_access {
+        let level = if access_log { "info" } else { "off" };
+        let directive: Directive = format!("{}={level}", access_log::TARGET)
+            .parse()
+            .expect("a target and a level make a valid directive");
+        filter = filter.add_directive(directive);
+    }
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        // Each worker is a thread named scb-worker-N: which one logged says which one served.
+        .with_thread_names(true);
+    match format {
+        LogFormat::Text => builder.with_ansi(std::io::stderr().is_terminal()).init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}

@@ -1,0 +1,584 @@
+//! A checked config, ready to run: scb-core builders and per-route handlers.
+//!
+//! Building a [`Plan`] is the whole of validation: `scb check` builds one and discards it,
+//! `scb run` builds one and runs it, so whatever `check` accepts, `run` starts with, and
+//! the server never starts half-configured.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::HeaderName;
+use scb_core::respond::Respond;
+use scb_core::router::PathMatch;
+use scb_core::server::{Limits, Server};
+use toml::Spanned;
+
+use crate::config::{Config, ConfigError, Located, RouteConfig};
+use crate::route::Handler;
+use crate::stack::UNMATCHED;
+
+/// Everything `scb run` needs, checked.
+#[derive(Debug)]
+pub(crate) struct Plan {
+    /// The main server: workers, grace period, limits, request-id header, listeners.
+    pub(crate) server: Server,
+    /// The request-id header, for the stacks' `RequestIdLayer`.
+    pub(crate) request_id_header: HeaderName,
+    /// The routes, in config order.
+    pub(crate) routes: Arc<[RoutePlan]>,
+    /// The metrics endpoint, if configured.
+    pub(crate) metrics: Option<MetricsPlan>,
+    /// Whether the access log is on.
+    pub(crate) access_log: bool,
+    /// The configured grace period (absent: scb-core's default), for the metrics server,
+    /// which shares it with the main server.
+    pub(crate) grace_period: Option<Duration>,
+    /// The limits, for the metrics server, which shares them with the main server.
+    pub(crate) limits: Limits,
+}
+
+/// One route: its name, how it matches, and what answers.
+#[derive(Clone, Debug)]
+pub(crate) struct RoutePlan {
+    /// The `route` label of its metrics and the access log; unique.
+    pub(crate) name: Arc<str>,
+    /// Exact path or prefix; unique per kind.
+    pub(crate) matcher: PathMatch,
+    /// What answers, turned into a service on each worker.
+    pub(crate) handler: Handler,
+}
+
+/// Where the Prometheus endpoint listens.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct MetricsPlan {
+    /// The metrics server's own address, clashing with no `[[listen]]` address.
+    pub(crate) listen: SocketAddr,
+    /// The path of the scrape, absolute.
+    pub(crate) path: String,
+}
+
+impl Plan {
+    /// Reads, parses and checks `file`.
+    pub(crate) fn load(file: &Path) -> Result<Self, ConfigError> {
+        let source = Config::read(file)?;
+        Self::from_source(&source).map_err(|e| e.locate(file, &source))
+    }
+
+    /// Parses and checks a config document.
+    pub(crate) fn from_source(source: &str) -> Result<Self, Located> {
+        Self::new(&Config::parse(source)?)
+    }
+
+    /// Checks `config` and converts it.
+    pub(crate) fn new(config: &Config) -> Result<Self, Located> {
+        let limits = Limits::try_from(&config.limits).map_err(|e| e.within("limits"))?;
+        let request_id_header = config
+            .request_id
+            .header_name()
+            .map_err(|e| e.within("request_id"))?;
+
+        let mut server = Server::builder()
+            .limits(limits.clone())
+            .request_id_header(request_id_header.clone());
+        if let Some(workers) = &config.server.workers {
+            if *workers.get_ref() == 0 {
+                return Err(Located::at(workers, "server.workers", "must be at least 1"));
+            }
+            server = server.workers(*workers.get_ref());
+        }
+        let grace_period = config.server.grace_period.map(|g| g.0);
+        if let Some(grace_period) = grace_period {
+            server = server.grace_period(grace_period);
+        }
+
+        let listen = listen_addrs(config)?;
+        for addr in &listen {
+            server = server.listen(*addr.get_ref());
+        }
+        let metrics = metrics(config, &listen)?;
+        let routes = routes(&config.route)?;
+
+        Ok(Self {
+            server,
+            request_id_header,
+            routes: routes.into(),
+            metrics,
+            access_log: config.log.access,
+            grace_period,
+            limits,
+        })
+    }
+}
+
+/// Whether two listen addresses would share connections. With `SO_REUSEPORT` on every
+/// listener, binding the same address twice does not fail: the kernel would silently
+/// spread connections across both, so the clash must be caught here. A wildcard address
+/// clashes with any address of its family on the same port; port 0 never clashes.
+fn clash(a: SocketAddr, b: SocketAddr) -> bool {
+    a.port() != 0
+        && a.port() == b.port()
+        && a.is_ipv4() == b.is_ipv4()
+        && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified())
+}
+
+fn listen_addrs(config: &Config) -> Result<Vec<&Spanned<SocketAddr>>, Located> {
+    if config.listen.is_empty() {
+        return Err(Located::nowhere(
+            "listen",
+            "at least one [[listen]] with an `addr` is required",
+        ));
+    }
+    let addrs: Vec<_> = config.listen.iter().map(|l| &l.addr).collect();
+    for (i, addr) in addrs.iter().enumerate() {
+        if let Some(other) = addrs[..i]
+            .iter()
+            .find(|a| clash(*a.get_ref(), *addr.get_ref()))
+        {
+            return Err(Located::at(
+                addr,
+                format!("listen[{i}].addr"),
+                format_args!("{} clashes with {}", addr.get_ref(), other.get_ref()),
+            ));
+        }
+    }
+    Ok(addrs)
+}
+
+fn metrics(
+    config: &Config,
+    listen: &[&Spanned<SocketAddr>],
+) -> Result<Option<MetricsPlan>, Located> {
+    let Some(metrics) = &config.metrics else {
+        return Ok(None);
+    };
+    let addr = *metrics.listen.get_ref();
+    if let Some(other) = listen.iter().find(|l| clash(*l.get_ref(), addr)) {
+        return Err(Located::at(
+            &metrics.listen,
+            "metrics.listen",
+            format_args!(
+                "{addr} clashes with the [[listen]] address {}: the metrics endpoint needs \
+                 its own address",
+                other.get_ref()
+            ),
+        ));
+    }
+    let path = match &metrics.path {
+        None => "/metrics".to_owned(),
+        Some(path) => {
+            check_path(path, "metrics.path")?;
+            path.get_ref().clone()
+        }
+    };
+    Ok(Some(MetricsPlan { listen: addr, path }))
+}
+
+/// A route path: absolute, and a valid URI path (no query, no fragment), so that some
+/// request can match it.
+fn check_path(path: &Spanned<String>, key: &str) -> Result<(), Located> {
+    let p = path.get_ref();
+    if !p.starts_with('/') {
+        return Err(Located::at(path, key, "must start with '/'"));
+    }
+    let valid = !p.contains(['?', '#']) && p.parse::<http::uri::PathAndQuery>().is_ok();
+    if !valid {
+        return Err(Located::at(
+            path,
+            key,
+            "must be a URI path (no spaces, query or fragment)",
+        ));
+    }
+    Ok(())
+}
+
+/// The route name for a path when none is given: its segments joined with `-`, `root`
+/// for `/`. `/respond` gives `respond`, `/api/v1/` gives `api-v1`.
+fn derive_name(path: &str) -> String {
+    let name = path
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .collect::<Vec<_>>()
+        .join("-");
+    if name.is_empty() {
+        "root".to_owned()
+    } else {
+        name
+    }
+}
+
+fn routes(configs: &[Spanned<RouteConfig>]) -> Result<Vec<RoutePlan>, Located> {
+    let mut plans = Vec::with_capacity(configs.len());
+    // Name -> index of the route that has it; path -> index, per match kind.
+    let mut names: HashMap<Arc<str>, usize> = HashMap::new();
+    let mut paths: HashMap<PathMatch, usize> = HashMap::new();
+    for (i, config) in configs.iter().enumerate() {
+        let key = format!("route[{i}]");
+        let (plan, field, path) = route(config).map_err(|e| e.within(&key))?;
+        if let Some(&first) = paths.get(&plan.matcher) {
+            return Err(Located::at(
+                path,
+                format!("{key}.{field}"),
+                format_args!(
+                    "{field} {:?} is already routed by route[{first}]",
+                    path.get_ref()
+                ),
+            ));
+        }
+        if let Some(&first) = names.get(&plan.name) {
+            return Err(match &config.get_ref().name {
+                Some(name) => Located::at(
+                    name,
+                    format!("{key}.name"),
+                    format_args!("{:?} is already the name of route[{first}]", name.get_ref()),
+                ),
+                None => Located::at(
+                    config,
+                    format!("{key}.name"),
+                    format_args!(
+                        "the name {:?} derived from the {field} is already the name of \
+                         route[{first}]; give this route a `name`",
+                        &*plan.name
+                    ),
+                ),
+            });
+        }
+        names.insert(Arc::clone(&plan.name), i);
+        paths.insert(plan.matcher.clone(), i);
+        plans.push(plan);
+    }
+    Ok(plans)
+}
+
+/// One route, checked on its own (keys relative to the route), with the key and value of
+/// its path or prefix for errors about it.
+fn route(
+    config: &Spanned<RouteConfig>,
+) -> Result<(RoutePlan, &'static str, &Spanned<String>), Located> {
+    let route = config.get_ref();
+    let (matcher, field, path) = match (&route.path, &route.prefix) {
+        (Some(path), None) => {
+            check_path(path, "path")?;
+            (PathMatch::Exact(path.get_ref().clone()), "path", path)
+        }
+        (None, Some(prefix)) => {
+            check_path(prefix, "prefix")?;
+            (
+                PathMatch::Prefix(prefix.get_ref().clone()),
+                "prefix",
+                prefix,
+            )
+        }
+        (Some(_), Some(prefix)) => {
+            return Err(Located::at(
+                prefix,
+                "prefix",
+                "a route has either `path` (exact) or `prefix`, not both",
+            ));
+        }
+        (None, None) => {
+            return Err(Located::at(
+                config,
+                "",
+                "a route needs `path` (exact match) or `prefix`",
+            ));
+        }
+    };
+    let name: Arc<str> = match &route.name {
+        Some(name) => {
+            let n = name.get_ref();
+            if n.is_empty() || n.chars().any(char::is_control) {
+                return Err(Located::at(
+                    name,
+                    "name",
+                    "must be non-empty, without control characters",
+                ));
+            }
+            n.as_str().into()
+        }
+        None => {
+            let (PathMatch::Exact(p) | PathMatch::Prefix(p)) = &matcher;
+            derive_name(p).into()
+        }
+    };
+    if &*name == UNMATCHED {
+        // Its metrics would add up with those of the requests no route matched.
+        let at = route.name.as_ref().map_or(path, |name| name);
+        return Err(Located::at(
+            at,
+            "name",
+            format_args!("{UNMATCHED:?} is the name of requests no route matches"),
+        ));
+    }
+    let handler = match &route.respond {
+        Some(respond) => {
+            Handler::Respond(Respond::try_from(respond.get_ref()).map_err(|e| e.within("respond"))?)
+        }
+        None => {
+            return Err(Located::at(
+                config,
+                "",
+                "a route needs a handler: `respond = { ... }`",
+            ));
+        }
+    };
+    let plan = RoutePlan {
+        name,
+        matcher,
+        handler,
+    };
+    Ok((plan, field, path))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LISTEN: &str = "[[listen]]\naddr = \"127.0.0.1:8080\"\n";
+
+    /// The error for `source` as `scb check` prints it.
+    fn error(source: &str) -> String {
+        let err = Plan::from_source(source).expect_err("config should be refused");
+        err.locate(Path::new("scb.toml"), source).to_string()
+    }
+
+    fn plan(source: &str) -> Plan {
+        Plan::from_source(source).unwrap_or_else(|e| panic!("{e:?}"))
+    }
+
+    #[test]
+    fn the_schema_from_the_issue_is_accepted_as_written() {
+        let plan = plan(include_str!("../config/example.toml"));
+        assert_eq!(plan.routes.len(), 1);
+        assert_eq!(&*plan.routes[0].name, "hello");
+        assert_eq!(plan.routes[0].matcher, PathMatch::Exact("/respond".into()));
+        assert_eq!(
+            plan.metrics,
+            Some(MetricsPlan {
+                listen: "127.0.0.1:9090".parse().unwrap(),
+                path: "/metrics".into(),
+            })
+        );
+        assert_eq!(plan.request_id_header, "x-request-id");
+        assert_eq!(plan.grace_period, Some(Duration::from_secs(10)));
+        assert!(!plan.access_log);
+    }
+
+    #[test]
+    fn absent_limits_are_scb_core_defaults() {
+        let plan = plan(LISTEN);
+        assert_eq!(plan.limits, Limits::default());
+        assert_eq!(plan.metrics, None);
+        assert_eq!(plan.grace_period, None);
+        assert!(plan.routes.is_empty());
+    }
+
+    #[test]
+    #[allow(
+        clippy::field_reassign_with_default,
+        reason = "Limits is non_exhaustive: outside scb-core, assigning fields is the only way"
+    )]
+    fn limits_are_converted_with_their_units() {
+        let plan = plan(&format!(
+            "[limits]\nheader_read_timeout = \"2s 500ms\"\nbody_read_timeout = \"1m\"\n\
+             send_timeout = \"5s\"\nkeep_alive_timeout = \"75s\"\nmax_header_bytes = \"8KiB\"\n\
+             max_headers = 50\nmax_body_bytes = \"1MiB\"\nmax_connections = 64\n{LISTEN}"
+        ));
+        let mut want = Limits::default();
+        want.header_read_timeout = Duration::from_millis(2500);
+        want.body_read_timeout = Duration::from_secs(60);
+        want.send_timeout = Duration::from_secs(5);
+        want.keep_alive_timeout = Duration::from_secs(75);
+        want.max_header_bytes = 8192;
+        want.max_headers = 50;
+        want.max_body_bytes = 1 << 20;
+        want.max_connections = 64;
+        assert_eq!(plan.limits, want);
+
+        let plan = super::tests::plan(&format!("[limits]\nmax_body_bytes = 0\n{LISTEN}"));
+        assert_eq!(plan.limits.max_body_bytes, 0);
+    }
+
+    #[test]
+    fn route_names_are_derived_from_paths() {
+        let plan = plan(&format!(
+            "{LISTEN}[[route]]\npath = \"/respond\"\nrespond = {{}}\n\
+             [[route]]\npath = \"/\"\nrespond = {{}}\n\
+             [[route]]\nprefix = \"/api/v1/\"\nrespond = {{}}\n"
+        ));
+        let names: Vec<_> = plan.routes.iter().map(|r| &*r.name).collect();
+        assert_eq!(names, ["respond", "root", "api-v1"]);
+        assert_eq!(plan.routes[2].matcher, PathMatch::Prefix("/api/v1/".into()));
+    }
+
+    #[test]
+    fn errors_name_file_line_column_and_key() {
+        let cases = [
+            // Deserializer errors: syntax, unknown keys, types, units.
+            (
+                "[server]\nworkers = 1\ngrace = \"1s\"\n".to_owned(),
+                "scb.toml:3:1: server.grace: unknown field `grace`",
+            ),
+            (
+                format!("{LISTEN}[limits]\nsend_timeout = \"30 parsecs\"\n"),
+                "scb.toml:4:16: limits.send_timeout: invalid duration \"30 parsecs\"",
+            ),
+            (
+                format!("[server]\nworkers = \"two\"\n{LISTEN}"),
+                "scb.toml:2:11: server.workers: invalid type: string \"two\", expected usize",
+            ),
+            (
+                format!("{LISTEN}[limits]\nmax_body_bytes = \"16 parsecs\"\n"),
+                "scb.toml:4:18: limits.max_body_bytes: invalid size \"16 parsecs\"",
+            ),
+            (
+                format!("{LISTEN}[limits]\nmax_body_bytes = -1\n"),
+                "scb.toml:4:18: limits.max_body_bytes: invalid size -1",
+            ),
+            (
+                "[[listen]]\naddr = \"localhost\"\n".to_owned(),
+                "scb.toml:2:8: listen[0].addr: invalid socket address syntax",
+            ),
+            (
+                format!("{LISTEN}[[route]]\npath = \"/a\"\nrespond = {{ status = 200, x = 1 }}\n"),
+                "scb.toml:5:27: route[0].respond.x: unknown field `x`",
+            ),
+            (
+                format!("{LISTEN}[log]\naccess = \"yes\"\n"),
+                "scb.toml:4:10: log.access: invalid type: string \"yes\", expected a boolean",
+            ),
+            ("a = = 1\n".to_owned(), "scb.toml:1:5: "),
+            // Semantic errors.
+            (
+                "[server]\nworkers = 1\n".to_owned(),
+                "scb.toml:1:1: listen: at least one [[listen]]",
+            ),
+            (
+                format!("[server]\nworkers = 0\n{LISTEN}"),
+                "scb.toml:2:11: server.workers: must be at least 1",
+            ),
+            (
+                format!("{LISTEN}[limits]\nheader_read_timeout = \"0s\"\n"),
+                "scb.toml:4:23: limits.header_read_timeout: must be greater than zero",
+            ),
+            (
+                format!("{LISTEN}[limits]\nmax_headers = 0\n"),
+                "scb.toml:4:15: limits.max_headers: must be at least 1",
+            ),
+            (
+                format!("{LISTEN}[request_id]\nheader = \"x request id\"\n"),
+                "scb.toml:4:10: request_id.header: invalid header name \"x request id\"",
+            ),
+            (
+                format!("{LISTEN}[[listen]]\naddr = \"0.0.0.0:8080\"\n"),
+                "scb.toml:4:8: listen[1].addr: 0.0.0.0:8080 clashes with 127.0.0.1:8080",
+            ),
+            (
+                format!("{LISTEN}[metrics]\nlisten = \"127.0.0.1:8080\"\n"),
+                "scb.toml:4:10: metrics.listen: 127.0.0.1:8080 clashes with the [[listen]] address",
+            ),
+            (
+                format!("{LISTEN}[metrics]\nlisten = \"127.0.0.1:9090\"\npath = \"metrics\"\n"),
+                "scb.toml:5:8: metrics.path: must start with '/'",
+            ),
+            (
+                format!("{LISTEN}[[route]]\npath = \"/a\"\nprefix = \"/b\"\nrespond = {{}}\n"),
+                "scb.toml:5:10: route[0].prefix: a route has either `path` (exact) or `prefix`",
+            ),
+            (
+                format!("{LISTEN}\n[[route]]\nname = \"x\"\nrespond = {{}}\n"),
+                "scb.toml:4:1: route[0]: a route needs `path` (exact match) or `prefix`",
+            ),
+            (
+                format!("{LISTEN}[[route]]\npath = \"/a\"\n"),
+                "scb.toml:3:1: route[0]: a route needs a handler",
+            ),
+            (
+                format!("{LISTEN}[[route]]\nprefix = \"/a b\"\nrespond = {{}}\n"),
+                "scb.toml:4:10: route[0].prefix: must be a URI path",
+            ),
+            (
+                format!("{LISTEN}[[route]]\npath = \"/a?b\"\nrespond = {{}}\n"),
+                "scb.toml:4:8: route[0].path: must be a URI path",
+            ),
+            (
+                format!("{LISTEN}[[route]]\npath = \"/a\"\nrespond = {{ status = 1000 }}\n"),
+                "scb.toml:5:22: route[0].respond.status: must be a status code from 100 to 999",
+            ),
+            (
+                format!("{LISTEN}[[route]]\npath = \"/a\"\nrespond = {{ status = 101 }}\n"),
+                "scb.toml:5:22: route[0].respond.status: must not be 1xx",
+            ),
+            (
+                format!(
+                    "{LISTEN}[[route]]\npath = \"/a\"\nrespond = {{ status = 204, body = \"x\" }}\n"
+                ),
+                "scb.toml:5:22: route[0].respond.status: a 204 No Content response cannot have",
+            ),
+            (
+                format!(
+                    "{LISTEN}[[route]]\npath = \"/a\"\n\
+                     respond = {{ content_type = \"text/plain\\n\" }}\n"
+                ),
+                "scb.toml:5:28: route[0].respond.content_type: invalid header value",
+            ),
+            (
+                format!(
+                    "{LISTEN}[[route]]\npath = \"/a\"\n\
+                     respond = {{ headers = {{ \"a b\" = \"x\" }} }}\n"
+                ),
+                "scb.toml:5:25: route[0].respond.headers.a b: invalid header name",
+            ),
+            (
+                format!(
+                    "{LISTEN}[[route]]\npath = \"/a\"\n\
+                     respond = {{ headers = {{ content-length = \"5\" }} }}\n"
+                ),
+                "scb.toml:5:25: route[0].respond.headers.content-length: is set by the server",
+            ),
+            (
+                format!(
+                    "{LISTEN}[[route]]\npath = \"/a\"\nrespond = {{}}\n\
+                     [[route]]\npath = \"/a\"\nname = \"other\"\nrespond = {{}}\n"
+                ),
+                "scb.toml:7:8: route[1].path: path \"/a\" is already routed by route[0]",
+            ),
+            (
+                format!("{LISTEN}[[route]]\npath = \"/unmatched\"\nrespond = {{}}\n"),
+                "scb.toml:4:8: route[0].name: \"unmatched\" is the name of requests no route",
+            ),
+            (
+                format!(
+                    "{LISTEN}[[route]]\nname = \"x\"\npath = \"/a\"\nrespond = {{}}\n\
+                     [[route]]\nname = \"x\"\npath = \"/b\"\nrespond = {{}}\n"
+                ),
+                "scb.toml:8:8: route[1].name: \"x\" is already the name of route[0]",
+            ),
+            (
+                format!(
+                    "{LISTEN}[[route]]\npath = \"/a\"\nrespond = {{}}\n\
+                     [[route]]\nprefix = \"/a/\"\nrespond = {{}}\n"
+                ),
+                "scb.toml:6:1: route[1].name: the name \"a\" derived from the prefix is already",
+            ),
+        ];
+        let mismatches: Vec<_> = cases
+            .iter()
+            .map(|(source, want)| (error(source), want, source))
+            .filter(|(got, want, _)| !got.starts_with(*want))
+            .map(|(got, want, source)| format!(" got: {got}\nwant: {want}…\n  in:\n{source}"))
+            .collect();
+        assert!(mismatches.is_empty(), "\n{}", mismatches.join("\n"));
+    }
+
+    #[test]
+    fn a_port_zero_never_clashes() {
+        let plan = plan(
+            "[[listen]]\naddr = \"127.0.0.1:0\"\n[[listen]]\naddr = \"127.0.0.1:0\"\n\
+             [metrics]\nlisten = \"127.0.0.1:0\"\n",
+        );
+        assert!(plan.metrics.is_some());
+    }
+}

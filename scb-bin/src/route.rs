@@ -1,0 +1,108 @@
+//! The service behind a configured route, one variant per handler kind.
+//!
+//! An enum rather than a boxed service: dispatch is a `match`, the future is an enum too,
+//! and nothing on the request path allocates for it. A new handler kind (static files,
+//! reverse proxy) is a new variant of [`Handler`], [`RouteService`] and
+//! [`ResponseFuture`].
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use http::{Request, Response};
+use pin_project_lite::pin_project;
+use scb_core::Body;
+use scb_core::respond::Respond;
+use tower::Service;
+
+/// What a route does, as loaded from the config: shared by all workers (`Send + Sync`).
+///
+/// Each worker turns it into its own [`RouteService`] with [`service`](Self::service),
+/// which is where per-worker state (caches, connection pools) will be created.
+#[derive(Clone, Debug)]
+pub(crate) enum Handler {
+    /// A fixed response.
+    Respond(Respond),
+}
+
+impl Handler {
+    /// A service for one worker.
+    pub(crate) fn service(&self) -> RouteService {
+        match self {
+            Self::Respond(respond) => RouteService::Respond(respond.clone()),
+        }
+    }
+}
+
+/// A route's service on one worker.
+#[derive(Clone, Debug)]
+pub(crate) enum RouteService {
+    /// A fixed response.
+    Respond(Respond),
+}
+
+impl Service<Request<Body>> for RouteService {
+    type Response = Response<Body>;
+    type Error = Infallible;
+    type Future = ResponseFuture;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        match self {
+            Self::Respond(svc) => Service::<Request<Body>>::poll_ready(svc, cx),
+        }
+    }
+
+    fn call(&mut self, req: Request<Body>) -> ResponseFuture {
+        match self {
+            Self::Respond(svc) => ResponseFuture::Respond {
+                future: svc.call(req),
+            },
+        }
+    }
+}
+
+pin_project! {
+    /// Response future of [`RouteService`].
+    #[project = ResponseFutureProj]
+    #[derive(Debug)]
+    pub(crate) enum ResponseFuture {
+        /// A [`Respond`] answering.
+        Respond {
+            #[pin]
+            future: <Respond as Service<Request<Body>>>::Future,
+        },
+    }
+}
+
+impl Future for ResponseFuture {
+    type Output = Result<Response<Body>, Infallible>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project() {
+            ResponseFutureProj::Respond { future } => future.poll(cx),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use http::StatusCode;
+    use http_body_util::BodyExt as _;
+    use tower::ServiceExt as _;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn respond_route_answers_with_its_response() {
+        let handler = Handler::Respond(Respond::new(StatusCode::ACCEPTED).body("queued\n"));
+        let res = handler
+            .service()
+            .oneshot(Request::new(Body::empty()))
+            .await
+            .unwrap();
+        assert_eq!(res.status(), StatusCode::ACCEPTED);
+        let body = res.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(body, "queued\n");
+    }
+}

@@ -1,0 +1,147 @@
+//! `scb run`: install the metrics recorder, bind every listener, start the servers, and
+//! shut them down gracefully on SIGTERM or SIGINT.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use scb_core::server::{Server, ServerHandle, WorkerInfo, shutdown_signal};
+
+use crate::plan::Plan;
+use crate::stack;
+
+/// Histogram buckets for request durations, in seconds: from 100 µs (a fixed response or a
+/// cached small file on loopback) to 10 s (a slow upstream), roughly 2.5x apart, so the
+/// quantiles that matter for a web server (p50, p99) fall between buckets that are close
+/// together wherever the server is fast or slow.
+const DURATION_BUCKETS: [f64; 16] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0,
+];
+
+/// How often the recorder drains histogram samples into buckets. `install_recorder` leaves
+/// this to the caller; 5 s is what the exporter's own upkeep task uses. Between upkeeps the
+/// samples wait in a lock-free queue; a scrape drains them too, so this only bounds memory.
+const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Runs the plan until SIGTERM or SIGINT, then shuts down gracefully.
+///
+/// # Errors
+///
+/// When the metrics recorder cannot be installed, a listener cannot be bound, or the
+/// signal handlers cannot be installed. Nothing is left running on error.
+pub(crate) fn run(plan: Plan) -> anyhow::Result<()> {
+    let Plan {
+        server,
+        request_id_header: header,
+        routes,
+        metrics: metrics_plan,
+        access_log: _,
+        grace_period,
+        limits,
+    } = plan;
+    // Before any stack is built: metric handles bind to the recorder in effect when the
+    // layers are constructed.
+    let recorder = metrics_plan
+        .as_ref()
+        .map(|_| install_recorder())
+        .transpose()?;
+
+    // One stack on this thread first, so that a stack that cannot be built is an error
+    // here, not a panic in a worker.
+    stack::app(&routes, &header).context("building the service stack")?;
+    let metrics_stack = match (&metrics_plan, &recorder) {
+        (Some(metrics), Some(handle)) => Some(
+            stack::metrics(handle.clone(), &metrics.path, &header)
+                .context("building the metrics stack")?,
+        ),
+        _ => None,
+    };
+
+    // Bind everything before starting anything, so that an address in use stops the
+    // process before a single request is served.
+    let app = server.bind().context("binding the [[listen]] addresses")?;
+    let metrics = match &metrics_plan {
+        Some(metrics) => {
+            // One worker is plenty for a scrape every few seconds.
+            let mut builder = Server::builder()
+                .workers(1)
+                .limits(limits)
+                .request_id_header(header.clone())
+                .listen(metrics.listen);
+            if let Some(grace_period) = grace_period {
+                builder = builder.grace_period(grace_period);
+            }
+            let bound = builder
+                .bind()
+                .with_context(|| format!("binding the metrics address {}", metrics.listen))?;
+            Some(bound)
+        }
+        None => None,
+    };
+
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the main runtime")?;
+    let handles = runtime.block_on(async move {
+        // Handlers first, addresses after: whoever sends SIGTERM as soon as it reads
+        // "listening on" must get a graceful shutdown, not the signal's default action.
+        let signal = shutdown_signal().context("installing the signal handlers")?;
+
+        let mut handles = Vec::with_capacity(2);
+        let app_addrs = app.local_addrs().to_vec();
+        handles.push(app.start(move |worker: &WorkerInfo| {
+            tracing::debug!(worker = worker.index, "building the service stack");
+            stack::app(&routes, &header).expect("the same stack was built before starting")
+        }));
+        for addr in app_addrs {
+            tracing::info!("listening on {addr}");
+        }
+        if let (Some(bound), Some(service), Some(config)) = (metrics, metrics_stack, metrics_plan) {
+            let addr = bound.local_addrs()[0];
+            handles.push(bound.start(move |_: &WorkerInfo| service.clone()));
+            tracing::info!("metrics on {addr} {}", config.path);
+        }
+
+        let upkeep = async {
+            let Some(recorder) = &recorder else {
+                return std::future::pending::<Infallible>().await;
+            };
+            let mut interval = tokio::time::interval(UPKEEP_INTERVAL);
+            loop {
+                interval.tick().await;
+                recorder.run_upkeep();
+            }
+        };
+        tokio::select! {
+            () = signal => {}
+            never = upkeep => match never {},
+        }
+        tracing::info!("shutting down: no new connections, in-flight requests may finish");
+        for handle in &handles {
+            handle.shutdown();
+        }
+        anyhow::Ok(handles)
+    })?;
+    handles.into_iter().for_each(ServerHandle::join);
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Installs the Prometheus recorder as the global `metrics` recorder and describes scb's
+/// metrics to it.
+fn install_recorder() -> anyhow::Result<PrometheusHandle> {
+    let handle = PrometheusBuilder::new()
+        // Buckets make the duration a real Prometheus histogram instead of a summary, so
+        // that it can be aggregated across instances.
+        .set_buckets_for_metric(
+            Matcher::Full(scb_core::metrics::REQUEST_DURATION_SECONDS.to_owned()),
+            &DURATION_BUCKETS,
+        )?
+        .install_recorder()
+        .context("installing the metrics recorder")?;
+    scb_core::metrics::describe();
+    Ok(handle)
+}

@@ -1,0 +1,197 @@
+//! The tower stacks the binary serves, built once per worker.
+//!
+//! ```text
+//! main server:    RequestId -> AccessLog -> CatchPanic -> Router
+//!                   routes:   Metrics(route name) -> RouteService
+//!                   fallback: Metrics("unmatched") -> NotFound
+//! metrics server: RequestId -> Router
+//!                   [metrics].path -> RenderMetrics, fallback NotFound
+//! ```
+//!
+//! The access-log layer is always in the stack; `[log] access = false` turns its tracing
+//! target off in the subscriber (see `main.rs`), where it then costs one cached filter
+//! check per request and keeps the stack a single static type.
+
+use std::convert::Infallible;
+use std::future::{Ready, ready};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use http::{HeaderName, HeaderValue, Request, Response, header};
+use metrics_exporter_prometheus::PrometheusHandle;
+use scb_core::Body;
+use scb_core::access_log::{AccessLog, AccessLogLayer};
+use scb_core::catch_panic::{CatchPanic, CatchPanicLayer};
+use scb_core::metrics::{Metrics, MetricsLayer};
+use scb_core::request_id::{RequestId, RequestIdLayer};
+use scb_core::router::{NotFound, PathMatch, Router, RouterError};
+use tower::{Layer, Service, ServiceBuilder};
+
+use crate::plan::RoutePlan;
+use crate::route::RouteService;
+
+/// The route label of requests no route matched.
+pub(crate) const UNMATCHED: &str = "unmatched";
+
+/// The main server's stack on one worker.
+pub(crate) type AppService =
+    RequestId<AccessLog<CatchPanic<Router<Metrics<RouteService>, Metrics<NotFound>>>>>;
+
+/// Builds the main stack for one worker. Metric handles are registered here, so the
+/// recorder must be installed first.
+///
+/// # Errors
+///
+/// When the router refuses a route; a [`Plan`](crate::plan::Plan) has already refused
+/// everything the router would, so this is a bug if it happens.
+pub(crate) fn app(routes: &[RoutePlan], header: &HeaderName) -> Result<AppService, RouterError> {
+    let mut router = Router::new();
+    for route in routes {
+        let service = MetricsLayer::new(route.name.to_string()).layer(route.handler.service());
+        router = router.route(Arc::clone(&route.name), route.matcher.clone(), service)?;
+    }
+    let router = router.fallback(MetricsLayer::new(UNMATCHED).layer(NotFound));
+    Ok(ServiceBuilder::new()
+        .layer(RequestIdLayer::new().header(header.clone()))
+        .layer(AccessLogLayer::new())
+        .layer(CatchPanicLayer::new())
+        .service(router))
+}
+
+/// The metrics server's stack.
+pub(crate) type MetricsService = RequestId<Router<RenderMetrics>>;
+
+/// Builds the metrics server's stack: the scrape at `path`, 404 elsewhere.
+///
+/// # Errors
+///
+/// When `path` is not absolute (a [`Plan`](crate::plan::Plan) has refused that already).
+pub(crate) fn metrics(
+    handle: PrometheusHandle,
+    path: &str,
+    header: &HeaderName,
+) -> Result<MetricsService, RouterError> {
+    let router = Router::new().route(
+        "metrics",
+        PathMatch::Exact(path.to_owned()),
+        RenderMetrics { handle },
+    )?;
+    Ok(RequestIdLayer::new().header(header.clone()).layer(router))
+}
+
+/// The Prometheus text exposition format, version 0.0.4.
+const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// Answers with the Prometheus text rendering of every metric.
+#[derive(Clone, Debug)]
+pub(crate) struct RenderMetrics {
+    handle: PrometheusHandle,
+}
+
+impl<B> Service<Request<B>> for RenderMetrics {
+    type Response = Response<Body>;
+    type Error = Infallible;
+    type Future = Ready<Result<Response<Body>, Infallible>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _req: Request<B>) -> Self::Future {
+        let mut res = Response::new(Body::from(self.handle.render()));
+        res.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static(PROMETHEUS_TEXT),
+        );
+        ready(Ok(res))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use http::StatusCode;
+    use http_body_util::BodyExt as _;
+    use tower::ServiceExt as _;
+
+    use super::*;
+    use crate::plan::Plan;
+
+    const CONFIG: &str = r#"
+        [[listen]]
+        addr = "127.0.0.1:0"
+        [[route]]
+        name = "hello"
+        path = "/respond"
+        respond = { status = 200, body = "Hello, world!", content_type = "text/plain" }
+        [[route]]
+        prefix = "/api/"
+        respond = { status = 202, body = "api" }
+    "#;
+
+    async fn get(svc: &AppService, uri: &str) -> Response<Body> {
+        let req = Request::get(uri).body(Body::empty()).unwrap();
+        svc.clone().oneshot(req).await.unwrap()
+    }
+
+    async fn text(res: Response<Body>) -> String {
+        let bytes = res.into_body().collect().await.unwrap().to_bytes();
+        String::from_utf8(bytes.to_vec()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn app_routes_by_path_and_sets_request_ids() {
+        let plan = Plan::from_source(CONFIG).unwrap();
+        let svc = app(&plan.routes, &plan.request_id_header).unwrap();
+
+        let res = get(&svc, "/respond").await;
+        assert_eq!(res.status(), StatusCode::OK);
+        assert_eq!(res.headers()[header::CONTENT_TYPE], "text/plain");
+        assert!(res.headers().contains_key("x-request-id"));
+        assert_eq!(text(res).await, "Hello, world!");
+
+        let res = get(&svc, "/api/users").await;
+        assert_eq!(res.status(), StatusCode::ACCEPTED);
+        assert_eq!(text(res).await, "api");
+
+        let res = get(&svc, "/nowhere").await;
+        assert_eq!(res.status(), StatusCode::NOT_FOUND);
+        assert!(res.headers().contains_key("x-request-id"));
+    }
+
+    #[tokio::test]
+    async fn app_uses_the_configured_request_id_header() {
+        let config = format!("[request_id]\nheader = \"X-Trace-Id\"\n{CONFIG}");
+        let plan = Plan::from_source(&config).unwrap();
+        let svc = app(&plan.routes, &plan.request_id_header).unwrap();
+        let req = Request::get("/respond")
+            .header("x-trace-id", "abc-123")
+            .body(Body::empty())
+            .unwrap();
+        let res = svc.oneshot(req).await.unwrap();
+        assert_eq!(res.headers()["x-trace-id"], "abc-123");
+        assert!(!res.headers().contains_key("x-request-id"));
+    }
+
+    #[tokio::test]
+    async fn metrics_service_renders_at_its_path_only() {
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        metrics::with_local_recorder(&recorder, || {
+            metrics::counter!("scb_test_total").increment(3);
+        });
+        let svc = metrics(handle, "/metrics", &scb_core::request_id::X_REQUEST_ID).unwrap();
+
+        let req = Request::get("/metrics").body(Body::empty()).unwrap();
+        let res = svc.clone().oneshot(req).await.unwrap();
+        assert_eq!(res.status(), StatusCode::OK);
+        assert_eq!(res.headers()[header::CONTENT_TYPE], PROMETHEUS_TEXT);
+        assert!(res.headers().contains_key("x-request-id"));
+        let body = res.into_body().collect().await.unwrap().to_bytes();
+        let body = String::from_utf8(body.to_vec()).unwrap();
+        assert!(body.contains("scb_test_total 3"), "{body}");
+
+        let req = Request::get("/other").body(Body::empty()).unwrap();
+        let res = svc.oneshot(req).await.unwrap();
+        assert_eq!(res.status(), StatusCode::NOT_FOUND);
+    }
+}

@@ -1,0 +1,268 @@
+//! The `scb` binary end to end: the CLI, config errors, serving, metrics, workers and
+//! shutdown, against the real process on ephemeral loopback ports.
+
+mod support;
+
+use std::collections::HashSet;
+
+use support::{Server, check, get, metric, request, scb};
+
+const HELLO: &str = r#"
+[server]
+workers = 1
+grace_period = "5s"
+
+[[listen]]
+addr = "127.0.0.1:0"
+
+[[route]]
+name = "hello"
+path = "/respond"
+respond = { status = 200, body = "Hello, world!", content_type = "text/plain" }
+"#;
+
+const METRICS: &str = r#"
+[metrics]
+listen = "127.0.0.1:0"
+path = "/metrics"
+"#;
+
+fn stdout(output: &std::process::Output) -> &str {
+    std::str::from_utf8(&output.stdout).unwrap()
+}
+
+fn stderr(output: &std::process::Output) -> &str {
+    std::str::from_utf8(&output.stderr).unwrap()
+}
+
+#[test]
+fn version_prints_the_package_version() {
+    let output = scb().arg("--version").output().unwrap();
+    assert!(output.status.success());
+    assert_eq!(
+        stdout(&output),
+        format!("scb {}\n", env!("CARGO_PKG_VERSION"))
+    );
+}
+
+#[test]
+fn check_accepts_the_example_config() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/config/example.toml");
+    let output = scb().args(["check", "--config", path]).output().unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(stdout(&output), format!("{path}: ok\n"));
+}
+
+#[test]
+fn check_names_file_line_column_and_key_of_config_errors() {
+    let cases = [
+        (
+            "unknown key",
+            "[server]\nworkers = 1\nthreads = 4\n[[listen]]\naddr = \"127.0.0.1:0\"\n",
+            "3:1: server.threads: unknown field `threads`",
+        ),
+        (
+            "bad duration",
+            "[[listen]]\naddr = \"127.0.0.1:0\"\n\n[limits]\nsend_timeout = \"30 parsecs\"\n",
+            "5:16: limits.send_timeout: invalid duration \"30 parsecs\"",
+        ),
+        (
+            "bad type",
+            "[[listen]]\naddr = \"127.0.0.1:0\"\n[limits]\nmax_headers = \"many\"\n",
+            "4:15: limits.max_headers: invalid type: string \"many\", expected usize",
+        ),
+        (
+            "missing listen",
+            "[server]\nworkers = 1\n",
+            "1:1: listen: at least one [[listen]] with an `addr` is required",
+        ),
+        (
+            "path and prefix",
+            "[[listen]]\naddr = \"127.0.0.1:0\"\n[[route]]\npath = \"/a\"\nprefix = \"/a/\"\n\
+             respond = { status = 200 }\n",
+            "5:10: route[0].prefix: a route has either `path` (exact) or `prefix`, not both",
+        ),
+    ];
+    for (what, config, want) in cases {
+        let output = check(config);
+        assert!(!output.status.success(), "{what}: accepted");
+        assert_eq!(stdout(&output), "", "{what}");
+        let err = stderr(&output);
+        // `<file>:<line>:<column>: <key>: <message>`, the file as given on the command line.
+        let (file, rest) = err
+            .split_once(".toml:")
+            .unwrap_or_else(|| panic!("{what}: {err}"));
+        assert!(
+            file.starts_with(env!("CARGO_TARGET_TMPDIR")),
+            "{what}: {err}"
+        );
+        assert!(
+            rest.starts_with(want),
+            "{what}:\n got: {err}\nwant: …{want}"
+        );
+    }
+}
+
+#[test]
+fn run_refuses_an_invalid_config_like_check() {
+    let output = support::run_to_end(
+        "run",
+        "[server]\nworkers = 0\n[[listen]]\naddr = \"127.0.0.1:0\"\n",
+    );
+    assert!(!output.status.success());
+    assert!(
+        stderr(&output).contains(".toml:2:11: server.workers: must be at least 1"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
+fn run_fails_when_the_port_is_taken() {
+    // A plain listener, without SO_REUSEPORT: scb's bind must fail, not share the port.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap();
+    let output = support::run_to_end("run", &format!("[[listen]]\naddr = \"{addr}\"\n"));
+    assert!(!output.status.success());
+    assert!(
+        stderr(&output).contains("binding the [[listen]] addresses"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
+fn run_serves_the_respond_route_with_a_request_id() {
+    let server = Server::start(HELLO);
+    let res = get(server.addr(), "/respond");
+    assert_eq!(res.status, 200);
+    assert_eq!(res.text(), "Hello, world!");
+    assert_eq!(res.header("content-type"), Some("text/plain"));
+    let id = res.header("x-request-id").expect("x-request-id");
+    assert!(!id.is_empty());
+
+    // A valid incoming id is kept.
+    let res = request(
+        server.addr(),
+        "GET /respond HTTP/1.1\r\nHost: t\r\nx-request-id: abc-123\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(res.status, 200);
+    assert_eq!(res.header("x-request-id"), Some("abc-123"));
+}
+
+#[test]
+fn unknown_paths_get_404_with_a_request_id() {
+    let server = Server::start(HELLO);
+    for path in ["/", "/nope", "/respond/more", "/respondx"] {
+        let res = get(server.addr(), path);
+        assert_eq!(res.status, 404, "{path}");
+        assert!(
+            res.header("x-request-id").is_some_and(|id| !id.is_empty()),
+            "{path}"
+        );
+    }
+}
+
+#[test]
+fn metrics_count_requests_by_route_method_and_status() {
+    let server = Server::start(&format!("{HELLO}{METRICS}"));
+    let metrics = server.metrics.expect("metrics address");
+    let hello = r#"scb_http_requests_total{route="hello",method="GET",status="200"}"#;
+    let unmatched = r#"scb_http_requests_total{route="unmatched",method="GET",status="404"}"#;
+
+    let scrape = get(metrics, "/metrics");
+    assert_eq!(scrape.status, 200);
+    assert_eq!(
+        scrape.header("content-type"),
+        Some("text/plain; version=0.0.4; charset=utf-8")
+    );
+    assert!(scrape.header("x-request-id").is_some());
+    let before = metric(scrape.text(), hello).unwrap_or(0.0);
+
+    let k = 7;
+    for _ in 0..k {
+        assert_eq!(get(server.addr(), "/respond").status, 200);
+    }
+    assert_eq!(get(server.addr(), "/missing").status, 404);
+
+    let scrape = get(metrics, "/metrics");
+    let text = scrape.text();
+    assert_eq!(metric(text, hello), Some(before + f64::from(k)), "{text}");
+    assert_eq!(metric(text, unmatched), Some(1.0), "{text}");
+    // A real histogram (buckets), not a summary, labelled by route.
+    let inf = r#"scb_http_request_duration_seconds_bucket{route="hello",le="+Inf"}"#;
+    assert_eq!(metric(text, inf), Some(before + f64::from(k)), "{text}");
+    assert!(
+        text.contains("# TYPE scb_http_request_duration_seconds histogram"),
+        "{text}"
+    );
+    let bytes = r#"scb_http_response_bytes_total{route="hello"}"#;
+    assert_eq!(
+        metric(text, bytes),
+        Some(13.0 * (before + f64::from(k))),
+        "{text}"
+    );
+
+    // Only the configured path answers on the metrics address.
+    assert_eq!(get(metrics, "/").status, 404);
+}
+
+#[test]
+fn two_workers_answer_many_connections() {
+    let config = HELLO.replace("workers = 1", "workers = 2") + "\n[log]\naccess = true\n";
+    let mut server = Server::start(&config);
+    let addr = server.addr();
+    let connections = 64;
+    let threads: Vec<_> = (0..connections)
+        .map(|_| std::thread::spawn(move || get(addr, "/respond")))
+        .collect();
+    for thread in threads {
+        let res = thread.join().expect("client thread");
+        assert_eq!(res.status, 200);
+        assert_eq!(res.text(), "Hello, world!");
+    }
+    // Every request is in the access log, with the thread that served it; with 64
+    // connections spread by SO_REUSEPORT, both workers must have served some.
+    let mut workers = HashSet::new();
+    for _ in 0..connections {
+        let line = server.wait_for_line(|l| l.contains("scb::access"));
+        assert!(
+            line.contains(r#"path="/respond""#) && line.contains("status=200"),
+            "{line}"
+        );
+        let worker = line
+            .split_whitespace()
+            .find(|w| w.starts_with("scb-worker-"))
+            .unwrap_or_else(|| panic!("no worker thread name in {line:?}"));
+        workers.insert(worker.to_owned());
+    }
+    assert_eq!(workers.len(), 2, "{workers:?}");
+}
+
+#[test]
+fn sigterm_shuts_down_gracefully_and_exits_zero() {
+    let mut server = Server::start(&format!("{HELLO}{METRICS}"));
+    assert_eq!(get(server.addr(), "/respond").status, 200);
+    server.terminate();
+    let status = server.wait();
+    assert!(
+        status.success(),
+        "{status:?}; log:\n{}",
+        server.log.join("\n")
+    );
+    assert!(
+        server.log.iter().any(|l| l.contains("stopped")),
+        "{}",
+        server.log.join("\n")
+    );
+}
+
+#[test]
+fn json_log_format_writes_one_object_per_line() {
+    let server = Server::start_with(HELLO, &["--log-format", "json"]);
+    assert_eq!(get(server.addr(), "/respond").status, 200);
+    for line in &server.log {
+        assert!(line.starts_with('{') && line.ends_with('}'), "{line}");
+        assert!(line.contains(r#""message":"#), "{line}");
+    }
+}

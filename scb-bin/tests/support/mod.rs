@@ -1,0 +1,289 @@
+//! Running the real `scb` binary: temp config files, the process and its log, and a tiny
+//! HTTP/1.1 client over `std::net::TcpStream`.
+//!
+//! Every wait is bounded: log lines arrive on a channel read with a deadline, sockets have
+//! read and write timeouts, and exits are awaited with a deadline.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
+use std::time::{Duration, Instant};
+
+/// How long anything in these tests may take: generous for a loaded CI machine, short
+/// enough that a hang fails the test instead of the job.
+pub(crate) const TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The binary under test.
+pub(crate) fn scb() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_scb"));
+    // The tests read `info` lines; a RUST_LOG in the caller's environment must not hide them.
+    cmd.env("RUST_LOG", "info");
+    cmd
+}
+
+/// Writes `contents` to a fresh file under Cargo's per-target temp dir.
+pub(crate) fn config_file(contents: &str) -> PathBuf {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("scb-{}-{n}.toml", std::process::id()));
+    std::fs::write(&path, contents).expect("writing a temp config");
+    path
+}
+
+/// Runs `scb check` on `contents`.
+pub(crate) fn check(contents: &str) -> Output {
+    run_to_end("check", contents)
+}
+
+/// Runs `scb <command>` on `contents` to its end: for commands that exit by themselves
+/// (`check`, or `run` with a config it refuses).
+pub(crate) fn run_to_end(command: &str, contents: &str) -> Output {
+    let path = config_file(contents);
+    let output = scb()
+        .arg(command)
+        .arg("--config")
+        .arg(&path)
+        .output()
+        .expect("running scb");
+    let _ = std::fs::remove_file(path);
+    output
+}
+
+/// A running `scb run`, killed on drop if the test did not stop it.
+pub(crate) struct Server {
+    child: Child,
+    lines: Receiver<String>,
+    /// Every log line read so far, for assertions and failure messages.
+    pub(crate) log: Vec<String>,
+    /// The `[[listen]]` addresses, in config order, as logged.
+    pub(crate) addrs: Vec<SocketAddr>,
+    /// The metrics address, if `[metrics]` is configured.
+    pub(crate) metrics: Option<SocketAddr>,
+    config: PathBuf,
+}
+
+impl Server {
+    /// Starts `scb run` on `config` (use port 0 everywhere) and waits until it has logged
+    /// every address it listens on.
+    pub(crate) fn start(config: &str) -> Self {
+        Self::start_with(config, &[])
+    }
+
+    /// [`start`](Self::start) with extra arguments before `run`.
+    pub(crate) fn start_with(config: &str, args: &[&str]) -> Self {
+        let listeners = config.matches("[[listen]]").count();
+        let metrics = config.contains("[metrics]");
+        let path = config_file(config);
+        let mut child = scb()
+            .args(args)
+            .arg("run")
+            .arg("--config")
+            .arg(&path)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawning scb run");
+        let stderr = child.stderr.take().expect("piped stderr");
+        let (tx, lines) = channel();
+        // Reads until the process exits: a full pipe would block the server's logging.
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut server = Self {
+            child,
+            lines,
+            log: Vec::new(),
+            addrs: Vec::new(),
+            metrics: None,
+            config: path,
+        };
+        while server.addrs.len() < listeners {
+            let line = server.wait_for_line(|l| l.contains("listening on "));
+            server.addrs.push(addr_after(&line, "listening on "));
+        }
+        if metrics {
+            let line = server.wait_for_line(|l| l.contains("metrics on "));
+            server.metrics = Some(addr_after(&line, "metrics on "));
+        }
+        server
+    }
+
+    /// The first listen address.
+    pub(crate) fn addr(&self) -> SocketAddr {
+        self.addrs[0]
+    }
+
+    /// Waits for the next log line matching `pred`, failing the test after [`TIMEOUT`].
+    pub(crate) fn wait_for_line(&mut self, pred: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    self.log.push(line.clone());
+                    if pred(&line) {
+                        return line;
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    panic!(
+                        "no matching log line within {TIMEOUT:?}; log:\n{}",
+                        self.log.join("\n")
+                    )
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    panic!("scb exited; log:\n{}", self.log.join("\n"))
+                }
+            }
+        }
+    }
+
+    /// Sends SIGTERM.
+    pub(crate) fn terminate(&self) {
+        let pid = i32::try_from(self.child.id()).expect("pid fits in i32");
+        let pid = rustix::process::Pid::from_raw(pid).expect("pid is positive");
+        rustix::process::kill_process(pid, rustix::process::Signal::TERM).expect("kill -TERM");
+    }
+
+    /// Waits for the process to exit, failing the test after [`TIMEOUT`], then collects
+    /// the rest of its log.
+    pub(crate) fn wait(&mut self) -> ExitStatus {
+        let deadline = Instant::now() + TIMEOUT;
+        let status = loop {
+            if let Some(status) = self.child.try_wait().expect("waiting for scb") {
+                break status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "scb did not exit within {TIMEOUT:?}; log:\n{}",
+                self.log.join("\n")
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        // The process is gone, so the reader thread ends at EOF and this ends too.
+        while let Ok(line) = self.lines.recv_timeout(TIMEOUT) {
+            self.log.push(line);
+        }
+        status
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        let _ = std::fs::remove_file(&self.config);
+    }
+}
+
+/// The socket address right after `marker` in a log line (text or JSON).
+fn addr_after(line: &str, marker: &str) -> SocketAddr {
+    let rest = &line[line.find(marker).expect("marker in line") + marker.len()..];
+    let end = rest
+        .find(|c: char| !(c.is_ascii_hexdigit() || matches!(c, '.' | ':' | '[' | ']')))
+        .unwrap_or(rest.len());
+    rest[..end]
+        .parse()
+        .unwrap_or_else(|e| panic!("no address in {line:?}: {e}"))
+}
+
+/// A parsed HTTP/1.1 response.
+#[derive(Debug)]
+pub(crate) struct Response {
+    pub(crate) status: u16,
+    /// Lower-case names, in order.
+    pub(crate) headers: Vec<(String, String)>,
+    pub(crate) body: Vec<u8>,
+}
+
+impl Response {
+    /// The first value of header `name` (lower-case).
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The body as UTF-8.
+    pub(crate) fn text(&self) -> &str {
+        std::str::from_utf8(&self.body).expect("UTF-8 body")
+    }
+}
+
+/// Sends one request with `Connection: close` and reads the whole response.
+pub(crate) fn get(addr: SocketAddr, path: &str) -> Response {
+    request(
+        addr,
+        &format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n"),
+    )
+}
+
+/// Sends `raw` (which must ask the server to close) and reads the response to EOF.
+pub(crate) fn request(addr: SocketAddr, raw: &str) -> Response {
+    let mut stream = TcpStream::connect_timeout(&addr, TIMEOUT).expect("connecting");
+    stream.set_read_timeout(Some(TIMEOUT)).unwrap();
+    stream.set_write_timeout(Some(TIMEOUT)).unwrap();
+    stream
+        .write_all(raw.as_bytes())
+        .expect("writing the request");
+    let mut bytes = Vec::new();
+    stream
+        .read_to_end(&mut bytes)
+        .expect("reading the response");
+    parse(&bytes)
+}
+
+fn parse(bytes: &[u8]) -> Response {
+    let end = bytes
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .unwrap_or_else(|| panic!("no end of head in {:?}", String::from_utf8_lossy(bytes)));
+    let head = std::str::from_utf8(&bytes[..end]).expect("ASCII head");
+    let mut lines = head.split("\r\n");
+    let status_line = lines.next().unwrap();
+    let mut parts = status_line.splitn(3, ' ');
+    assert_eq!(parts.next(), Some("HTTP/1.1"), "{status_line}");
+    let status = parts.next().unwrap().parse().expect("numeric status");
+    let headers: Vec<_> = lines
+        .map(|l| {
+            let (n, v) = l.split_once(':').expect("header line");
+            (n.to_ascii_lowercase(), v.trim().to_owned())
+        })
+        .collect();
+    let body = bytes[end + 4..].to_vec();
+    let response = Response {
+        status,
+        headers,
+        body,
+    };
+    if let Some(len) = response.header("content-length") {
+        assert_eq!(
+            len.parse::<usize>().unwrap(),
+            response.body.len(),
+            "content-length"
+        );
+    }
+    response
+}
+
+/// The value of the series written exactly as `series` (name and labels) in a Prometheus
+/// text scrape, or `None` if it is absent.
+pub(crate) fn metric(scrape: &str, series: &str) -> Option<f64> {
+    scrape.lines().find_map(|line| {
+        let value = line.strip_prefix(series)?.strip_prefix(' ')?;
+        Some(value.trim().parse().expect("numeric sample"))
+    })
+}

@@ -1,0 +1,210 @@
+//! Project automation for scb, run as `cargo xtask <command>` (the alias is in
+//! `.cargo/config.toml`).
+//!
+//! - `ci`: everything CI checks, in order, stopping at the first failure: formatting,
+//!   clippy with warnings denied, every test (doctests included), and the docs with
+//!   warnings denied. `.ci/run` runs exactly this.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::{Command, ExitCode};
+
+use anyhow::{Context as _, bail};
+
+const USAGE: &str = "usage: cargo xtask <command>
+
+commands:
+  ci    cargo fmt --check, clippy -D warnings, all tests, docs -D warnings";
+
+fn main() -> ExitCode {
+    let command = std::env::args().nth(1);
+    let result = match command.as_deref() {
+        Some("ci") if std::env::args().len() == 2 => ci(),
+        Some("help" | "--help" | "-h") => {
+            say(USAGE);
+            return ExitCode::SUCCESS;
+        }
+        _ => {
+            say(USAGE);
+            return ExitCode::from(2);
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // `{:#}`, not `{:?}`: the cause chain, without a backtrace of xtask itself.
+            say(&format!("error: {e:#}"));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// One CI step: a cargo invocation and its extra environment.
+struct Step {
+    args: &'static [&'static str],
+    env: &'static [(&'static str, &'static str)],
+    /// Whether the step's stdout carries libtest's `test result:` lines to add up.
+    counts_tests: bool,
+}
+
+/// The CI steps, cheapest first so that a formatting slip fails in seconds.
+const CI: [Step; 4] = [
+    Step {
+        args: &["fmt", "--all", "--check"],
+        env: &[],
+        counts_tests: false,
+    },
+    Step {
+        args: &[
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ],
+        env: &[],
+        counts_tests: false,
+    },
+    Step {
+        args: &["test", "--workspace"],
+        env: &[],
+        counts_tests: true,
+    },
+    Step {
+        args: &["doc", "--workspace", "--no-deps"],
+        env: &[("RUSTDOCFLAGS", "-D warnings")],
+        counts_tests: false,
+    },
+];
+
+fn ci() -> anyhow::Result<()> {
+    let root = workspace_root();
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
+    let mut totals = TestTotals::default();
+    for (i, step) in CI.iter().enumerate() {
+        let shown: String = step
+            .env
+            .iter()
+            .map(|(k, v)| format!("{k}=\"{v}\" "))
+            .chain(std::iter::once(format!("cargo {}", step.args.join(" "))))
+            .collect();
+        say(&format!("==> [{}/{}] {shown}", i + 1, CI.len()));
+        let mut command = Command::new(&cargo);
+        command
+            .args(step.args)
+            .envs(step.env.iter().copied())
+            .current_dir(&root);
+        let status = if step.counts_tests {
+            run_counting_tests(&mut command, &mut totals)
+        } else {
+            command.status()
+        }
+        .with_context(|| format!("running {shown}"))?;
+        if !status.success() {
+            bail!("{shown} failed ({status})");
+        }
+    }
+    say("==> ci passed");
+    // One closing line for the whole run: cargo prints a `test result` per test binary,
+    // and the last of them (an empty crate's doctests) says 0 passed.
+    out(&format!(
+        "tests: {} passed, {} failed, {} skipped",
+        totals.passed, totals.failed, totals.ignored
+    ));
+    Ok(())
+}
+
+/// Test counts summed over every `test result:` line of a `cargo test` run.
+#[derive(Debug, Default)]
+struct TestTotals {
+    passed: u64,
+    failed: u64,
+    ignored: u64,
+}
+
+impl TestTotals {
+    /// Adds `test result: ok. 12 passed; 0 failed; 1 ignored; ...` to the totals.
+    fn add_line(&mut self, line: &str) {
+        let Some(rest) = line.strip_prefix("test result: ") else {
+            return;
+        };
+        for part in rest.split(';') {
+            let mut words = part.split_whitespace().rev();
+            let (Some(kind), Some(n)) = (words.next(), words.next()) else {
+                continue;
+            };
+            let Ok(n) = n.parse::<u64>() else { continue };
+            match kind {
+                "passed" => self.passed += n,
+                "failed" => self.failed += n,
+                "ignored" => self.ignored += n,
+                _ => {}
+            }
+        }
+    }
+}
+
+/// Runs `command`, echoing its stdout line by line while adding up the test counts.
+fn run_counting_tests(
+    command: &mut Command,
+    totals: &mut TestTotals,
+) -> std::io::Result<std::process::ExitStatus> {
+    use std::io::BufRead as _;
+    let mut child = command.stdout(std::process::Stdio::piped()).spawn()?;
+    if let Some(stdout) = child.stdout.take() {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let line = line?;
+            totals.add_line(&line);
+            out(&line);
+        }
+    }
+    child.wait()
+}
+
+/// The workspace root: the parent of this crate's directory.
+fn workspace_root() -> PathBuf {
+    let manifest_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    manifest_dir
+        .parent()
+        .map_or(manifest_dir.clone(), PathBuf::from)
+}
+
+/// Test output and the closing count go to stdout, where cargo test writes them.
+fn out(line: &str) {
+    #[allow(
+        clippy::print_stdout,
+        reason = "echoing the test run is what this function is for"
+    )]
+    {
+        println!("{line}");
+    }
+}
+
+/// Progress goes to stderr, like cargo's own, so that it interleaves with cargo's output
+/// in order.
+fn say(message: &str) {
+    #[allow(
+        clippy::print_stderr,
+        reason = "progress output is what a task runner is for"
+    )]
+    {
+        eprintln!("{message}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::TestTotals;
+
+    #[test]
+    fn test_result_lines_are_summed() {
+        let mut t = TestTotals::default();
+        t.add_line("test result: ok. 12 passed; 0 failed; 1 ignored; 0 measured; 3 filtered out; finished in 0.1s");
+        t.add_line(
+            "test result: FAILED. 2 passed; 1 failed; 0 ignored; 0 measured; 0 filtered out",
+        );
+        t.add_line("running 3 tests");
+        assert_eq!((t.passed, t.failed, t.ignored), (14, 1, 1));
+    }
+}
