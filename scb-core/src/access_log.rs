@@ -11,7 +11,6 @@
 //! | `status` | the response status; absent when the inner service returned an error |
 //! | `bytes` | the response body's exact size hint, 0 when not known in advance |
 //! | `duration_us` | microseconds from the call to the response head |
-//! | `route` | the [`RouteName`] of the matched route, absent when no route matched |
 //!
 //! # Example
 //!
@@ -34,7 +33,7 @@
 //!     .layer(AccessLogLayer::new())
 //!     .service(router);
 //! // With a subscriber installed, this logs e.g.
-//! // INFO scb::access: request_id=5f0c… method=GET path=/ status=200 bytes=0 duration_us=3 route=home
+//! // INFO scb::access: request_id=5f0c… method=GET path=/ status=200 bytes=0 duration_us=3
 //! let res = svc.oneshot(Request::new(Body::empty())).await.unwrap();
 //! assert_eq!(res.status(), StatusCode::OK);
 //! # }
@@ -46,12 +45,11 @@
 //! went away) is not logged.
 //!
 //! Where to put it: outside [`RequestIdLayer`](crate::request_id::RequestIdLayer) is too
-//! early to see the id, so put it inside; the route name is found both when the layer sits
-//! outside the [`Router`](crate::router::Router) (the router sets it on the response) and
-//! when it wraps a single route's service (set on the request).
+//! early to see the id, so put it inside.
 //!
 //! When nothing listens to `scb::access` at `INFO`, the layer costs one filter check per
-//! request: it captures nothing and emits nothing.
+//! request (the callsite's cached interest): it reads no clock, clones nothing and emits
+//! nothing.
 
 use std::fmt;
 use std::future::Future;
@@ -65,7 +63,6 @@ use pin_project_lite::pin_project;
 use tower::{Layer, Service};
 
 use crate::request_id::Id;
-use crate::router::RouteName;
 
 /// The `tracing` target of access-log events: `scb::access`.
 ///
@@ -143,13 +140,14 @@ where
     }
 
     fn call(&mut self, req: Request<ReqB>) -> Self::Future {
+        // The one check on the disabled path: everything else is captured only when an
+        // event will be emitted.
         let entry = tracing::enabled!(target: TARGET, tracing::Level::INFO).then(|| Entry {
             start: Instant::now(),
             request_id: req.extensions().get::<Id>().cloned(),
             method: req.method().clone(),
             // Cheap: the parts of a `Uri` are reference-counted `Bytes`.
             uri: req.uri().clone(),
-            route: req.extensions().get::<RouteName>().cloned(),
         });
         ResponseFuture {
             inner: self.inner.call(req),
@@ -165,11 +163,10 @@ struct Entry {
     request_id: Option<Id>,
     method: Method,
     uri: Uri,
-    route: Option<RouteName>,
 }
 
 impl Entry {
-    fn emit(self, status: Option<StatusCode>, bytes: u64, response_route: Option<&RouteName>) {
+    fn emit(self, status: Option<StatusCode>, bytes: u64) {
         let duration_us = u64::try_from(self.start.elapsed().as_micros()).unwrap_or(u64::MAX);
         let path = self
             .uri
@@ -177,7 +174,6 @@ impl Entry {
             .map(|pq| pq.as_str())
             .or_else(|| self.uri.authority().map(|a| a.as_str()))
             .unwrap_or("-");
-        let route = response_route.or(self.route.as_ref());
         tracing::info!(
             target: TARGET,
             request_id = self.request_id.as_ref().map_or("-", Id::as_str),
@@ -186,7 +182,6 @@ impl Entry {
             status = status.map(|s| s.as_u16()),
             bytes,
             duration_us,
-            route = route.map(RouteName::as_str),
         );
     }
 }
@@ -223,9 +218,8 @@ where
                 Ok(res) => entry.emit(
                     Some(res.status()),
                     res.body().size_hint().exact().unwrap_or(0),
-                    res.extensions().get::<RouteName>(),
                 ),
-                Err(_) => entry.emit(None, 0, None),
+                Err(_) => entry.emit(None, 0),
             }
         }
         Poll::Ready(result)
@@ -335,13 +329,24 @@ mod tests {
         assert_eq!(field(e, "path"), Some("/api/users?page=2"));
         assert_eq!(field(e, "status"), Some("200"));
         assert_eq!(field(e, "bytes"), Some("5"));
-        assert_eq!(field(e, "route"), Some("api"));
         let us: u64 = field(e, "duration_us").unwrap().parse().unwrap();
         assert!(us < 10_000_000, "{us}");
+        let names: Vec<_> = e.keys().map(String::as_str).collect();
+        assert_eq!(
+            names,
+            [
+                "bytes",
+                "duration_us",
+                "method",
+                "path",
+                "request_id",
+                "status"
+            ]
+        );
     }
 
     #[tokio::test]
-    async fn missing_id_is_a_dash_and_unmatched_route_is_absent() {
+    async fn missing_id_is_a_dash_and_unmatched_path_is_logged_with_its_status() {
         let events = Events::default();
         let _guard = events.capture();
         let svc = AccessLog::new(router());
@@ -352,25 +357,8 @@ mod tests {
         let e = &events[0];
         assert_eq!(field(e, "request_id"), Some("-"));
         assert_eq!(field(e, "status"), Some("404"));
+        assert_eq!(field(e, "path"), Some("/nowhere"));
         assert_eq!(field(e, "bytes"), Some("10"));
-        assert_eq!(field(e, "route"), None);
-    }
-
-    #[tokio::test]
-    async fn route_name_is_read_from_the_request_when_logging_inside_a_route() {
-        let events = Events::default();
-        let _guard = events.capture();
-        let route = ServiceBuilder::new()
-            .layer(AccessLogLayer::new())
-            .service(Respond::new(StatusCode::OK));
-        let router = Router::new()
-            .route("inner", PathMatch::Exact("/x".into()), route)
-            .unwrap();
-        router
-            .oneshot(Request::get("/x").body(Body::empty()).unwrap())
-            .await
-            .unwrap();
-        assert_eq!(field(&events.take()[0], "route"), Some("inner"));
     }
 
     #[tokio::test]

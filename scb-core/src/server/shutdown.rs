@@ -15,7 +15,7 @@ pub(crate) struct Trigger {
 #[derive(Debug, Default)]
 struct Inner {
     fired: AtomicBool,
-    notify: Notify,
+    notify: Arc<Notify>,
 }
 
 impl Trigger {
@@ -30,6 +30,14 @@ impl Trigger {
 
     pub(crate) fn is_fired(&self) -> bool {
         self.inner.fired.load(Ordering::SeqCst)
+    }
+
+    /// A future that completes when [`fire`](Self::fire) is called after this call.
+    ///
+    /// A connection keeps one of these for its whole life, so waiting for shutdown costs no
+    /// registration per read. Check [`is_fired`](Self::is_fired) after taking it.
+    pub(crate) fn notified(&self) -> tokio::sync::futures::OwnedNotified {
+        Arc::clone(&self.inner.notify).notified_owned()
     }
 
     /// Resolves once [`fire`](Self::fire) has been called (at once if it already was).

@@ -9,7 +9,7 @@
 //! preface, an `Upgrade` or CONNECT) is handed to hyper with the bytes already read.
 
 use std::any::Any;
-use std::pin::pin;
+use std::pin::{Pin, pin};
 use std::rc::Rc;
 
 use bytes::{Bytes, BytesMut};
@@ -17,7 +17,8 @@ use http::{Method, Request, Response, StatusCode, Version};
 use http_body_util::BodyExt as _;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
-use tokio::time::Instant;
+use tokio::sync::futures::OwnedNotified;
+use tokio::time::{Instant, Sleep};
 use tower::Service;
 
 use super::body::Feeder;
@@ -53,6 +54,12 @@ struct Conn<'a> {
     rbuf: BytesMut,
     wbuf: Vec<u8>,
     ctx: &'a ConnCtx,
+    /// One timer for the connection's whole life, for both the idle and the head
+    /// deadline. It is moved only when a deadline must come sooner, or when it fires
+    /// before the deadline now wanted: a keep-alive request costs no timer-wheel insert.
+    timer: Pin<Box<Sleep>>,
+    /// Completes when the server begins shutting down.
+    shutdown: Pin<Box<OwnedNotified>>,
 }
 
 pub(crate) async fn serve<S, B>(
@@ -73,16 +80,20 @@ where
         max_headers: limits.max_headers,
         max_body_bytes: limits.max_body_bytes,
     };
+    // The first request's head deadline runs from accept: a client that connects and
+    // sends nothing is a slowloris too.
+    let mut deadline = Some(Instant::now() + limits.header_read_timeout);
     let mut conn = Conn {
         io,
         rbuf: BytesMut::with_capacity(8 * 1024),
         wbuf: Vec::with_capacity(8 * 1024),
         ctx,
+        timer: Box::pin(tokio::time::sleep_until(
+            deadline.unwrap_or_else(Instant::now),
+        )),
+        shutdown: Box::pin(ctx.shutdown.notified()),
     };
     let mut scratch = Scratch::default();
-    // The first request's head deadline runs from accept: a client that connects and
-    // sends nothing is a slowloris too.
-    let mut deadline = Some(Instant::now() + limits.header_read_timeout);
     let mut first = true;
 
     loop {
@@ -226,40 +237,38 @@ impl Conn<'_> {
     async fn read_more(&mut self, deadline: Option<Instant>) -> std::io::Result<bool> {
         self.flush().await?;
         self.rbuf.reserve(8 * 1024);
-        let limits = &self.ctx.limits;
-        let read = match deadline {
-            Some(deadline) => {
-                let read = tokio::time::timeout_at(deadline, self.io.read_buf(&mut self.rbuf));
-                match read.await {
-                    Ok(read) => read,
-                    Err(_) => {
-                        let e = HeadError {
-                            status: StatusCode::REQUEST_TIMEOUT,
-                            reason: "request head not received in time",
-                        };
-                        self.refuse(&e).await;
-                        return Ok(false);
+        let idle = deadline.is_none();
+        if idle && self.ctx.shutdown.is_fired() {
+            return Ok(false);
+        }
+        let wanted =
+            deadline.unwrap_or_else(|| Instant::now() + self.ctx.limits.keep_alive_timeout);
+        if wanted < self.timer.deadline() {
+            self.timer.as_mut().reset(wanted);
+        }
+        loop {
+            tokio::select! {
+                biased;
+                read = self.io.read_buf(&mut self.rbuf) => return Ok(read? > 0),
+                () = self.timer.as_mut() => {
+                    if Instant::now() < wanted {
+                        // Fired for an earlier deadline; the one wanted now is later.
+                        self.timer.as_mut().reset(wanted);
+                        continue;
                     }
                 }
+                () = self.shutdown.as_mut(), if idle => return Ok(false),
             }
-            None => {
-                if self.ctx.shutdown.is_fired() {
-                    return Ok(false);
-                }
-                let read = tokio::time::timeout(
-                    limits.keep_alive_timeout,
-                    self.io.read_buf(&mut self.rbuf),
-                );
-                tokio::select! {
-                    read = read => match read {
-                        Ok(read) => read,
-                        Err(_) => return Ok(false),
-                    },
-                    () = self.ctx.shutdown.fired() => return Ok(false),
-                }
+            // The deadline passed.
+            if !idle {
+                let e = HeadError {
+                    status: StatusCode::REQUEST_TIMEOUT,
+                    reason: "request head not received in time",
+                };
+                self.refuse(&e).await;
             }
-        };
-        Ok(read? > 0)
+            return Ok(false);
+        }
     }
 
     /// Answers a refused head and closes the connection.

@@ -142,7 +142,9 @@ pub(crate) fn parse(
     let uri = Uri::from_maybe_shared(slice(target))
         .map_err(|_| HeadError::bad("invalid request target"))?;
 
-    let mut headers = HeaderMap::with_capacity(scratch.fields.len());
+    // Room for what layers add to a request (request id, forwarding headers) without
+    // growing the map.
+    let mut headers = HeaderMap::with_capacity(scratch.fields.len() + 4);
     let mut framing = Framing::new(version);
     for field in &scratch.fields {
         let name = HeaderName::from_bytes(&head[field.name.0..field.name.0 + field.name.1])
@@ -154,17 +156,12 @@ pub(crate) fn parse(
     }
     let framing = framing.finish(&method, limits.max_body_bytes)?;
 
-    let mut builder = http::Request::builder()
-        .method(method)
-        .uri(uri)
-        .version(version);
-    if let Some(h) = builder.headers_mut() {
-        *h = headers;
-    }
-    let (parts, ()) = builder
-        .body(())
-        .map_err(|_| HeadError::bad("invalid request"))?
-        .into_parts();
+    let mut req = http::Request::new(());
+    *req.method_mut() = method;
+    *req.uri_mut() = uri;
+    *req.version_mut() = version;
+    *req.headers_mut() = headers;
+    let (parts, ()) = req.into_parts();
     Ok(Some(Head {
         parts,
         framing: framing.body,
