@@ -262,3 +262,66 @@ mod tests {
         assert_eq!(dec.decode(&mut buf), Err(ChunkError::SizeLineTooLong));
     }
 }
+
+#[cfg(test)]
+mod proptests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn encode(payload: &[u8], sizes: &[usize]) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut rest = payload;
+        let mut i = 0;
+        while !rest.is_empty() {
+            let n = sizes[i % sizes.len()].clamp(1, rest.len());
+            out.extend_from_slice(format!("{n:x}\r\n").as_bytes());
+            out.extend_from_slice(&rest[..n]);
+            out.extend_from_slice(b"\r\n");
+            rest = &rest[n..];
+            i += 1;
+        }
+        out.extend_from_slice(b"0\r\n\r\n");
+        out
+    }
+
+    proptest! {
+        /// Any chunking of any payload, fed in any split, decodes to the payload.
+        #[test]
+        fn decodes_any_chunking_fed_in_any_split(
+            payload in proptest::collection::vec(any::<u8>(), 0..4096),
+            sizes in proptest::collection::vec(1usize..600, 1..8),
+            feed in 1usize..300,
+        ) {
+            let wire = encode(&payload, &sizes);
+            let mut dec = ChunkedDecoder::new(1024);
+            let mut buf = BytesMut::new();
+            let mut out = Vec::new();
+            let mut done = false;
+            for piece in wire.chunks(feed) {
+                buf.extend_from_slice(piece);
+                loop {
+                    match dec.decode(&mut buf).unwrap() {
+                        Decoded::Data(d) => out.extend_from_slice(&d),
+                        Decoded::Done => { done = true; break; }
+                        Decoded::NeedMore => break,
+                    }
+                }
+            }
+            prop_assert!(done);
+            prop_assert_eq!(out, payload);
+        }
+
+        /// Arbitrary bytes end in data, an error or a request for more; never a panic.
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..1024)) {
+            let mut dec = ChunkedDecoder::new(256);
+            let mut buf = BytesMut::from(&bytes[..]);
+            for _ in 0..bytes.len() + 2 {
+                match dec.decode(&mut buf) {
+                    Ok(Decoded::Data(_)) => {}
+                    Ok(Decoded::Done | Decoded::NeedMore) | Err(_) => break,
+                }
+            }
+        }
+    }
+}

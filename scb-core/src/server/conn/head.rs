@@ -488,3 +488,59 @@ mod tests {
         assert_eq!(status_of(s), StatusCode::EXPECTATION_FAILED);
     }
 }
+
+#[cfg(test)]
+mod proptests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const LIMITS: HeadLimits = HeadLimits {
+        max_header_bytes: 4096,
+        max_headers: 16,
+        max_body_bytes: 1 << 20,
+    };
+
+    fn field() -> impl Strategy<Value = String> {
+        ("[A-Za-z][A-Za-z0-9-]{0,20}", "[ -~]{0,40}")
+            .prop_map(|(n, v)| format!("{n}: {}\r\n", v.trim()))
+    }
+
+    proptest! {
+        /// Whatever bytes arrive, parsing answers (a head, "need more", or a status) and
+        /// never panics; a parsed head consumed exactly its own bytes.
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..2048)) {
+            let mut buf = BytesMut::from(&bytes[..]);
+            match parse(&mut buf, LIMITS, &mut Scratch::default()) {
+                Ok(Some(head)) => prop_assert_eq!(head.raw.len() + buf.len(), bytes.len()),
+                Ok(None) => prop_assert_eq!(buf.len(), bytes.len()),
+                Err(e) => prop_assert!(e.status.is_client_error() || e.status.is_server_error()),
+            }
+        }
+
+        /// A well-formed head is parsed the same however much of what follows it is
+        /// already buffered, and the following bytes are left untouched.
+        #[test]
+        fn valid_heads_parse_and_leave_the_rest(
+            path in "/[a-z0-9/._-]{0,30}",
+            fields in proptest::collection::vec(field(), 0..8),
+            rest in proptest::collection::vec(any::<u8>(), 0..64),
+        ) {
+            let mut raw = format!("GET {path} HTTP/1.1\r\nHost: example\r\n");
+            for f in &fields {
+                raw.push_str(f);
+            }
+            raw.push_str("\r\n");
+            let mut buf = BytesMut::from(raw.as_bytes());
+            buf.extend_from_slice(&rest);
+            let head = match parse(&mut buf, LIMITS, &mut Scratch::default()) {
+                Ok(Some(head)) => head,
+                // Generated names can collide with framing fields (e.g. "Content-Length").
+                Err(e) => return Err(TestCaseError::reject(format!("{e:?}"))),
+                Ok(None) => return Err(TestCaseError::fail("complete head not parsed")),
+            };
+            prop_assert_eq!(head.parts.uri.path(), &path[..]);
+            prop_assert_eq!(&buf[..], &rest[..]);
+        }
+    }
+}
