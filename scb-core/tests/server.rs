@@ -765,3 +765,40 @@ fn h2c_prior_knowledge_is_served_by_hyper() {
         assert_eq!(&body[..], b"over h2");
     });
 }
+
+#[test]
+fn idle_h2c_connection_is_closed_after_the_keep_alive_timeout() {
+    let limits = Limits {
+        keep_alive_timeout: Duration::from_millis(300),
+        ..Limits::default()
+    };
+    let server = TestServer::start(1, limits);
+    let addr = server.addr;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async move {
+        let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (mut sender, conn) = hyper::client::conn::http2::handshake(
+            hyper_util::rt::TokioExecutor::new(),
+            hyper_util::rt::TokioIo::new(stream),
+        )
+        .await
+        .unwrap();
+        let conn = tokio::spawn(conn);
+        let req = Request::get("http://t/hello")
+            .body(http_body_util::Full::new(Bytes::new()))
+            .unwrap();
+        let started = Instant::now();
+        let res = sender.send_request(req).await.unwrap();
+        assert_eq!(res.status(), 200);
+        // The server sends GOAWAY once idle and closes; the client connection ends.
+        tokio::time::timeout(Duration::from_secs(5), conn)
+            .await
+            .expect("idle HTTP/2 connection was not closed")
+            .unwrap()
+            .unwrap();
+        assert!(started.elapsed() >= Duration::from_millis(250));
+    });
+}

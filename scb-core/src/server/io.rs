@@ -1,5 +1,6 @@
 //! I/O helpers for the connection drivers.
 
+use std::future::Future as _;
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -115,5 +116,170 @@ mod tests {
             .await
             .unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+    }
+}
+
+/// When bytes last moved on a connection. Shared with the I/O object, which hyper may
+/// move into an upgrade (that must be `Send`), hence atomics rather than a `Cell`.
+#[derive(Clone, Debug)]
+pub(crate) struct Activity {
+    inner: std::sync::Arc<ActivityInner>,
+}
+
+#[derive(Debug)]
+struct ActivityInner {
+    base: tokio::time::Instant,
+    millis: std::sync::atomic::AtomicU64,
+}
+
+impl Activity {
+    pub(crate) fn new() -> Self {
+        Self {
+            inner: std::sync::Arc::new(ActivityInner {
+                base: tokio::time::Instant::now(),
+                millis: std::sync::atomic::AtomicU64::new(0),
+            }),
+        }
+    }
+
+    pub(crate) fn touch(&self) {
+        let millis = u64::try_from(self.inner.base.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.inner
+            .millis
+            .store(millis, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub(crate) fn last(&self) -> tokio::time::Instant {
+        let millis = self.inner.millis.load(std::sync::atomic::Ordering::Relaxed);
+        self.inner.base + Duration::from_millis(millis)
+    }
+}
+
+/// The send timeout and idle tracking for connections hyper drives.
+///
+/// A write that stays pending for `send_timeout` fails with `TimedOut` (hyper then closes
+/// the connection); every read or write that moves bytes records the time in `activity`,
+/// which the driver uses to close idle connections gracefully.
+#[derive(Debug)]
+pub(crate) struct TimedIo<T> {
+    inner: T,
+    send_timeout: Duration,
+    /// Boxed so that `TimedIo` stays `Unpin`, as hyper wants its I/O.
+    stall: Pin<Box<tokio::time::Sleep>>,
+    stalled: bool,
+    activity: Activity,
+}
+
+impl<T> TimedIo<T> {
+    pub(crate) fn new(inner: T, send_timeout: Duration, activity: Activity) -> Self {
+        Self {
+            inner,
+            send_timeout,
+            stall: Box::pin(tokio::time::sleep(send_timeout)),
+            stalled: false,
+            activity,
+        }
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for TimedIo<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let result = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.activity.touch();
+        }
+        result
+    }
+}
+
+impl<T: AsyncWrite + Unpin> TimedIo<T> {
+    fn poll_progress<R>(
+        &mut self,
+        cx: &mut Context<'_>,
+        op: impl FnOnce(Pin<&mut T>, &mut Context<'_>) -> Poll<io::Result<R>>,
+    ) -> Poll<io::Result<R>> {
+        match op(Pin::new(&mut self.inner), cx) {
+            Poll::Ready(result) => {
+                self.stalled = false;
+                self.activity.touch();
+                Poll::Ready(result)
+            }
+            Poll::Pending => {
+                if !self.stalled {
+                    self.stalled = true;
+                    let deadline = tokio::time::Instant::now() + self.send_timeout;
+                    self.stall.as_mut().reset(deadline);
+                }
+                match self.stall.as_mut().poll(cx) {
+                    Poll::Ready(()) => {
+                        Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, "send timeout")))
+                    }
+                    Poll::Pending => Poll::Pending,
+                }
+            }
+        }
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for TimedIo<T> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        self.poll_progress(cx, |io, cx| io.poll_write(cx, buf))
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        self.poll_progress(cx, |io, cx| io.poll_write_vectored(cx, bufs))
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.poll_progress(cx, AsyncWrite::poll_flush)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod timed_io_tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_stalled_write_fails_after_the_send_timeout() {
+        let (a, _b) = tokio::io::duplex(16);
+        let mut io = TimedIo::new(a, Duration::from_millis(50), Activity::new());
+        let err = io.write_all(&[0u8; 64]).await.unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+    }
+
+    #[tokio::test]
+    async fn progress_is_recorded_as_activity() {
+        let (a, mut b) = tokio::io::duplex(1024);
+        let activity = Activity::new();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let mut io = TimedIo::new(a, Duration::from_secs(1), activity.clone());
+        io.write_all(b"hello").await.unwrap();
+        assert!(activity.last() >= activity.inner.base + Duration::from_millis(20));
+        let mut buf = [0u8; 5];
+        tokio::io::AsyncReadExt::read_exact(&mut b, &mut buf)
+            .await
+            .unwrap();
+        assert_eq!(&buf, b"hello");
     }
 }

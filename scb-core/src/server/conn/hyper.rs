@@ -16,12 +16,13 @@ use http_body_util::Either;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpStream;
+use tokio::time::Instant;
 use tower::Service;
 
 use super::body::BodyError;
 use super::{ConnCtx, call_service, error_response};
 use crate::server::ConnectInfo;
-use crate::server::io::Rewind;
+use crate::server::io::{Activity, Rewind, TimedIo};
 use crate::{Body, BoxError};
 
 /// Most concurrent streams one HTTP/2 client may open; hyper's default is unbounded-ish,
@@ -55,6 +56,8 @@ pub(crate) async fn serve_h2<S, B>(
 {
     let limits = &ctx.limits;
     let max_header_list = u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX);
+    let activity = Activity::new();
+    let io = TimedIo::new(io, limits.send_timeout, activity.clone());
     let conn = hyper::server::conn::http2::Builder::new(LocalExec)
         .timer(TokioTimer::new())
         .max_concurrent_streams(H2_MAX_CONCURRENT_STREAMS)
@@ -63,7 +66,7 @@ pub(crate) async fn serve_h2<S, B>(
     let mut conn = pin!(conn);
     let result = tokio::select! {
         r = conn.as_mut() => r,
-        () = ctx.shutdown.fired() => {
+        () = until_idle_or_shutdown(&activity, ctx) => {
             conn.as_mut().graceful_shutdown();
             conn.await
         }
@@ -86,6 +89,8 @@ pub(crate) async fn serve_h1<S, B>(
     B::Error: Into<BoxError>,
 {
     let limits = &ctx.limits;
+    let activity = Activity::new();
+    let io = TimedIo::new(io, limits.send_timeout, activity.clone());
     let conn = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_read_timeout)
@@ -96,13 +101,32 @@ pub(crate) async fn serve_h1<S, B>(
     let mut conn = pin!(conn);
     let result = tokio::select! {
         r = conn.as_mut() => r,
-        () = ctx.shutdown.fired() => {
+        () = until_idle_or_shutdown(&activity, ctx) => {
             conn.as_mut().graceful_shutdown();
             conn.await
         }
     };
     if let Err(e) = result {
         tracing::debug!(peer = %info.remote, error = %e, "HTTP/1.1 connection ended with an error");
+    }
+}
+
+/// Resolves when the server shuts down, or when no byte has moved on the connection for
+/// the keep-alive timeout. Either way the connection is then closed gracefully: hyper
+/// finishes the requests in flight (an HTTP/2 client gets GOAWAY) and accepts no more.
+async fn until_idle_or_shutdown(activity: &Activity, ctx: &ConnCtx) {
+    let idle = async {
+        loop {
+            let deadline = activity.last() + ctx.limits.keep_alive_timeout;
+            if Instant::now() >= deadline {
+                return;
+            }
+            tokio::time::sleep_until(deadline).await;
+        }
+    };
+    tokio::select! {
+        () = idle => tracing::debug!("closing an idle connection"),
+        () = ctx.shutdown.fired() => {}
     }
 }
 
