@@ -26,6 +26,14 @@ use tracing_subscriber::filter::{Directive, LevelFilter};
 
 use crate::plan::Plan;
 
+/// mimalloc instead of the system allocator: a request on the respond path makes about ten
+/// short-lived allocations (header maps, extensions, the request id). callgrind on
+/// `/respond`: 11.3k instructions per request with glibc malloc, 10.7k with mimalloc.
+/// nginx avoids the same cost with its per-request pools. Only the binary chooses an
+/// allocator; the library crates leave it to their users.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// A web server built from composable tower layers.
 #[derive(Debug, Parser)]
 #[command(name = "scb", version, about)]

@@ -7,7 +7,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::{Buf, Bytes};
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// An I/O object that first yields bytes already read from it.
 ///
@@ -76,21 +76,28 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Rewind<T> {
     }
 }
 
-/// Writes all of `buf`, failing with `TimedOut` when one write makes no progress for
+/// Writes all of `buf`, failing with `TimedOut` when the socket stays unwritable for
 /// `send_timeout`: a slow reader is given as long as it keeps reading, a stalled one is not.
-pub(crate) async fn write_all_progress<W: AsyncWrite + Unpin>(
-    io: &mut W,
+///
+/// Each write is tried first without waiting (the socket usually has room), so the timer
+/// is only armed when a write would block.
+pub(crate) async fn write_all_progress(
+    io: &tokio::net::TcpStream,
     mut buf: &[u8],
     send_timeout: Duration,
 ) -> io::Result<()> {
     while !buf.is_empty() {
-        let n = tokio::time::timeout(send_timeout, io.write(buf))
-            .await
-            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "send timeout"))??;
-        if n == 0 {
-            return Err(io::ErrorKind::WriteZero.into());
+        match io.try_write(buf) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => buf = &buf[n..],
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                tokio::time::timeout(send_timeout, io.writable())
+                    .await
+                    .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "send timeout"))??;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
         }
-        buf = &buf[n..];
     }
     Ok(())
 }
@@ -111,8 +118,14 @@ mod tests {
 
     #[tokio::test]
     async fn write_times_out_when_the_peer_stops_reading() {
-        let (mut a, _b) = tokio::io::duplex(16);
-        let err = write_all_progress(&mut a, &[0u8; 64], Duration::from_millis(50))
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = tokio::net::TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (_server, _) = listener.accept().await.unwrap();
+        // Far more than both socket buffers hold; the peer never reads.
+        let big = vec![0u8; 64 << 20];
+        let err = write_all_progress(&client, &big, Duration::from_millis(100))
             .await
             .unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::TimedOut);
@@ -259,6 +272,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for TimedIo<T> {
 #[cfg(test)]
 mod timed_io_tests {
     use super::*;
+    use tokio::io::AsyncWriteExt as _;
 
     #[tokio::test]
     async fn a_stalled_write_fails_after_the_send_timeout() {

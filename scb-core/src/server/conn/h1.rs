@@ -288,7 +288,7 @@ impl Conn<'_> {
     async fn flush(&mut self) -> std::io::Result<()> {
         if !self.wbuf.is_empty() {
             let result =
-                write_all_progress(&mut self.io, &self.wbuf, self.ctx.limits.send_timeout).await;
+                write_all_progress(&self.io, &self.wbuf, self.ctx.limits.send_timeout).await;
             self.wbuf.clear();
             result?;
         }
@@ -302,7 +302,7 @@ impl Conn<'_> {
             return Ok(());
         }
         self.flush().await?;
-        write_all_progress(&mut self.io, data, self.ctx.limits.send_timeout).await
+        write_all_progress(&self.io, data, self.ctx.limits.send_timeout).await
     }
 
     /// Writes one response; returns whether the connection may carry another request.
