@@ -1,0 +1,133 @@
+//! Filesystem calls of the static-file layer behind one portable interface (the cap-std
+//! shape): [`RootDir`] resolves a normalised relative path beneath a root directory and
+//! returns an open file, and [`read_at_nowait`] reads without blocking on a page-cache
+//! miss.
+//!
+//! On Linux the lookup is one `openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)` from the
+//! root's descriptor, so the kernel, not a string check, keeps every path beneath the root,
+//! race-free against concurrent renames and symlink swaps; with [`Mode::Cached`] it adds
+//! `RESOLVE_CACHED`, so a lookup that would need disk I/O says so instead of blocking the
+//! worker. Where `openat2` is unavailable (kernel < 5.6, seccomp) it falls back, once and
+//! for good, to a component-by-component `openat(O_NOFOLLOW)` walk (`walk.rs`), which is
+//! also the portable implementation on other Unix systems.
+
+#[cfg(target_os = "linux")]
+mod linux;
+#[cfg(not(target_os = "linux"))]
+mod portable;
+mod walk;
+
+use std::fs::File;
+use std::io;
+
+#[cfg(target_os = "linux")]
+pub(crate) use linux::{RootDir, read_at_nowait};
+#[cfg(not(target_os = "linux"))]
+pub(crate) use portable::{RootDir, read_at_nowait};
+
+/// What to do with symbolic links met during a lookup.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Symlinks {
+    /// Follow links whose target stays beneath the root; the kernel refuses the rest.
+    #[default]
+    Beneath,
+    /// Refuse every symbolic link.
+    None,
+}
+
+/// Whether a lookup may wait for the disk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// Only from the kernel's caches; [`OpenError::WouldBlock`] when I/O would be needed.
+    /// Safe to call on an async worker.
+    Cached,
+    /// May block on I/O: for the blocking pool.
+    Blocking,
+}
+
+/// Why a lookup found no file to serve.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum OpenError {
+    /// No such file, or a path the kernel refused to resolve beneath the root (an escape,
+    /// a refused link, a non-directory in the middle): the client learns nothing more.
+    #[error("not found")]
+    NotFound,
+    /// The file exists but may not be read.
+    #[error("permission denied")]
+    Forbidden,
+    /// Resolving from the caches alone was not possible; retry with [`Mode::Blocking`] off
+    /// the worker.
+    #[error("lookup would block")]
+    WouldBlock,
+    /// Anything else: an I/O error that is the server's problem, not the client's.
+    #[error("i/o error: {0}")]
+    Io(#[from] io::Error),
+}
+
+/// What a lookup opened.
+#[derive(Debug)]
+pub(crate) struct Opened {
+    pub(crate) file: File,
+    pub(crate) meta: Meta,
+}
+
+/// The metadata the layer needs, from one `fstat` of the descriptor actually opened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Meta {
+    pub(crate) kind: Kind,
+    pub(crate) len: u64,
+    pub(crate) modified_secs: i64,
+    pub(crate) modified_nanos: u32,
+    pub(crate) dev: u64,
+    pub(crate) ino: u64,
+}
+
+/// The kinds of file the layer tells apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    File,
+    Dir,
+    /// FIFOs, sockets, devices: never served.
+    Other,
+}
+
+fn meta_of(file: &File) -> io::Result<Meta> {
+    let st = rustix::fs::fstat(file)?;
+    let kind = match rustix::fs::FileType::from_raw_mode(st.st_mode) {
+        rustix::fs::FileType::RegularFile => Kind::File,
+        rustix::fs::FileType::Directory => Kind::Dir,
+        _ => Kind::Other,
+    };
+    Ok(Meta {
+        kind,
+        len: u64::try_from(st.st_size).unwrap_or(0),
+        modified_secs: st.st_mtime,
+        modified_nanos: u32::try_from(st.st_mtime_nsec).unwrap_or(0),
+        #[allow(
+            clippy::useless_conversion,
+            reason = "st_dev and st_ino widths vary by platform"
+        )]
+        dev: u64::from(st.st_dev),
+        #[allow(
+            clippy::useless_conversion,
+            reason = "st_dev and st_ino widths vary by platform"
+        )]
+        ino: u64::from(st.st_ino),
+    })
+}
+
+/// Maps an `open` errno to what the client may learn.
+fn classify(e: rustix::io::Errno) -> OpenError {
+    use rustix::io::Errno;
+    match e {
+        Errno::NOENT | Errno::NOTDIR | Errno::XDEV | Errno::LOOP | Errno::NAMETOOLONG => {
+            OpenError::NotFound
+        }
+        Errno::ACCESS | Errno::PERM => OpenError::Forbidden,
+        Errno::AGAIN => OpenError::WouldBlock,
+        other => OpenError::Io(other.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests;
