@@ -12,4 +12,7 @@
 )]
 mod sys;
 
+#[allow(dead_code, reason = "ServeStatic, later in issue 4, calls it")]
+mod path;
+
 pub use sys::Symlinks;
