@@ -2,8 +2,14 @@
 //! `.cargo/config.toml`).
 //!
 //! - `ci`: everything CI checks, in order, stopping at the first failure: formatting,
-//!   clippy with warnings denied, every test (doctests included), and the docs with
-//!   warnings denied. `.ci/run` runs exactly this.
+//!   clippy with warnings denied, every test (doctests included), the docs with warnings
+//!   denied, and a quick run of the benchmark harness as a smoke test of every server
+//!   configuration. `.ci/run` runs exactly this.
+//! - `bench [ARGS]`: builds the release binaries and runs the load harness (`bench/`):
+//!   scb against nginx, Caddy and axum + ServeDir; ARGS go to the harness
+//!   (`--quick`, `--servers`, `--scenarios`, `--duration`, `--workers`, ...).
+//! - `profile SCENARIO [ARGS]`: syscalls, context switches and instructions per request
+//!   for scb in one scenario (strace, /proc, callgrind), through the harness.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -14,12 +20,20 @@ use anyhow::{Context as _, bail};
 const USAGE: &str = "usage: cargo xtask <command>
 
 commands:
-  ci    cargo fmt --check, clippy -D warnings, all tests, docs -D warnings";
+  ci                  cargo fmt --check, clippy -D warnings, all tests, docs -D warnings,
+                      then `bench --quick` (every server and scenario, bytes verified)
+  bench [ARGS]        build release binaries, run the load harness; ARGS go to it
+                      (--quick --servers a,b --scenarios a,b --duration S --workers N ...)
+  profile SCENARIO    syscalls, context switches and instructions per request for scb";
 
 fn main() -> ExitCode {
     let command = std::env::args().nth(1);
     let result = match command.as_deref() {
         Some("ci") if std::env::args().len() == 2 => ci(),
+        Some("bench") => bench(&std::env::args().skip(2).collect::<Vec<_>>(), "run"),
+        Some("profile") if std::env::args().len() >= 3 => {
+            bench(&std::env::args().skip(2).collect::<Vec<_>>(), "profile")
+        }
         Some("help" | "--help" | "-h") => {
             say(USAGE);
             return ExitCode::SUCCESS;
@@ -89,7 +103,7 @@ fn ci() -> anyhow::Result<()> {
             .map(|(k, v)| format!("{k}=\"{v}\" "))
             .chain(std::iter::once(format!("cargo {}", step.args.join(" "))))
             .collect();
-        say(&format!("==> [{}/{}] {shown}", i + 1, CI.len()));
+        say(&format!("==> [{}/{}] {shown}", i + 1, CI.len() + 1));
         let mut command = Command::new(&cargo);
         command
             .args(step.args)
@@ -105,6 +119,12 @@ fn ci() -> anyhow::Result<()> {
             bail!("{shown} failed ({status})");
         }
     }
+    say(&format!(
+        "==> [{}/{}] cargo xtask bench --quick",
+        CI.len() + 1,
+        CI.len() + 1
+    ));
+    bench(&["--quick".to_owned()], "run").context("the benchmark smoke test")?;
     say("==> ci passed");
     // One closing line for the whole run: cargo prints a `test result` per test binary,
     // and the last of them (an empty crate's doctests) says 0 passed.
@@ -160,6 +180,38 @@ fn run_counting_tests(
         }
     }
     child.wait()
+}
+
+/// Builds the release binaries the harness drives and runs the harness's `mode`
+/// (`run` or `profile`) with `args`.
+fn bench(args: &[String], mode: &str) -> anyhow::Result<()> {
+    let root = workspace_root();
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
+    let status = Command::new(&cargo)
+        .args(["build", "--release", "-p", "scb-bin", "-p", "bench"])
+        .current_dir(&root)
+        .status()
+        .context("running cargo build --release")?;
+    if !status.success() {
+        bail!("cargo build --release failed ({status})");
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| root.join("target"), PathBuf::from)
+        .join("release");
+    let status = Command::new(target.join("bench"))
+        .arg(mode)
+        .arg("--scb")
+        .arg(target.join("scb"))
+        .arg("--axum-servedir")
+        .arg(target.join("axum-servedir"))
+        .args(args)
+        .current_dir(&root)
+        .status()
+        .context("running the bench harness")?;
+    if !status.success() {
+        bail!("bench {mode} {} failed ({status})", args.join(" "));
+    }
+    Ok(())
 }
 
 /// The workspace root: the parent of this crate's directory.

@@ -1,0 +1,241 @@
+//! One row per server and scenario: what was measured (or why not), and the figures derived
+//! from it, including the ratio to nginx.
+
+use serde::Serialize;
+
+use crate::harness::load::LoadResult;
+use crate::harness::scenario::Scenario;
+use crate::harness::server::Server;
+
+/// Where a row failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum Stage {
+    /// Rendering the config, starting, or waiting for the port.
+    Start,
+    /// A URL did not answer 200 with the fixture's bytes.
+    Verification,
+    /// The load tool failed, or the server died under load.
+    Load,
+    /// The server could not be stopped cleanly (processes left behind).
+    Stop,
+}
+
+impl Stage {
+    fn label(self) -> &'static str {
+        match self {
+            Stage::Start => "to start",
+            Stage::Verification => "verification",
+            Stage::Load => "under load",
+            Stage::Stop => "to stop",
+        }
+    }
+}
+
+/// The figures of a measured row.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub(crate) struct Figures {
+    /// What the load tool saw.
+    pub(crate) load: LoadResult,
+    /// Server CPU-seconds (user + system, whole process tree) in the measured window.
+    pub(crate) cpu_s: f64,
+    /// Peak RSS of the server's process tree, KiB (sum of `VmHWM`).
+    pub(crate) peak_rss_kib: u64,
+}
+
+impl Figures {
+    /// Responses per server CPU-second: the fairest figure when the client saturates.
+    pub(crate) fn req_per_cpu_s(&self) -> Option<f64> {
+        (self.cpu_s > 0.0).then(|| self.load.responses as f64 / self.cpu_s)
+    }
+
+    /// Peak RSS in MiB.
+    pub(crate) fn peak_rss_mib(&self) -> f64 {
+        self.peak_rss_kib as f64 / 1024.0
+    }
+}
+
+/// What happened to a row.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub(crate) enum Outcome {
+    /// Measured.
+    Measured(Figures),
+    /// The server cannot serve this scenario yet (capability table).
+    NotSupported,
+    /// Something failed; nothing was (or can be trusted to have been) measured.
+    Failed {
+        /// Where.
+        stage: Stage,
+        /// What went wrong.
+        message: String,
+    },
+}
+
+/// One server in one scenario.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Row {
+    /// The server.
+    pub(crate) server: Server,
+    /// The scenario.
+    pub(crate) scenario: Scenario,
+    /// What happened.
+    pub(crate) outcome: Outcome,
+    /// req/CPU-s relative to nginx's in the same scenario; set by [`fill_ratios`].
+    pub(crate) vs_nginx: Option<f64>,
+}
+
+impl Row {
+    /// A row without its ratio yet.
+    pub(crate) fn new(server: Server, scenario: Scenario, outcome: Outcome) -> Row {
+        Row {
+            server,
+            scenario,
+            outcome,
+            vs_nginx: None,
+        }
+    }
+
+    /// The figures, if measured.
+    pub(crate) fn figures(&self) -> Option<&Figures> {
+        match &self.outcome {
+            Outcome::Measured(figures) => Some(figures),
+            _ => None,
+        }
+    }
+
+    /// `measured`, `not-supported` or `failed`.
+    pub(crate) fn status(&self) -> &'static str {
+        match self.outcome {
+            Outcome::Measured(_) => "measured",
+            Outcome::NotSupported => "not-supported",
+            Outcome::Failed { .. } => "failed",
+        }
+    }
+
+    /// What makes this row a failure of the run: a failed stage, or a load that saw
+    /// non-2xx responses or none at all (a benchmark of a wrong answer is worthless).
+    pub(crate) fn problem(&self) -> Option<String> {
+        match &self.outcome {
+            Outcome::Failed { stage, message } => {
+                Some(format!("FAILED {}: {message}", stage.label()))
+            }
+            Outcome::Measured(f) if f.load.responses == 0 => {
+                Some("FAILED under load: no responses".to_owned())
+            }
+            Outcome::Measured(f) if f.load.non_2xx > 0 => Some(format!(
+                "FAILED under load: {} non-2xx responses",
+                f.load.non_2xx
+            )),
+            Outcome::Measured(_) | Outcome::NotSupported => None,
+        }
+    }
+
+    /// A note worth printing that does not fail the run (transport errors).
+    pub(crate) fn note(&self) -> Option<String> {
+        let f = self.figures()?;
+        (f.load.transport_errors > 0).then(|| {
+            format!(
+                "{} transport errors (connect/read/write/timeout)",
+                f.load.transport_errors
+            )
+        })
+    }
+}
+
+/// Sets each measured row's ratio of req/CPU-s to nginx's in the same scenario (nginx's own
+/// row gets 1.0). Rows stay without a ratio when nginx was not measured in that scenario.
+pub(crate) fn fill_ratios(rows: &mut [Row]) {
+    let baselines: Vec<(Scenario, f64)> = rows
+        .iter()
+        .filter(|r| r.server == Server::Nginx)
+        .filter_map(|r| Some((r.scenario, r.figures()?.req_per_cpu_s()?)))
+        .filter(|(_, v)| *v > 0.0)
+        .collect();
+    for row in rows.iter_mut() {
+        let base = baselines
+            .iter()
+            .find(|(s, _)| *s == row.scenario)
+            .map(|(_, v)| *v);
+        row.vs_nginx = match (row.figures().and_then(Figures::req_per_cpu_s), base) {
+            (Some(value), Some(base)) => Some(value / base),
+            _ => None,
+        };
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::harness::load::Tool;
+
+    /// A measured row with `responses` in 10 s and `cpu_s` CPU-seconds.
+    pub(crate) fn measured(server: Server, scenario: Scenario, responses: u64, cpu_s: f64) -> Row {
+        Row::new(
+            server,
+            scenario,
+            Outcome::Measured(Figures {
+                load: LoadResult {
+                    tool: Tool::Wrk,
+                    responses,
+                    non_2xx: 0,
+                    transport_errors: 0,
+                    duration_s: 10.0,
+                    mean_us: 1500.0,
+                    p50_us: Some(1000.0),
+                    p95_us: Some(2500.0),
+                    p99_us: Some(4000.0),
+                },
+                cpu_s,
+                peak_rss_kib: 10 * 1024,
+            }),
+        )
+    }
+
+    #[test]
+    fn ratios_are_per_scenario_against_nginx() {
+        let mut rows = vec![
+            measured(Server::Scb, Scenario::Respond, 1_000_000, 10.0),
+            measured(Server::Nginx, Scenario::Respond, 1_000_000, 8.0),
+            measured(Server::Caddy, Scenario::Proxy, 100, 1.0),
+            Row::new(Server::Scb, Scenario::Proxy, Outcome::NotSupported),
+        ];
+        fill_ratios(&mut rows);
+        assert_eq!(rows[0].vs_nginx, Some(0.8));
+        assert_eq!(rows[1].vs_nginx, Some(1.0));
+        assert_eq!(rows[2].vs_nginx, None, "no nginx row in proxy");
+        assert_eq!(rows[3].vs_nginx, None);
+    }
+
+    #[test]
+    fn non_2xx_under_load_is_a_problem_and_transport_errors_a_note() {
+        let mut row = measured(Server::Caddy, Scenario::Respond, 100, 1.0);
+        assert_eq!(row.problem(), None);
+        if let Outcome::Measured(f) = &mut row.outcome {
+            f.load.non_2xx = 3;
+            f.load.transport_errors = 2;
+        }
+        assert_eq!(
+            row.problem().unwrap(),
+            "FAILED under load: 3 non-2xx responses"
+        );
+        assert!(row.note().unwrap().starts_with("2 transport errors"));
+        let failed = Row::new(
+            Server::Nginx,
+            Scenario::Static1m,
+            Outcome::Failed {
+                stage: Stage::Verification,
+                message: "GET /1m.bin: status 404".into(),
+            },
+        );
+        assert_eq!(
+            failed.problem().unwrap(),
+            "FAILED verification: GET /1m.bin: status 404"
+        );
+    }
+
+    #[test]
+    fn zero_cpu_has_no_per_cpu_figure() {
+        let row = measured(Server::Scb, Scenario::Respond, 100, 0.0);
+        assert_eq!(row.figures().unwrap().req_per_cpu_s(), None);
+    }
+}

@@ -1,0 +1,204 @@
+//! The load generators' common result, and running one pinned to the load CPUs.
+
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::bail;
+use serde::Serialize;
+
+use crate::harness::cpuset::CpuSet;
+use crate::harness::server::Launch;
+use crate::harness::{h2load, process, wrk};
+
+/// Concurrent HTTP/2 streams per h2load connection. One would make HTTP/2 a slower
+/// HTTP/1.1; browsers and proxies keep several in flight, and 10 with 64 connections keeps
+/// a single server CPU saturated without queueing hundreds of requests per connection.
+pub(crate) const H2_STREAMS: usize = 10;
+
+/// How long a load run may overrun its duration before it is killed: wrk and h2load stop
+/// on their own at the end, but a server that stops answering must not hang the harness.
+const OVERRUN: Duration = Duration::from_secs(30);
+
+/// Which tool produced a result.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum Tool {
+    /// wrk (HTTP/1.1).
+    Wrk,
+    /// h2load (HTTP/2).
+    H2load,
+}
+
+/// What a load run measured, in the tool's own terms, normalised.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub(crate) struct LoadResult {
+    /// The tool.
+    pub(crate) tool: Tool,
+    /// Completed responses (any status).
+    pub(crate) responses: u64,
+    /// Responses with an error status. Both tools count statuses >= 400 only (wrk's
+    /// `errors.status`, h2load's failed-with-a-response), so a 3xx would pass unnoticed
+    /// here; verification has already seen 200 for every URL.
+    pub(crate) non_2xx: u64,
+    /// Connect, read, write and timeout errors (wrk); streams that ended without a response
+    /// (h2load's `errored`).
+    pub(crate) transport_errors: u64,
+    /// The measured window as the tool timed it, seconds.
+    pub(crate) duration_s: f64,
+    /// Mean latency, µs.
+    pub(crate) mean_us: f64,
+    /// Median latency, µs (wrk only: h2load reports no percentiles).
+    pub(crate) p50_us: Option<f64>,
+    /// 95th percentile, µs (wrk only).
+    pub(crate) p95_us: Option<f64>,
+    /// 99th percentile, µs (wrk only).
+    pub(crate) p99_us: Option<f64>,
+}
+
+impl LoadResult {
+    /// Responses per second over the tool's window.
+    pub(crate) fn rps(&self) -> f64 {
+        if self.duration_s > 0.0 {
+            self.responses as f64 / self.duration_s
+        } else {
+            0.0
+        }
+    }
+
+    /// 2xx responses over all attempts that ended (responses plus transport errors).
+    pub(crate) fn success_rate(&self) -> f64 {
+        let attempts = self.responses + self.transport_errors;
+        if attempts == 0 {
+            0.0
+        } else {
+            (self.responses - self.non_2xx.min(self.responses)) as f64 / attempts as f64
+        }
+    }
+}
+
+/// The load generator's settings.
+#[derive(Clone, Debug)]
+pub(crate) struct LoadGen {
+    /// Where it runs (shared with the upstream nginx).
+    pub(crate) cpus: CpuSet,
+    /// Connections.
+    pub(crate) connections: usize,
+}
+
+/// What to load.
+#[derive(Debug)]
+pub(crate) enum Target<'a> {
+    /// HTTP/1.1 with wrk: the URL and its Lua script (which prints the summary line and,
+    /// for `static-many`, picks the paths).
+    Http1 {
+        /// Base URL.
+        url: &'a str,
+        /// The Lua script.
+        script: &'a Path,
+    },
+    /// HTTP/2 over TLS with h2load.
+    H2 {
+        /// The URL.
+        url: &'a str,
+    },
+}
+
+impl LoadGen {
+    /// One thread per load CPU: the load generator must not be the bottleneck, and more
+    /// threads than CPUs only adds switching.
+    pub(crate) fn threads(&self) -> usize {
+        self.cpus.count()
+    }
+
+    /// Runs the load for `duration` seconds (fractions allowed) and parses its result. The
+    /// tool's own output is kept in `transcript` (for reading when a figure looks odd).
+    ///
+    /// # Errors
+    ///
+    /// When the tool cannot be run, fails, or prints no parsable summary.
+    pub(crate) fn run(
+        &self,
+        target: &Target<'_>,
+        duration: f64,
+        transcript: &Path,
+    ) -> anyhow::Result<LoadResult> {
+        if !(duration > 0.0 && duration.is_finite()) {
+            bail!("invalid duration {duration}");
+        }
+        let window = Duration::from_secs_f64(duration);
+        match target {
+            Target::Http1 { url, script } => {
+                let (launch, interrupt) = wrk::launch(self, url, script, window);
+                let out = process::run_tool(&self.cpus, &launch, interrupt, window + OVERRUN)?;
+                keep(transcript, &launch, &self.cpus, &out);
+                wrk::parse(&out.stdout).map_err(|e| {
+                    anyhow::anyhow!(
+                        "{e:#} (wrk {}; stderr: {}; stdout: {})",
+                        out.status,
+                        out.stderr.trim(),
+                        out.stdout.trim()
+                    )
+                })
+            }
+            Target::H2 { url } => {
+                let launch = h2load::launch(self, url, window);
+                let out = process::run_tool(&self.cpus, &launch, None, window + OVERRUN)?;
+                keep(transcript, &launch, &self.cpus, &out);
+                h2load::parse(&out.stdout).map_err(|e| {
+                    anyhow::anyhow!(
+                        "{e:#} (h2load {}; stderr: {}; end of stdout: {})",
+                        out.status,
+                        out.stderr.trim(),
+                        process_tail(&out.stdout)
+                    )
+                })
+            }
+        }
+    }
+}
+
+/// Writes the command and its output; a transcript that cannot be written is not worth
+/// failing a row for.
+fn keep(path: &Path, launch: &Launch, cpus: &CpuSet, out: &process::ToolOutput) {
+    let text = format!(
+        "$ {}\n# {}\n{}\n# stderr:\n{}",
+        process::display_command(cpus, launch),
+        out.status,
+        out.stdout,
+        out.stderr
+    );
+    let _ = std::fs::write(path, text);
+}
+
+fn process_tail(text: &str) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(8)..].join(" | ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result(responses: u64, non_2xx: u64, transport_errors: u64) -> LoadResult {
+        LoadResult {
+            tool: Tool::Wrk,
+            responses,
+            non_2xx,
+            transport_errors,
+            duration_s: 2.0,
+            mean_us: 1.0,
+            p50_us: None,
+            p95_us: None,
+            p99_us: None,
+        }
+    }
+
+    #[test]
+    fn success_rate_counts_transport_errors_as_failures() {
+        assert_eq!(result(100, 0, 0).success_rate(), 1.0);
+        assert_eq!(result(100, 10, 0).success_rate(), 0.9);
+        assert_eq!(result(90, 0, 10).success_rate(), 0.9);
+        assert_eq!(result(0, 0, 0).success_rate(), 0.0);
+        assert_eq!(result(100, 0, 0).rps(), 50.0);
+    }
+}

@@ -1,0 +1,42 @@
+//! The harness, one concept per module.
+//!
+//! - Input: [`cli`] (flags), [`settings`] (flags resolved into one run's plan),
+//!   [`cpuset`] (CPU lists), [`scenario`] and [`server`] (what is measured, and the
+//!   capability table of what each server can serve today).
+//! - Preparation: [`tools`] (nginx, Caddy, wrk, h2load, curl; installed with apt-get when
+//!   missing and root), [`fixtures`] and [`prng`] (the files every server serves),
+//!   [`cert`] (the self-signed certificate), [`template`] (`{{NAME}}` config rendering).
+//! - Running: [`process`] (pinned child processes, stopping them, cleanup on a signal),
+//!   [`ports`] (free ports, waiting until a server accepts), [`verify`] and
+//!   [`http_client`] (the exact bytes, before anything is measured), [`load`], [`wrk`] and
+//!   [`h2load`] (the load generators and their output), [`proctree`] (CPU time and peak RSS
+//!   of a process tree).
+//! - Output: [`figures`] (rows and ratios), [`report`] (Markdown), [`export`] (CSV and
+//!   JSON), [`chart`] (SVG), [`environment`] (the environment block), [`timefmt`].
+//! - [`run`]: the whole run, scenario by scenario, server by server.
+
+pub(crate) mod cert;
+pub(crate) mod chart;
+pub(crate) mod cli;
+pub(crate) mod cpuset;
+pub(crate) mod environment;
+pub(crate) mod export;
+pub(crate) mod figures;
+pub(crate) mod fixtures;
+pub(crate) mod h2load;
+pub(crate) mod http_client;
+pub(crate) mod load;
+pub(crate) mod ports;
+pub(crate) mod prng;
+pub(crate) mod process;
+pub(crate) mod proctree;
+pub(crate) mod report;
+pub(crate) mod run;
+pub(crate) mod scenario;
+pub(crate) mod server;
+pub(crate) mod settings;
+pub(crate) mod template;
+pub(crate) mod timefmt;
+pub(crate) mod tools;
+pub(crate) mod verify;
+pub(crate) mod wrk;

@@ -1,0 +1,277 @@
+//! `results.md`: the environment block, the command, and one table in the shape of the seed
+//! report with a `req/cpu-s vs nginx` column.
+
+use std::fmt::Write as _;
+
+use crate::harness::environment::Environment;
+use crate::harness::figures::{Outcome, Row};
+use crate::harness::load::H2_STREAMS;
+
+/// The table's columns.
+const HEADER: [&str; 13] = [
+    "server",
+    "scenario",
+    "req/s",
+    "mean ms",
+    "p50 ms",
+    "p95 ms",
+    "p99 ms",
+    "success",
+    "non-2xx",
+    "cpu-s",
+    "req/cpu-s",
+    "peak RSS MiB",
+    "req/cpu-s vs nginx",
+];
+
+/// The text of an unsupported row.
+pub(crate) const NOT_SUPPORTED: &str = "not supported yet";
+
+/// A number with `decimals` places, or `-`.
+pub(crate) fn num(value: Option<f64>, decimals: usize) -> String {
+    value.map_or_else(|| "-".to_owned(), |v| format!("{v:.decimals$}"))
+}
+
+/// A success rate: `1` when perfect, otherwise four decimals rounded down, so that a rate
+/// that is not perfect never shows as 1.
+pub(crate) fn rate(value: f64) -> String {
+    if value >= 1.0 {
+        "1".to_owned()
+    } else {
+        format!("{:.4}", (value * 1e4).floor() / 1e4)
+    }
+}
+
+/// The cells of one row, as text.
+pub(crate) fn cells(row: &Row) -> Vec<String> {
+    let mut out = vec![row.server.name().to_owned(), row.scenario.name().to_owned()];
+    let dash = |out: &mut Vec<String>| out.resize(HEADER.len(), "-".to_owned());
+    match &row.outcome {
+        Outcome::NotSupported => {
+            out.push(NOT_SUPPORTED.to_owned());
+            dash(&mut out);
+        }
+        Outcome::Failed { .. } => {
+            out.push(shorten(&row.problem().unwrap_or_default()));
+            dash(&mut out);
+        }
+        Outcome::Measured(f) => {
+            let ms = |us: Option<f64>| num(us.map(|v| v / 1000.0), 2);
+            let load = &f.load;
+            out.extend([
+                num(Some(load.rps()), 0),
+                ms(Some(load.mean_us)),
+                ms(load.p50_us),
+                ms(load.p95_us),
+                ms(load.p99_us),
+                rate(load.success_rate()),
+                load.non_2xx.to_string(),
+                num(Some(f.cpu_s), 2),
+                num(f.req_per_cpu_s(), 0),
+                num(Some(f.peak_rss_mib()), 1),
+                num(row.vs_nginx, 2),
+            ]);
+        }
+    }
+    out
+}
+
+/// How much of a failure fits in a table cell; the whole message follows the table.
+const CELL_MAX: usize = 100;
+
+fn shorten(text: &str) -> String {
+    if text.chars().count() <= CELL_MAX {
+        text.to_owned()
+    } else {
+        let cut: String = text.chars().take(CELL_MAX - 1).collect();
+        format!("{cut}…")
+    }
+}
+
+fn escape(cell: &str) -> String {
+    cell.replace('|', "\\|").replace(['\n', '\r'], " ")
+}
+
+/// The Markdown table: right-aligned numbers, columns padded for reading as plain text.
+pub(crate) fn table(rows: &[Row]) -> String {
+    let body: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| cells(r).iter().map(|c| escape(c)).collect())
+        .collect();
+    let mut widths: Vec<usize> = HEADER.iter().map(|h| h.len()).collect();
+    for row in &body {
+        // A failure message spans the row in spirit; it does not widen the column.
+        for (i, cell) in row.iter().enumerate() {
+            if cell != NOT_SUPPORTED && !cell.starts_with("FAILED") {
+                widths[i] = widths[i].max(cell.chars().count());
+            }
+        }
+    }
+    let line = |cells: &[String], out: &mut String| {
+        out.push('|');
+        for (i, cell) in cells.iter().enumerate() {
+            if i < 2 {
+                let _ = write!(out, " {cell:<w$} |", w = widths[i]);
+            } else {
+                let _ = write!(out, " {cell:>w$} |", w = widths[i]);
+            }
+        }
+        out.push('\n');
+    };
+    let mut out = String::new();
+    line(&HEADER.map(str::to_owned), &mut out);
+    out.push('|');
+    for (i, w) in widths.iter().enumerate() {
+        if i < 2 {
+            let _ = write!(out, " {} |", "-".repeat(*w));
+        } else {
+            let _ = write!(out, " {}: |", "-".repeat(w.saturating_sub(1).max(1)));
+        }
+    }
+    out.push('\n');
+    for row in &body {
+        line(row, &mut out);
+    }
+    out
+}
+
+/// The whole `results.md`.
+pub(crate) fn markdown(env: &Environment, rows: &[Row], quick: bool) -> String {
+    let mut out = format!("# scb bench, {}\n\n", env.date_utc);
+    if quick {
+        out.push_str(
+            "Quick run (`--quick`): a smoke test that every server config serves the verified \
+             bytes; windows are too short for the figures to mean anything.\n\n",
+        );
+    }
+    out.push_str(
+        "Same machine, one run, side by side: compare servers within this run (ratios), not \
+         absolute numbers across runs.\n\n## Environment\n\n```text\n",
+    );
+    for (key, value) in env.lines() {
+        let _ = writeln!(out, "{key}: {value}");
+    }
+    let _ = write!(
+        out,
+        "```\n\nCommand: `{}`\n\n## Results\n\n",
+        env.command.replace('`', "'")
+    );
+    out.push_str(&table(rows));
+    let _ = write!(
+        out,
+        "\nreq/s: responses per second over the load tool's window. Latency: wrk's \
+         percentiles for HTTP/1.1; h2load reports only a mean, so its p50/p95/p99 are `-`. \
+         success: responses without an error status / (responses + transport errors). non-2xx: responses \
+         with a status >= 400, the only ones wrk and h2load count as errors (every URL \
+         answered 200 with the exact bytes in verification before the run). cpu-s: user + system CPU-seconds of the server's whole process tree \
+         in the measured window (`/proc/PID/stat`, including TLS handshakes of the window's \
+         connections). req/cpu-s: responses per server CPU-second, the fairest figure when \
+         the client saturates. peak RSS: sum of `VmHWM` over the process tree. HTTP/2: \
+         h2load with {H2_STREAMS} concurrent streams per connection.\n"
+    );
+    let failures: Vec<String> = rows
+        .iter()
+        .filter_map(|r| {
+            // Continuation lines (a server's log) stay inside the list item.
+            let problem = r.problem()?.replace('\n', "\n  ");
+            Some(format!("- {} {}: {problem}", r.server, r.scenario))
+        })
+        .collect();
+    if !failures.is_empty() {
+        let _ = write!(out, "\nFailures:\n\n{}\n", failures.join("\n"));
+    }
+    let notes: Vec<String> = rows
+        .iter()
+        .filter_map(|r| Some(format!("- {} {}: {}", r.server, r.scenario, r.note()?)))
+        .collect();
+    if !notes.is_empty() {
+        let _ = write!(out, "\nNotes:\n\n{}\n", notes.join("\n"));
+    }
+    out.push_str("\n![req/CPU-s relative to nginx](chart.svg)\n");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::harness::figures::tests::measured;
+    use crate::harness::figures::{Stage, fill_ratios};
+    use crate::harness::scenario::Scenario;
+    use crate::harness::server::Server;
+
+    fn rows() -> Vec<Row> {
+        let mut rows = vec![
+            measured(Server::Nginx, Scenario::Respond, 1_000_000, 8.0),
+            measured(Server::Scb, Scenario::Respond, 900_000, 6.0),
+            Row::new(Server::Scb, Scenario::StaticSmall, Outcome::NotSupported),
+            Row::new(
+                Server::Caddy,
+                Scenario::StaticSmall,
+                Outcome::Failed {
+                    stage: Stage::Verification,
+                    message: "GET /small.txt: status 404 | oops".into(),
+                },
+            ),
+        ];
+        fill_ratios(&mut rows);
+        rows
+    }
+
+    #[test]
+    fn measured_row_cells_are_formatted() {
+        let rows = rows();
+        let cells = cells(&rows[1]);
+        assert_eq!(
+            cells,
+            [
+                "scb", "respond", "90000", "1.50", "1.00", "2.50", "4.00", "1", "0", "6.00",
+                "150000", "10.0", "1.20"
+            ]
+        );
+    }
+
+    #[test]
+    fn table_has_a_line_per_row_and_marks_unsupported_and_failed() {
+        let table = table(&rows());
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(lines.len(), 2 + 4);
+        assert!(lines[0].contains("req/cpu-s vs nginx"));
+        assert!(lines[1].starts_with("| ---"));
+        assert!(lines[1].contains(": |"), "numbers right-aligned");
+        assert!(lines[4].contains("| not supported yet |"));
+        assert!(lines[5].contains("FAILED verification: GET /small.txt: status 404 \\| oops"));
+        // Every line has the same number of cells.
+        let cells = |l: &str| l.matches(" |").count();
+        assert!(lines.iter().all(|l| cells(l) == cells(lines[0])), "{table}");
+    }
+
+    #[test]
+    fn long_failures_are_cut_in_the_table_and_whole_below_it() {
+        let mut rows = rows();
+        rows[3].outcome = Outcome::Failed {
+            stage: Stage::Load,
+            message: "x".repeat(500),
+        };
+        let table = table(&rows);
+        assert!(table.lines().nth(5).unwrap().contains("xxx…"));
+        assert!(table.len() < 2000);
+        let md = markdown(
+            &crate::harness::environment::Environment::for_tests(),
+            &rows,
+            true,
+        );
+        assert!(md.contains(&format!(
+            "- caddy static-small: FAILED under load: {}",
+            "x".repeat(500)
+        )));
+        assert!(md.contains("Quick run"));
+        assert!(md.contains("```text\ndate: 2026-11-30T12:00:00Z\n"));
+    }
+
+    #[test]
+    fn success_rate_is_never_rounded_up_to_one() {
+        assert_eq!(rate(1.0), "1");
+        assert_eq!(rate(0.99996), "0.9999");
+        assert_eq!(rate(0.5), "0.5000");
+    }
+}

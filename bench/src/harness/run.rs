@@ -1,0 +1,389 @@
+//! The whole run: prepare, then scenario by scenario and server by server start, verify,
+//! warm up, measure, stop; then write the reports.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::Parser as _;
+
+use crate::harness::cert::{self, CertFiles};
+use crate::harness::cli::{Args, Cli};
+use crate::harness::environment::Environment;
+use crate::harness::figures::{Figures, Outcome, Row, Stage, fill_ratios};
+use crate::harness::fixtures::Fixtures;
+use crate::harness::load::Target;
+use crate::harness::ports::{free_ports, local, wait_until_accepting};
+use crate::harness::process::{ServerProcess, display_command};
+use crate::harness::scenario::{Expected, PROXY_PATH, Protocol, Scenario};
+use crate::harness::server::{LaunchInput, Server, nginx_launch};
+use crate::harness::settings::Settings;
+use crate::harness::template::{self, Vars};
+use crate::harness::{chart, export, proctree, report, tools, verify, wrk};
+
+/// A progress line on stderr (stdout carries only the final table).
+pub(crate) fn progress(message: &str) {
+    #[allow(
+        clippy::print_stderr,
+        reason = "progress lines are the harness's interface"
+    )]
+    {
+        eprintln!("bench: {message}");
+    }
+}
+
+/// Entry point: exit 0 when every row is measured or not supported, 1 when any row failed,
+/// 2 when the run could not be set up at all.
+pub(crate) fn main() -> ExitCode {
+    let argv: Vec<String> = std::env::args().collect();
+    let args = Cli::parse().into_args();
+    match run(args, &argv) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            progress(&format!("error: {e:#}"));
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// What every row of the run shares.
+struct Ctx<'a> {
+    settings: &'a Settings,
+    fixtures: &'a Fixtures,
+    cert: &'a CertFiles,
+    work: &'a Path,
+}
+
+/// Runs everything; `Ok(false)` when some row failed.
+fn run(args: Args, argv: &[String]) -> anyhow::Result<bool> {
+    crate::harness::process::install_signal_cleanup()?;
+    let settings = Settings::from_args(args, argv)?;
+    if settings.server_cpus.overlaps(&settings.load.cpus) {
+        progress("warning: server and load CPUs overlap; the figures include their contention");
+    }
+    tools::ensure(&settings)?;
+
+    let work = settings.out.join("work");
+    fs::create_dir_all(&work).with_context(|| format!("creating {}", work.display()))?;
+    // Configs get absolute paths: nginx resolves relative ones against its own prefix.
+    let work = work
+        .canonicalize()
+        .with_context(|| format!("resolving {}", work.display()))?;
+    progress(&format!("fixtures and certificate in {}", work.display()));
+    let fixtures = Fixtures::create(&work)?;
+    let cert = cert::create(&work)?;
+    let env = Environment::collect(&settings);
+    let ctx = Ctx {
+        settings: &settings,
+        fixtures: &fixtures,
+        cert: &cert,
+        work: &work,
+    };
+
+    let mut rows = Vec::new();
+    for &scenario in &settings.scenarios {
+        rows.extend(run_scenario(&ctx, scenario)?);
+    }
+    fill_ratios(&mut rows);
+
+    let out = &settings.out;
+    let write = |name: &str, text: &str| -> anyhow::Result<()> {
+        let path = out.join(name);
+        fs::write(&path, text).with_context(|| format!("writing {}", path.display()))
+    };
+    write("results.md", &report::markdown(&env, &rows, settings.quick))?;
+    write("results.csv", &export::csv(&rows))?;
+    write("results.json", &export::json(&env, &rows)?)?;
+    write("chart.svg", &chart::svg(&rows))?;
+    // 11 MiB of fixtures per run are not worth keeping: they are a function of the seeds.
+    // The rendered configs and server logs stay for reading.
+    let _ = fs::remove_dir_all(fixtures.docroot());
+
+    #[allow(clippy::print_stdout, reason = "the table is the command's output")]
+    {
+        print!("{}", report::table(&rows));
+    }
+    progress(&format!(
+        "results in {} (results.md, results.csv, results.json, chart.svg)",
+        out.display()
+    ));
+    let problems: Vec<String> = rows
+        .iter()
+        .filter_map(|r| Some(format!("{} {}: {}", r.server, r.scenario, r.problem()?)))
+        .collect();
+    for problem in &problems {
+        progress(problem);
+    }
+    Ok(problems.is_empty())
+}
+
+/// The upstream nginx of the proxy scenario, pinned to the load CPUs.
+struct Upstream {
+    process: ServerProcess,
+    port: u16,
+}
+
+/// Every placeholder of the config contract.
+fn vars(ctx: &Ctx<'_>, http: u16, tls: u16, upstream: u16, workers: usize, dir: &Path) -> Vars {
+    let path = |p: &Path| p.display().to_string();
+    Vars::new()
+        .set("HTTP_PORT", http.to_string())
+        .set("TLS_PORT", tls.to_string())
+        .set("UPSTREAM", format!("127.0.0.1:{upstream}"))
+        .set("UPSTREAM_PORT", upstream.to_string())
+        .set("DOCROOT", path(ctx.fixtures.docroot()))
+        .set("CERT", path(&ctx.cert.cert))
+        .set("KEY", path(&ctx.cert.key))
+        .set("WORKERS", workers.to_string())
+        .set("WORKDIR", path(dir))
+}
+
+/// Renders template `name` from the configs directory into `dir`.
+fn render_config(ctx: &Ctx<'_>, name: &str, vars: &Vars, dir: &Path) -> anyhow::Result<PathBuf> {
+    let source = ctx.settings.configs.join(name);
+    let template = fs::read_to_string(&source)
+        .with_context(|| format!("reading config template {}", source.display()))?;
+    let text = template::render(&source.display().to_string(), &template, vars)?;
+    let target = dir.join(name);
+    fs::write(&target, text).with_context(|| format!("writing {}", target.display()))?;
+    Ok(target)
+}
+
+fn start_upstream(ctx: &Ctx<'_>, dir: &Path) -> anyhow::Result<Upstream> {
+    let dir = dir.join("upstream");
+    fs::create_dir_all(&dir)?;
+    let [port, unused_http, unused_tls] = free_ports::<3>()?;
+    // The upstream gets one worker per load CPU: it shares them with the load generator.
+    let workers = ctx.settings.load.cpus.count();
+    let vars = vars(ctx, unused_http, unused_tls, port, workers, &dir);
+    let config = render_config(ctx, "nginx-upstream.conf", &vars, &dir)?;
+    let launch = nginx_launch(&config);
+    let cpus = &ctx.settings.load.cpus;
+    fs::write(
+        dir.join("command.txt"),
+        format!("{}\n", display_command(cpus, &launch)),
+    )?;
+    let mut process =
+        ServerProcess::start("upstream nginx", cpus, &launch, &dir.join("server.log"))?;
+    wait_until_accepting(&mut process, local(port))?;
+    verify::plain(
+        port,
+        &[Expected {
+            path: PROXY_PATH.to_owned(),
+            body: Fixtures::SMALL_BODY.to_vec(),
+        }],
+    )
+    .context("the upstream itself")?;
+    Ok(Upstream { process, port })
+}
+
+fn run_scenario(ctx: &Ctx<'_>, scenario: Scenario) -> anyhow::Result<Vec<Row>> {
+    let settings = ctx.settings;
+    let dir = ctx.work.join(scenario.name());
+    fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let script = dir.join("load.lua");
+    if scenario.protocol() == Protocol::Http1 {
+        let paths = scenario.load_paths(ctx.fixtures);
+        fs::write(&script, wrk::script(&paths, settings.load.threads()))
+            .with_context(|| format!("writing {}", script.display()))?;
+    }
+    let expected = scenario.expected(ctx.fixtures);
+
+    let anyone = settings.servers.iter().any(|s| s.supports(scenario));
+    let upstream = if scenario.needs_upstream() && anyone {
+        progress(&format!("[{scenario}] starting the upstream nginx"));
+        start_upstream(ctx, &dir)
+            .map(Some)
+            .map_err(|e| format!("{e:#}"))
+    } else {
+        Ok(None)
+    };
+    // Without a running upstream, the servers still get a port in their config: one that
+    // nobody listens on.
+    let upstream_port = match &upstream {
+        Ok(Some(u)) => u.port,
+        _ => free_ports::<1>()?[0],
+    };
+
+    let mut rows = Vec::new();
+    for &server in &settings.servers {
+        let outcome = if !server.supports(scenario) {
+            progress(&format!("[{scenario}] {server}: {}", report::NOT_SUPPORTED));
+            Outcome::NotSupported
+        } else if let Err(message) = &upstream {
+            Outcome::Failed {
+                stage: Stage::Start,
+                message: format!("upstream nginx: {message}"),
+            }
+        } else {
+            match measure(
+                ctx,
+                scenario,
+                server,
+                &dir,
+                upstream_port,
+                &script,
+                &expected,
+            ) {
+                Ok(figures) => {
+                    progress(&format!(
+                        "[{scenario}] {server}: {:.0} req/s, {:.2} cpu-s, {} req/cpu-s, {:.1} MiB",
+                        figures.load.rps(),
+                        figures.cpu_s,
+                        report::num(figures.req_per_cpu_s(), 0),
+                        figures.peak_rss_mib()
+                    ));
+                    Outcome::Measured(figures)
+                }
+                Err((stage, error)) => Outcome::Failed {
+                    stage,
+                    message: format!("{error:#}"),
+                },
+            }
+        };
+        let row = Row::new(server, scenario, outcome);
+        if let Some(problem) = row.problem() {
+            progress(&format!("[{scenario}] {server}: {problem}"));
+        }
+        rows.push(row);
+    }
+    if let Ok(Some(mut upstream)) = upstream
+        && let Err(e) = upstream.process.stop()
+    {
+        progress(&format!("[{scenario}] upstream nginx: {e:#}"));
+    }
+    Ok(rows)
+}
+
+/// Tags an error with the stage it happened in.
+fn at(stage: Stage) -> impl Fn(anyhow::Error) -> (Stage, anyhow::Error) {
+    move |e| (stage, e)
+}
+
+/// One row: start, verify, warm up, measure, stop.
+fn measure(
+    ctx: &Ctx<'_>,
+    scenario: Scenario,
+    server: Server,
+    scenario_dir: &Path,
+    upstream_port: u16,
+    script: &Path,
+    expected: &[Expected],
+) -> Result<Figures, (Stage, anyhow::Error)> {
+    let settings = ctx.settings;
+    let dir = scenario_dir.join(server.name());
+    fs::create_dir_all(&dir).map_err(|e| (Stage::Start, e.into()))?;
+    let [http_port, tls_port] = free_ports::<2>().map_err(at(Stage::Start))?;
+    let vars = vars(
+        ctx,
+        http_port,
+        tls_port,
+        upstream_port,
+        settings.workers,
+        &dir,
+    );
+    let config = server
+        .config_template()
+        .map(|name| render_config(ctx, name, &vars, &dir))
+        .transpose()
+        .map_err(at(Stage::Start))?;
+    let launch = server
+        .launch(&LaunchInput {
+            config: config.as_deref(),
+            binary: settings.binary(server),
+            http_port,
+            tls_port,
+            upstream: &format!("127.0.0.1:{upstream_port}"),
+            docroot: ctx.fixtures.docroot(),
+            cert: &ctx.cert.cert,
+            key: &ctx.cert.key,
+            workers: settings.workers,
+            workdir: &dir,
+        })
+        .map_err(at(Stage::Start))?;
+    let command = display_command(&settings.server_cpus, &launch);
+    let _ = fs::write(dir.join("command.txt"), format!("{command}\n"));
+    let mut process = ServerProcess::start(
+        server.name(),
+        &settings.server_cpus,
+        &launch,
+        &dir.join("server.log"),
+    )
+    .map_err(at(Stage::Start))?;
+
+    let (port, target_url) = match scenario.protocol() {
+        Protocol::Http1 => {
+            let paths = scenario.load_paths(ctx.fixtures);
+            // With several paths the Lua script picks them; the URL only names the server.
+            let path = if paths.len() == 1 {
+                paths[0].as_str()
+            } else {
+                "/"
+            };
+            (http_port, format!("http://127.0.0.1:{http_port}{path}"))
+        }
+        Protocol::TlsH2 => (
+            tls_port,
+            format!(
+                "https://127.0.0.1:{tls_port}{}",
+                scenario.load_paths(ctx.fixtures)[0]
+            ),
+        ),
+    };
+    let waited = wait_until_accepting(&mut process, local(port)).map_err(at(Stage::Start))?;
+
+    match scenario.protocol() {
+        Protocol::Http1 => verify::plain(port, expected),
+        Protocol::TlsH2 => verify::tls_h2(port, expected, &dir),
+    }
+    .map_err(at(Stage::Verification))?;
+    progress(&format!(
+        "[{scenario}] {server}: accepting after {} ms, {} URL(s) verified; warm-up {} s, \
+         measuring {} s",
+        waited.as_millis(),
+        expected.len(),
+        settings.warmup,
+        settings.duration
+    ));
+
+    let target = match scenario.protocol() {
+        Protocol::Http1 => Target::Http1 {
+            url: &target_url,
+            script,
+        },
+        Protocol::TlsH2 => Target::H2 { url: &target_url },
+    };
+    if settings.warmup > 0.0 {
+        settings
+            .load
+            .run(&target, settings.warmup, &dir.join("load-warmup.txt"))
+            .context("warm-up")
+            .map_err(at(Stage::Load))?;
+    }
+    let pid = process.pid();
+    let cpu_before = proctree::tree_cpu_seconds(pid)
+        .context("reading the server's CPU time")
+        .map_err(at(Stage::Load))?;
+    let load = settings
+        .load
+        .run(&target, settings.duration, &dir.join("load-measured.txt"))
+        .map_err(at(Stage::Load))?;
+    let cpu_after = proctree::tree_cpu_seconds(pid)
+        .context("reading the server's CPU time")
+        .map_err(at(Stage::Load))?;
+    let peak_rss_kib = proctree::tree_peak_rss_kib(pid)
+        .context("reading the server's memory")
+        .map_err(at(Stage::Load))?;
+    process
+        .ensure_running()
+        .context("the server died during the measured window")
+        .map_err(at(Stage::Load))?;
+    process.stop().map_err(at(Stage::Stop))?;
+    Ok(Figures {
+        load,
+        cpu_s: (cpu_after - cpu_before).max(0.0),
+        peak_rss_kib,
+    })
+}

@@ -1,0 +1,197 @@
+//! The scenarios: what is requested, over which protocol, and what a server needs to serve
+//! it.
+
+use std::fmt;
+
+use clap::ValueEnum;
+use serde::Serialize;
+
+use crate::harness::fixtures::Fixtures;
+
+/// One benchmark scenario.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum Scenario {
+    /// A fixed 13-byte response (`GET /respond`), no file system.
+    #[value(name = "respond")]
+    Respond,
+    /// A 13-byte file: per-request cost of the file path when the answer is tiny.
+    #[value(name = "static-small")]
+    StaticSmall,
+    /// A 1 MiB file: the cost of moving bytes (sendfile or copies).
+    #[value(name = "static-1m")]
+    #[serde(rename = "static-1m")]
+    Static1m,
+    /// 10,000 distinct 1 KiB files in a shuffled order: per-lookup cost, not one hot path.
+    #[value(name = "static-many")]
+    StaticMany,
+    /// `GET /proxy/hello` forwarded to a local nginx that answers 13 bytes.
+    #[value(name = "proxy")]
+    Proxy,
+    /// The 13-byte file over TLS 1.3 + HTTP/2 (h2load).
+    #[value(name = "tls-h2-static-small")]
+    TlsH2StaticSmall,
+}
+
+/// What a server must be able to do for a scenario; see
+/// [`crate::harness::server::Capabilities`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Feature {
+    /// A fixed response from the config.
+    Respond,
+    /// Files from a document root.
+    StaticFiles,
+    /// A reverse proxy with keep-alive upstream connections.
+    Proxy,
+    /// TLS 1.3 with ALPN h2.
+    TlsH2,
+}
+
+/// How the load reaches the server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Protocol {
+    /// Plain HTTP/1.1 on the HTTP port (wrk).
+    Http1,
+    /// TLS 1.3 + HTTP/2 on the TLS port (h2load).
+    TlsH2,
+}
+
+/// The path requested by the `proxy` scenario; the upstream answers every path.
+pub(crate) const PROXY_PATH: &str = "/proxy/hello";
+
+/// How many `static-many` paths are verified besides the first and the last: enough to
+/// catch a server that serves one file for all, without 10,000 requests before each run.
+const MANY_SAMPLE: usize = 20;
+
+/// One URL path and the exact body it must return.
+#[derive(Clone, Debug)]
+pub(crate) struct Expected {
+    /// Absolute path, e.g. `/small.txt`.
+    pub(crate) path: String,
+    /// The exact response body.
+    pub(crate) body: Vec<u8>,
+}
+
+impl Scenario {
+    /// Every scenario, in the report's order.
+    pub(crate) const ALL: [Scenario; 6] = [
+        Scenario::Respond,
+        Scenario::StaticSmall,
+        Scenario::Static1m,
+        Scenario::StaticMany,
+        Scenario::Proxy,
+        Scenario::TlsH2StaticSmall,
+    ];
+
+    /// The scenario's name in flags and reports.
+    pub(crate) const fn name(self) -> &'static str {
+        match self {
+            Scenario::Respond => "respond",
+            Scenario::StaticSmall => "static-small",
+            Scenario::Static1m => "static-1m",
+            Scenario::StaticMany => "static-many",
+            Scenario::Proxy => "proxy",
+            Scenario::TlsH2StaticSmall => "tls-h2-static-small",
+        }
+    }
+
+    /// What a server needs to serve this scenario.
+    pub(crate) const fn requires(self) -> &'static [Feature] {
+        match self {
+            Scenario::Respond => &[Feature::Respond],
+            Scenario::StaticSmall | Scenario::Static1m | Scenario::StaticMany => {
+                &[Feature::StaticFiles]
+            }
+            Scenario::Proxy => &[Feature::Proxy],
+            Scenario::TlsH2StaticSmall => &[Feature::StaticFiles, Feature::TlsH2],
+        }
+    }
+
+    /// The protocol and load generator.
+    pub(crate) const fn protocol(self) -> Protocol {
+        match self {
+            Scenario::TlsH2StaticSmall => Protocol::TlsH2,
+            _ => Protocol::Http1,
+        }
+    }
+
+    /// Whether the upstream nginx must run.
+    pub(crate) const fn needs_upstream(self) -> bool {
+        matches!(self, Scenario::Proxy)
+    }
+
+    /// The paths the load requests: one, or for `static-many` all 10,000 in the fixed
+    /// shuffled order (the same for every server).
+    pub(crate) fn load_paths(self, fixtures: &Fixtures) -> Vec<String> {
+        match self {
+            Scenario::Respond => vec!["/respond".to_owned()],
+            Scenario::StaticSmall | Scenario::TlsH2StaticSmall => {
+                vec![Fixtures::SMALL_PATH.to_owned()]
+            }
+            Scenario::Static1m => vec![Fixtures::ONE_MIB_PATH.to_owned()],
+            Scenario::StaticMany => fixtures.many_paths_shuffled(),
+            Scenario::Proxy => vec![PROXY_PATH.to_owned()],
+        }
+    }
+
+    /// The URLs verified before the scenario is measured, with their exact bodies.
+    pub(crate) fn expected(self, fixtures: &Fixtures) -> Vec<Expected> {
+        let hello = || Fixtures::SMALL_BODY.to_vec();
+        match self {
+            Scenario::Respond => vec![Expected {
+                path: "/respond".to_owned(),
+                body: hello(),
+            }],
+            Scenario::StaticSmall | Scenario::TlsH2StaticSmall => vec![Expected {
+                path: Fixtures::SMALL_PATH.to_owned(),
+                body: hello(),
+            }],
+            Scenario::Static1m => vec![Expected {
+                path: Fixtures::ONE_MIB_PATH.to_owned(),
+                body: fixtures.one_mib(),
+            }],
+            Scenario::StaticMany => fixtures
+                .many_sample(MANY_SAMPLE)
+                .into_iter()
+                .map(|i| Expected {
+                    path: Fixtures::many_path(i),
+                    body: Fixtures::many_body(i),
+                })
+                .collect(),
+            Scenario::Proxy => vec![Expected {
+                path: PROXY_PATH.to_owned(),
+                body: hello(),
+            }],
+        }
+    }
+}
+
+impl fmt::Display for Scenario {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_through_the_flag_parser() {
+        for scenario in Scenario::ALL {
+            assert_eq!(
+                Scenario::from_str(scenario.name(), false).unwrap(),
+                scenario
+            );
+        }
+    }
+
+    #[test]
+    fn only_the_tls_scenario_uses_h2load() {
+        let tls: Vec<_> = Scenario::ALL
+            .into_iter()
+            .filter(|s| s.protocol() == Protocol::TlsH2)
+            .collect();
+        assert_eq!(tls, [Scenario::TlsH2StaticSmall]);
+    }
+}

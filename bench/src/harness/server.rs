@@ -1,0 +1,317 @@
+//! The servers under test: their capability table, their config templates and how each is
+//! started.
+
+use std::ffi::OsString;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use clap::ValueEnum;
+use serde::Serialize;
+
+use crate::harness::scenario::{Feature, Scenario};
+use crate::harness::tools;
+
+/// A server under test.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum Server {
+    /// This workspace's `scb` binary.
+    #[value(name = "scb")]
+    Scb,
+    /// nginx from the distribution, tuned the way its users tune it.
+    #[value(name = "nginx")]
+    Nginx,
+    /// Caddy from the distribution.
+    #[value(name = "caddy")]
+    Caddy,
+    /// The axum 0.8 + tower-http `ServeDir` app in `bench/src/bin/axum-servedir.rs`.
+    #[value(name = "axum-servedir")]
+    AxumServedir,
+}
+
+/// What a server can serve today. A scenario whose features a server lacks is reported as
+/// "not supported yet", never measured.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Capabilities {
+    /// A fixed response (`/respond`).
+    pub(crate) respond: bool,
+    /// Files from the document root.
+    pub(crate) static_files: bool,
+    /// Reverse proxy to the upstream.
+    pub(crate) proxy: bool,
+    /// TLS 1.3 + ALPN h2.
+    pub(crate) tls_h2: bool,
+}
+
+impl Capabilities {
+    const ALL: Capabilities = Capabilities {
+        respond: true,
+        static_files: true,
+        proxy: true,
+        tls_h2: true,
+    };
+    const NONE: Capabilities = Capabilities {
+        respond: false,
+        static_files: false,
+        proxy: false,
+        tls_h2: false,
+    };
+
+    /// Whether every feature the scenario requires is here.
+    pub(crate) fn serves(self, scenario: Scenario) -> bool {
+        scenario.requires().iter().all(|feature| match feature {
+            Feature::Respond => self.respond,
+            Feature::StaticFiles => self.static_files,
+            Feature::Proxy => self.proxy,
+            Feature::TlsH2 => self.tls_h2,
+        })
+    }
+}
+
+/// The capability table. Each scb issue that lands a layer flips its entry here, and its
+/// scenarios are measured from then on.
+const CAPABILITIES: [(Server, Capabilities); 4] = [
+    (
+        Server::Scb,
+        Capabilities {
+            respond: true,
+            static_files: false, // issue 4: scb-static
+            proxy: false,        // issue 5: scb-proxy
+            tls_h2: false,       // issue 6: scb-tls
+        },
+    ),
+    (Server::Nginx, Capabilities::ALL),
+    (Server::Caddy, Capabilities::ALL),
+    (Server::AxumServedir, Capabilities::ALL),
+];
+
+/// Everything a server's command line and config template are made from.
+#[derive(Debug)]
+pub(crate) struct LaunchInput<'a> {
+    /// The rendered config file, for servers that read one.
+    pub(crate) config: Option<&'a Path>,
+    /// The server's own binary, for servers built from this workspace.
+    pub(crate) binary: Option<&'a Path>,
+    /// Plain HTTP/1.1 port on 127.0.0.1.
+    pub(crate) http_port: u16,
+    /// TLS port on 127.0.0.1.
+    pub(crate) tls_port: u16,
+    /// The upstream nginx, `host:port`.
+    pub(crate) upstream: &'a str,
+    /// Document root.
+    pub(crate) docroot: &'a Path,
+    /// PEM certificate chain.
+    pub(crate) cert: &'a Path,
+    /// PEM private key.
+    pub(crate) key: &'a Path,
+    /// Worker count.
+    pub(crate) workers: usize,
+    /// This server's own working directory (logs, pid files, Caddy's data dirs).
+    pub(crate) workdir: &'a Path,
+}
+
+/// A program, its arguments and extra environment.
+#[derive(Debug, Clone)]
+pub(crate) struct Launch {
+    /// The program.
+    pub(crate) program: PathBuf,
+    /// Its arguments.
+    pub(crate) args: Vec<OsString>,
+    /// Variables added to the inherited environment.
+    pub(crate) env: Vec<(OsString, OsString)>,
+}
+
+impl Server {
+    /// Every server, in the default table order.
+    pub(crate) const ALL: [Server; 4] = [
+        Server::Scb,
+        Server::Nginx,
+        Server::Caddy,
+        Server::AxumServedir,
+    ];
+
+    /// The server's name in flags and reports.
+    pub(crate) const fn name(self) -> &'static str {
+        match self {
+            Server::Scb => "scb",
+            Server::Nginx => "nginx",
+            Server::Caddy => "caddy",
+            Server::AxumServedir => "axum-servedir",
+        }
+    }
+
+    /// This server's row of the capability table (a server without a row serves nothing:
+    /// nothing is measured that the table does not claim).
+    pub(crate) fn capabilities(self) -> Capabilities {
+        CAPABILITIES
+            .iter()
+            .find(|(server, _)| *server == self)
+            .map_or(Capabilities::NONE, |(_, caps)| *caps)
+    }
+
+    /// Whether this server can serve the scenario today.
+    pub(crate) fn supports(self, scenario: Scenario) -> bool {
+        self.capabilities().serves(scenario)
+    }
+
+    /// The config template's file name in the configs directory, if the server reads one.
+    pub(crate) const fn config_template(self) -> Option<&'static str> {
+        match self {
+            Server::Scb => Some("scb.toml"),
+            Server::Nginx => Some("nginx.conf"),
+            Server::Caddy => Some("Caddyfile"),
+            Server::AxumServedir => None,
+        }
+    }
+
+    /// How to start the server in the foreground.
+    ///
+    /// # Errors
+    ///
+    /// When a config or binary the server needs is missing from `input`.
+    pub(crate) fn launch(self, input: &LaunchInput<'_>) -> anyhow::Result<Launch> {
+        let config = || {
+            input
+                .config
+                .ok_or_else(|| anyhow::anyhow!("{self}: no rendered config"))
+        };
+        let binary = || {
+            input
+                .binary
+                .ok_or_else(|| anyhow::anyhow!("{self}: no binary given"))
+        };
+        let os = |s: &str| OsString::from(s);
+        Ok(match self {
+            Server::Scb => Launch {
+                program: binary()?.to_path_buf(),
+                args: vec![os("run"), os("--config"), config()?.into()],
+                env: vec![],
+            },
+            // `-e stderr`: errors before the config's own error_log is read (a bad config,
+            // a port in use) land in this server's log file, not in /var/log/nginx.
+            Server::Nginx => nginx_launch(config()?),
+            Server::Caddy => Launch {
+                program: tools::program("caddy"),
+                args: vec![
+                    os("run"),
+                    os("--config"),
+                    config()?.into(),
+                    os("--adapter"),
+                    os("caddyfile"),
+                ],
+                env: vec![
+                    (os("GOMAXPROCS"), os(&input.workers.to_string())),
+                    // Caddy keeps certificates and autosaved configs under these; keep
+                    // them in the run's work dir rather than in $HOME.
+                    (os("XDG_DATA_HOME"), input.workdir.join("xdg-data").into()),
+                    (
+                        os("XDG_CONFIG_HOME"),
+                        input.workdir.join("xdg-config").into(),
+                    ),
+                ],
+            },
+            Server::AxumServedir => {
+                let addr = |port: u16| os(&format!("127.0.0.1:{port}"));
+                Launch {
+                    program: binary()?.to_path_buf(),
+                    args: vec![
+                        os("--http"),
+                        addr(input.http_port),
+                        os("--tls"),
+                        addr(input.tls_port),
+                        os("--root"),
+                        input.docroot.into(),
+                        os("--upstream"),
+                        os(input.upstream),
+                        os("--cert"),
+                        input.cert.into(),
+                        os("--key"),
+                        input.key.into(),
+                        os("--workers"),
+                        os(&input.workers.to_string()),
+                    ],
+                    env: vec![],
+                }
+            }
+        })
+    }
+}
+
+/// nginx in the foreground (`daemon off` is in the config) on a rendered config.
+pub(crate) fn nginx_launch(config: &Path) -> Launch {
+    Launch {
+        program: tools::program("nginx"),
+        args: vec!["-e".into(), "stderr".into(), "-c".into(), config.into()],
+        env: vec![],
+    }
+}
+
+impl fmt::Display for Server {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scb_serves_only_respond_until_its_layers_land() {
+        let served: Vec<_> = Scenario::ALL
+            .into_iter()
+            .filter(|s| Server::Scb.supports(*s))
+            .collect();
+        assert_eq!(served, [Scenario::Respond]);
+    }
+
+    #[test]
+    fn peers_serve_every_scenario() {
+        for server in [Server::Nginx, Server::Caddy, Server::AxumServedir] {
+            assert!(Scenario::ALL.into_iter().all(|s| server.supports(s)));
+        }
+    }
+
+    #[test]
+    fn tls_scenario_needs_both_static_files_and_tls() {
+        let only_tls = Capabilities {
+            respond: true,
+            static_files: false,
+            proxy: false,
+            tls_h2: true,
+        };
+        assert!(!only_tls.serves(Scenario::TlsH2StaticSmall));
+    }
+
+    #[test]
+    fn every_server_has_a_table_row() {
+        for server in Server::ALL {
+            assert!(CAPABILITIES.iter().any(|(s, _)| *s == server));
+        }
+    }
+
+    #[test]
+    fn axum_servedir_gets_the_agreed_command_line() {
+        let dir = Path::new("/w");
+        let launch = Server::AxumServedir
+            .launch(&LaunchInput {
+                config: None,
+                binary: Some(Path::new("/bin/axum-servedir")),
+                http_port: 1,
+                tls_port: 2,
+                upstream: "127.0.0.1:3",
+                docroot: Path::new("/w/docroot"),
+                cert: Path::new("/w/cert.pem"),
+                key: Path::new("/w/key.pem"),
+                workers: 4,
+                workdir: dir,
+            })
+            .unwrap();
+        let args: Vec<_> = launch.args.iter().map(|a| a.to_str().unwrap()).collect();
+        assert_eq!(
+            args.join(" "),
+            "--http 127.0.0.1:1 --tls 127.0.0.1:2 --root /w/docroot --upstream 127.0.0.1:3 \
+             --cert /w/cert.pem --key /w/key.pem --workers 4"
+        );
+    }
+}
