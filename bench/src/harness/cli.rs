@@ -23,14 +23,45 @@ pub(crate) struct Cli {
 enum Command {
     /// Run the benchmark (the same as giving the flags without a subcommand).
     Run(Args),
+    /// Syscalls, context switches and instructions per request for scb in one scenario.
+    Profile(ProfileArgs),
+}
+
+/// What the command line asks for.
+#[derive(Debug)]
+pub(crate) enum Mode {
+    /// The benchmark.
+    Run(Args),
+    /// A profile of scb.
+    Profile(ProfileArgs),
+}
+
+/// The flags of `bench profile`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct ProfileArgs {
+    /// The scenario to profile scb in.
+    pub(crate) scenario: Scenario,
+    /// Everything else as for a run (`--servers` and `--scenarios` are ignored);
+    /// `--duration` defaults to 5 s.
+    #[command(flatten)]
+    pub(crate) run: Args,
 }
 
 impl Cli {
-    /// The run's flags, wherever they were given.
-    pub(crate) fn into_args(self) -> Args {
+    /// What to do, with its flags.
+    pub(crate) fn into_mode(self) -> Mode {
         match self.command {
-            Some(Command::Run(args)) => args,
-            None => self.args,
+            Some(Command::Run(args)) => Mode::Run(args),
+            Some(Command::Profile(args)) => Mode::Profile(args),
+            None => Mode::Run(self.args),
+        }
+    }
+
+    /// The run's flags, wherever they were given (tests).
+    #[cfg(test)]
+    pub(crate) fn into_args(self) -> Args {
+        match self.into_mode() {
+            Mode::Run(args) | Mode::Profile(ProfileArgs { run: args, .. }) => args,
         }
     }
 }

@@ -14,6 +14,8 @@
 //! - Output: [`figures`] (rows and ratios), [`report`] (Markdown), [`export`] (CSV and
 //!   JSON), [`chart`] (SVG), [`environment`] (the environment block), [`timefmt`].
 //! - [`run`]: the whole run, scenario by scenario, server by server.
+//! - [`profile`]: why scb costs what it costs in one scenario (strace, /proc, perf,
+//!   callgrind).
 
 pub(crate) mod cert;
 pub(crate) mod chart;
@@ -30,6 +32,7 @@ pub(crate) mod ports;
 pub(crate) mod prng;
 pub(crate) mod process;
 pub(crate) mod proctree;
+pub(crate) mod profile;
 pub(crate) mod report;
 pub(crate) mod run;
 pub(crate) mod scenario;

@@ -9,7 +9,7 @@ use anyhow::Context as _;
 use clap::Parser as _;
 
 use crate::harness::cert::{self, CertFiles};
-use crate::harness::cli::{Args, Cli};
+use crate::harness::cli::{Args, Cli, Mode};
 use crate::harness::environment::Environment;
 use crate::harness::figures::{Figures, Outcome, Row, Stage, fill_ratios};
 use crate::harness::fixtures::Fixtures;
@@ -37,8 +37,11 @@ pub(crate) fn progress(message: &str) {
 /// 2 when the run could not be set up at all.
 pub(crate) fn main() -> ExitCode {
     let argv: Vec<String> = std::env::args().collect();
-    let args = Cli::parse().into_args();
-    match run(args, &argv) {
+    let result = match Cli::parse().into_mode() {
+        Mode::Run(args) => run(args, &argv),
+        Mode::Profile(args) => crate::harness::profile::run(args, &argv),
+    };
+    match result {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::FAILURE,
         Err(e) => {
@@ -49,11 +52,11 @@ pub(crate) fn main() -> ExitCode {
 }
 
 /// What every row of the run shares.
-struct Ctx<'a> {
-    settings: &'a Settings,
-    fixtures: &'a Fixtures,
-    cert: &'a CertFiles,
-    work: &'a Path,
+pub(crate) struct Ctx<'a> {
+    pub(crate) settings: &'a Settings,
+    pub(crate) fixtures: &'a Fixtures,
+    pub(crate) cert: &'a CertFiles,
+    pub(crate) work: &'a Path,
 }
 
 /// Runs everything; `Ok(false)` when some row failed.
@@ -65,15 +68,7 @@ fn run(args: Args, argv: &[String]) -> anyhow::Result<bool> {
     }
     tools::ensure(&settings)?;
 
-    let work = settings.out.join("work");
-    fs::create_dir_all(&work).with_context(|| format!("creating {}", work.display()))?;
-    // Configs get absolute paths: nginx resolves relative ones against its own prefix.
-    let work = work
-        .canonicalize()
-        .with_context(|| format!("resolving {}", work.display()))?;
-    progress(&format!("fixtures and certificate in {}", work.display()));
-    let fixtures = Fixtures::create(&work)?;
-    let cert = cert::create(&work)?;
+    let (work, fixtures, cert) = prepare(&settings)?;
     let env = Environment::collect(&settings);
     let ctx = Ctx {
         settings: &settings,
@@ -119,10 +114,24 @@ fn run(args: Args, argv: &[String]) -> anyhow::Result<bool> {
     Ok(problems.is_empty())
 }
 
+/// The run's work directory with the fixtures and the certificate in it.
+pub(crate) fn prepare(settings: &Settings) -> anyhow::Result<(PathBuf, Fixtures, CertFiles)> {
+    let work = settings.out.join("work");
+    fs::create_dir_all(&work).with_context(|| format!("creating {}", work.display()))?;
+    // Configs get absolute paths: nginx resolves relative ones against its own prefix.
+    let work = work
+        .canonicalize()
+        .with_context(|| format!("resolving {}", work.display()))?;
+    progress(&format!("fixtures and certificate in {}", work.display()));
+    let fixtures = Fixtures::create(&work)?;
+    let cert = cert::create(&work)?;
+    Ok((work, fixtures, cert))
+}
+
 /// The upstream nginx of the proxy scenario, pinned to the load CPUs.
-struct Upstream {
-    process: ServerProcess,
-    port: u16,
+pub(crate) struct Upstream {
+    pub(crate) process: ServerProcess,
+    pub(crate) port: u16,
 }
 
 /// Every placeholder of the config contract.
@@ -151,7 +160,7 @@ fn render_config(ctx: &Ctx<'_>, name: &str, vars: &Vars, dir: &Path) -> anyhow::
     Ok(target)
 }
 
-fn start_upstream(ctx: &Ctx<'_>, dir: &Path) -> anyhow::Result<Upstream> {
+pub(crate) fn start_upstream(ctx: &Ctx<'_>, dir: &Path) -> anyhow::Result<Upstream> {
     let dir = dir.join("upstream");
     fs::create_dir_all(&dir)?;
     let [port, unused_http, unused_tls] = free_ports::<3>()?;
@@ -258,23 +267,47 @@ fn run_scenario(ctx: &Ctx<'_>, scenario: Scenario) -> anyhow::Result<Vec<Row>> {
 }
 
 /// Tags an error with the stage it happened in.
-fn at(stage: Stage) -> impl Fn(anyhow::Error) -> (Stage, anyhow::Error) {
+pub(crate) fn at(stage: Stage) -> impl Fn(anyhow::Error) -> (Stage, anyhow::Error) {
     move |e| (stage, e)
 }
 
-/// One row: start, verify, warm up, measure, stop.
-fn measure(
+/// A server started from its committed config, accepting, and verified.
+pub(crate) struct Started {
+    /// The server's process.
+    pub(crate) process: ServerProcess,
+    /// The row's own directory (config, logs, transcripts).
+    pub(crate) dir: PathBuf,
+    /// The URL the load generator aims at.
+    pub(crate) url: String,
+}
+
+impl Started {
+    /// What to load.
+    pub(crate) fn target<'a>(&'a self, scenario: Scenario, script: &'a Path) -> Target<'a> {
+        match scenario.protocol() {
+            Protocol::Http1 => Target::Http1 {
+                url: &self.url,
+                script,
+            },
+            Protocol::TlsH2 => Target::H2 { url: &self.url },
+        }
+    }
+}
+
+/// Starts `server` for `scenario` from its committed config, waits until it accepts and
+/// checks every URL of the scenario for status 200 and the exact bytes. `wrap` goes in
+/// front of the server's command line (e.g. `valgrind --tool=callgrind`).
+pub(crate) fn start_verified(
     ctx: &Ctx<'_>,
     scenario: Scenario,
     server: Server,
-    scenario_dir: &Path,
+    dir: &Path,
     upstream_port: u16,
-    script: &Path,
     expected: &[Expected],
-) -> Result<Figures, (Stage, anyhow::Error)> {
+    wrap: &[&str],
+) -> Result<Started, (Stage, anyhow::Error)> {
     let settings = ctx.settings;
-    let dir = scenario_dir.join(server.name());
-    fs::create_dir_all(&dir).map_err(|e| (Stage::Start, e.into()))?;
+    fs::create_dir_all(dir).map_err(|e| (Stage::Start, e.into()))?;
     let [http_port, tls_port] = free_ports::<2>().map_err(at(Stage::Start))?;
     let vars = vars(
         ctx,
@@ -282,14 +315,14 @@ fn measure(
         tls_port,
         upstream_port,
         settings.workers,
-        &dir,
+        dir,
     );
     let config = server
         .config_template()
-        .map(|name| render_config(ctx, name, &vars, &dir))
+        .map(|name| render_config(ctx, name, &vars, dir))
         .transpose()
         .map_err(at(Stage::Start))?;
-    let launch = server
+    let mut launch = server
         .launch(&LaunchInput {
             config: config.as_deref(),
             binary: settings.binary(server),
@@ -300,9 +333,16 @@ fn measure(
             cert: &ctx.cert.cert,
             key: &ctx.cert.key,
             workers: settings.workers,
-            workdir: &dir,
+            workdir: dir,
         })
         .map_err(at(Stage::Start))?;
+    if let Some((program, rest)) = wrap.split_first() {
+        let mut args: Vec<std::ffi::OsString> = rest.iter().map(Into::into).collect();
+        args.push(launch.program.into_os_string());
+        args.append(&mut launch.args);
+        launch.program = tools::program(program);
+        launch.args = args;
+    }
     let command = display_command(&settings.server_cpus, &launch);
     let _ = fs::write(dir.join("command.txt"), format!("{command}\n"));
     let mut process = ServerProcess::start(
@@ -313,7 +353,7 @@ fn measure(
     )
     .map_err(at(Stage::Start))?;
 
-    let (port, target_url) = match scenario.protocol() {
+    let (port, url) = match scenario.protocol() {
         Protocol::Http1 => {
             let paths = scenario.load_paths(ctx.fixtures);
             // With several paths the Lua script picks them; the URL only names the server.
@@ -333,28 +373,41 @@ fn measure(
         ),
     };
     let waited = wait_until_accepting(&mut process, local(port)).map_err(at(Stage::Start))?;
-
     match scenario.protocol() {
         Protocol::Http1 => verify::plain(port, expected),
-        Protocol::TlsH2 => verify::tls_h2(port, expected, &dir),
+        Protocol::TlsH2 => verify::tls_h2(port, expected, dir),
     }
     .map_err(at(Stage::Verification))?;
     progress(&format!(
-        "[{scenario}] {server}: accepting after {} ms, {} URL(s) verified; warm-up {} s, \
-         measuring {} s",
+        "[{scenario}] {server}: accepting after {} ms, {} URL(s) verified",
         waited.as_millis(),
         expected.len(),
-        settings.warmup,
-        settings.duration
     ));
+    Ok(Started {
+        process,
+        dir: dir.to_path_buf(),
+        url,
+    })
+}
 
-    let target = match scenario.protocol() {
-        Protocol::Http1 => Target::Http1 {
-            url: &target_url,
-            script,
-        },
-        Protocol::TlsH2 => Target::H2 { url: &target_url },
-    };
+/// One row: start, verify, warm up, measure, stop.
+fn measure(
+    ctx: &Ctx<'_>,
+    scenario: Scenario,
+    server: Server,
+    scenario_dir: &Path,
+    upstream_port: u16,
+    script: &Path,
+    expected: &[Expected],
+) -> Result<Figures, (Stage, anyhow::Error)> {
+    let settings = ctx.settings;
+    let dir = scenario_dir.join(server.name());
+    let mut started = start_verified(ctx, scenario, server, &dir, upstream_port, expected, &[])?;
+    progress(&format!(
+        "[{scenario}] {server}: warm-up {} s, measuring {} s",
+        settings.warmup, settings.duration
+    ));
+    let target = started.target(scenario, script);
     if settings.warmup > 0.0 {
         settings
             .load
@@ -362,7 +415,7 @@ fn measure(
             .context("warm-up")
             .map_err(at(Stage::Load))?;
     }
-    let pid = process.pid();
+    let pid = started.process.pid();
     let cpu_before = proctree::tree_cpu_seconds(pid)
         .context("reading the server's CPU time")
         .map_err(at(Stage::Load))?;
@@ -376,11 +429,12 @@ fn measure(
     let peak_rss_kib = proctree::tree_peak_rss_kib(pid)
         .context("reading the server's memory")
         .map_err(at(Stage::Load))?;
-    process
+    started
+        .process
         .ensure_running()
         .context("the server died during the measured window")
         .map_err(at(Stage::Load))?;
-    process.stop().map_err(at(Stage::Stop))?;
+    started.process.stop().map_err(at(Stage::Stop))?;
     Ok(Figures {
         load,
         cpu_s: (cpu_after - cpu_before).max(0.0),

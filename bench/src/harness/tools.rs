@@ -49,6 +49,21 @@ const CURL: Tool = Tool {
     program: "curl",
     package: "curl",
 };
+/// For `bench profile`: syscall counts.
+pub(crate) const STRACE: Tool = Tool {
+    program: "strace",
+    package: "strace",
+};
+/// For `bench profile`: instruction counts.
+pub(crate) const VALGRIND: Tool = Tool {
+    program: "valgrind",
+    package: "valgrind",
+};
+/// For `bench profile`: switching instruction counting on and off.
+pub(crate) const CALLGRIND_CONTROL: Tool = Tool {
+    program: "callgrind_control",
+    package: "valgrind",
+};
 
 /// Where `name` is: the first executable match on `PATH`, then in [`EXTRA_DIRS`].
 pub(crate) fn find(name: &str) -> Option<PathBuf> {
@@ -107,7 +122,16 @@ pub(crate) fn install_command(missing: &[Tool]) -> String {
 /// When tools are missing and this is not root (the message has the command to run), or
 /// the installation fails or leaves something missing.
 pub(crate) fn ensure(settings: &Settings) -> anyhow::Result<()> {
-    let missing: Vec<Tool> = needed(settings)
+    ensure_tools(needed(settings))
+}
+
+/// Makes sure `tools` are there, installing the missing ones with apt-get when root.
+///
+/// # Errors
+///
+/// As [`ensure`].
+pub(crate) fn ensure_tools(tools: Vec<Tool>) -> anyhow::Result<()> {
+    let missing: Vec<Tool> = tools
         .into_iter()
         .filter(|t| find(t.program).is_none())
         .collect();
