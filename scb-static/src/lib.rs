@@ -1,18 +1,25 @@
 //! Static files for scb.
 //!
-//! This crate is being filled by issue 4 (`ServeStatic`: kernel-enforced path resolution
-//! with `openat2`, inline I/O, precompressed sidecars, RFC 9110 validators and ranges).
-//! So far it holds the resolver (`sys`) and its tests; it exports no service yet, so
-//! nothing can mistake it for a working file server.
+//! [`ServeStatic`] serves the files beneath a directory: paths resolved by the kernel
+//! beneath the root (`openat2(RESOLVE_BENEATH)`), decided inline on the worker when the
+//! page cache is warm, precompressed sidecars, RFC 9110 validators, preconditions and
+//! ranges. Issue 4 is still adding to it (the fall-through layer, site features, the
+//! binary's `static` routes and `scb serve`).
 
-#[allow(
-    dead_code,
-    unused_imports,
-    reason = "the resolver is tested on its own; ServeStatic, later in issue 4, calls it"
-)]
+mod serve;
 mod sys;
 
-#[allow(dead_code, reason = "ServeStatic, later in issue 4, calls it")]
 mod path;
 
+mod encoding;
+
+mod mime;
+
+mod cache_control;
+
+mod conditional;
+
+mod range;
+
+pub use serve::{BuildError, ResponseFuture, ServeStatic, ServeStaticBuilder};
 pub use sys::Symlinks;

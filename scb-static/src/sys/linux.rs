@@ -48,11 +48,13 @@ impl RootDir {
     }
 
     /// Use the portable component walk from now on, as if `openat2` were missing.
+    #[cfg(test)]
     pub(crate) fn force_walk(&self) {
         self.support.store(WALK, Ordering::Relaxed);
     }
 
     /// Whether lookups go through the portable walk (symlinks then never followed).
+    #[cfg(test)]
     pub(crate) fn uses_walk(&self) -> bool {
         self.support.load(Ordering::Relaxed) == WALK
     }

@@ -25,9 +25,11 @@ impl RootDir {
     }
 
     /// Lookups always use the walk here.
+    #[cfg(test)]
     pub(crate) fn force_walk(&self) {}
 
     /// Lookups always use the walk here.
+    #[cfg(test)]
     pub(crate) fn uses_walk(&self) -> bool {
         true
     }

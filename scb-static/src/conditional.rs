@@ -1,0 +1,778 @@
+//! Conditional requests (RFC 9110 §13): `If-Match`, `If-Unmodified-Since`, `If-None-Match`
+//! and `If-Modified-Since`, evaluated in the order of §13.2.2, plus the validators they
+//! compare against (a strong ETag from the file's metadata, Last-Modified in whole seconds).
+//!
+//! ```text
+//! representation: ETag "a", Last-Modified Sun, 06 Nov 1994 08:49:37 GMT
+//!
+//! If-None-Match: "a"                                    -> NotModified (304)
+//! If-None-Match: W/"a", "b"                             -> NotModified (weak comparison)
+//! If-Modified-Since: Sun, 06 Nov 1994 08:49:37 GMT      -> NotModified
+//! If-Match: W/"a"                                       -> Failed (412: strong comparison)
+//! If-Unmodified-Since: Sat, 05 Nov 1994 00:00:00 GMT    -> Failed
+//! If-None-Match: "b" + If-Modified-Since: <any date>    -> Proceed (the date is ignored)
+//! If-Modified-Since: yesterday                          -> Proceed (not a date: ignored)
+//! ```
+//!
+//! Everything here is pure: the service passes in the request's method and headers and the
+//! representation's validators, and gets back what to answer. `If-Range`, the fifth step
+//! of §13.2.2, lives with the ranges it guards (`range::if_range_allows`).
+//!
+//! # Malformed fields
+//!
+//! - An entity-tag list that does not parse (an unterminated quote, a lower-case `w/`, two
+//!   tags without a comma between them, `*` next to tags, an empty field) matches nothing,
+//!   as a whole: a client that cannot write the field gets no partial reading of it. For
+//!   `If-None-Match` that means the request proceeds (a 200 instead of a 304, never a stale
+//!   304); for `If-Match` it means 412 (as nginx and Apache answer), the safe failure for a
+//!   field whose purpose is to stop the request when in doubt.
+//! - `If-Modified-Since` is not checked against the clock: a date in the future still
+//!   compares as a date. RFC 2616 called such a date invalid; RFC 9110 does not. Clients
+//!   send back the Last-Modified they were given, which [`last_modified_header`] never
+//!   dates later than the response.
+//! - A date that is not an HTTP-date, or a date field sent more than once, is ignored, as
+//!   §13.1.3 and §13.1.4 require.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use http::Method;
+use http::header::{self, GetAll, HeaderMap, HeaderValue};
+
+/// What the preconditions of a request say to do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Precondition {
+    /// No precondition stops the request: serve it (ranges may still apply).
+    Proceed,
+    /// `304 Not Modified`, with the headers a 200 would have carried among ETag,
+    /// Last-Modified, Cache-Control, Content-Location, Date, Expires and Vary.
+    NotModified,
+    /// `412 Precondition Failed`.
+    Failed,
+}
+
+/// Evaluates the preconditions of a request against the selected representation, in the
+/// order of RFC 9110 §13.2.2.
+///
+/// 1. `If-Match` (strong comparison, `*` matches because a representation exists); only
+///    when it is absent, `If-Unmodified-Since`. False: [`Precondition::Failed`].
+/// 2. `If-None-Match` (weak comparison, `*` matches). True for a GET or HEAD:
+///    [`Precondition::NotModified`]; for any other method, [`Precondition::Failed`].
+/// 3. Only when `If-None-Match` is absent and the method is GET or HEAD,
+///    `If-Modified-Since`: not modified since the date, [`Precondition::NotModified`].
+///
+/// `etag` is the representation's strong entity-tag with its quotes (as
+/// [`strong_etag`] makes it); `last_modified` its modification time, compared in whole
+/// seconds because that is all an HTTP-date carries.
+pub(crate) fn evaluate(
+    method: &Method,
+    headers: &HeaderMap,
+    etag: &str,
+    last_modified: SystemTime,
+) -> Precondition {
+    let modified = unix_secs(last_modified);
+
+    if headers.contains_key(header::IF_MATCH) {
+        if !tag_list_matches(headers.get_all(header::IF_MATCH), etag, Comparison::Strong) {
+            return Precondition::Failed;
+        }
+    } else if let Some(date) = single_date(&headers.get_all(header::IF_UNMODIFIED_SINCE))
+        && modified > date
+    {
+        return Precondition::Failed;
+    }
+
+    let safe = method == Method::GET || method == Method::HEAD;
+    if headers.contains_key(header::IF_NONE_MATCH) {
+        if tag_list_matches(
+            headers.get_all(header::IF_NONE_MATCH),
+            etag,
+            Comparison::Weak,
+        ) {
+            return if safe {
+                Precondition::NotModified
+            } else {
+                Precondition::Failed
+            };
+        }
+    } else if safe
+        && let Some(date) = single_date(&headers.get_all(header::IF_MODIFIED_SINCE))
+        && modified <= date
+    {
+        return Precondition::NotModified;
+    }
+
+    Precondition::Proceed
+}
+
+/// A strong entity-tag, quotes included, for a file with this metadata: the length, the
+/// modification time to the nanosecond and the inode number, in hex.
+///
+/// These fields change when the content does, without reading it: a write through the
+/// file moves the mtime (and usually the length); a file replaced by rename (atomic
+/// deploys, `rsync`, most editors) is a new inode even when the tool that wrote it kept
+/// the old mtime and length (`cp -p`, `rsync -t`, `tar x` all preserve mtime). What no
+/// stat-based tag can see is two same-length writes within one timestamp tick of the
+/// file system; nginx (mtime and length) and Apache (mtime and size by default) share
+/// that limit.
+///
+/// The inode makes the tag differ between two servers holding identical copies (why
+/// Apache 2.4 dropped it from its default): behind a load balancer without affinity,
+/// revalidations that cross servers get a 200 instead of a 304, and an `If-Range` a full
+/// response instead of a range. That costs bandwidth, never correctness, and telling a
+/// replaced file from its predecessor is worth it.
+///
+/// A sidecar (`.br`, `.gz`, ...) is a different file, so its metadata gives it a
+/// different tag, as RFC 9110 §8.8.3 requires of each content coding.
+pub(crate) fn strong_etag(len: u64, mtime_secs: i64, mtime_nanos: u32, ino: u64) -> String {
+    format!("\"{len:x}-{mtime_secs:x}.{mtime_nanos:x}-{ino:x}\"")
+}
+
+/// The `Last-Modified` value for a file modified at `mtime`, answered at `now`: an
+/// IMF-fixdate of the earlier of the two, as RFC 9110 §8.8.2.1 forbids a date later than
+/// the response's own. `None` when there is no date to send: an mtime before 1970 or
+/// after 9999, which an HTTP-date cannot express.
+///
+/// [`evaluate`] compares against the file's real mtime, not this clamped value; for a file
+/// dated in the future that only means date-based revalidation keeps answering 200 until
+/// the clock catches up.
+pub(crate) fn last_modified_header(mtime: SystemTime, now: SystemTime) -> Option<HeaderValue> {
+    /// 10000-01-01T00:00:00Z: `httpdate` panics at or after it.
+    const YEAR_10000: u64 = 253_402_300_800;
+    let secs = mtime.min(now).duration_since(UNIX_EPOCH).ok()?.as_secs();
+    if secs >= YEAR_10000 {
+        return None;
+    }
+    let date = httpdate::fmt_http_date(UNIX_EPOCH + Duration::from_secs(secs));
+    HeaderValue::try_from(date).ok()
+}
+
+/// One entity-tag: `W/` or not, and the opaque-tag with its quotes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct EntityTag<'a> {
+    /// Prefixed with `W/`.
+    pub(crate) weak: bool,
+    /// `"..."`, quotes included, so it compares directly with a tag made by
+    /// [`strong_etag`].
+    pub(crate) opaque: &'a [u8],
+}
+
+/// How two entity-tags are compared (RFC 9110 §8.8.3.2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Comparison {
+    /// Both strong and the opaque-tags equal (`If-Match`, `If-Range`).
+    Strong,
+    /// The opaque-tags equal, `W/` or not (`If-None-Match`).
+    Weak,
+}
+
+impl EntityTag<'_> {
+    /// Whether this tag names our strong `etag` (quotes included).
+    fn matches(self, etag: &str, comparison: Comparison) -> bool {
+        (comparison == Comparison::Weak || !self.weak) && self.opaque == etag.as_bytes()
+    }
+}
+
+/// Parses one entity-tag at the start of `input`; returns it and the rest of the input.
+///
+/// `entity-tag = [ "W/" ] DQUOTE *etagc DQUOTE`, `etagc = %x21 / %x23-7E / obs-text`: any
+/// visible byte but `"`, commas included, so a list cannot be split on commas first. The
+/// `W/` is case-sensitive (RFC 9110 §8.8.3).
+pub(crate) fn parse_entity_tag(input: &[u8]) -> Option<(EntityTag<'_>, &[u8])> {
+    let (weak, quoted) = match input.strip_prefix(b"W/") {
+        Some(rest) => (true, rest),
+        None => (false, input),
+    };
+    if quoted.first() != Some(&b'"') {
+        return None;
+    }
+    for (i, &b) in quoted.iter().enumerate().skip(1) {
+        match b {
+            b'"' => {
+                let (opaque, rest) = quoted.split_at(i + 1);
+                return Some((EntityTag { weak, opaque }, rest));
+            }
+            0x21 | 0x23..=0x7e | 0x80..=0xff => {}
+            _ => return None,
+        }
+    }
+    None
+}
+
+/// Whether `etag` is a member of an `If-Match` or `If-None-Match` field (`"*" / #entity-tag`),
+/// taking all its field lines as one list. A malformed field matches nothing (module docs).
+fn tag_list_matches(lines: GetAll<'_, HeaderValue>, etag: &str, comparison: Comparison) -> bool {
+    let mut members = 0_usize;
+    let mut star = false;
+    let mut matched = false;
+    for line in lines {
+        let mut rest = line.as_bytes();
+        loop {
+            // Empty list elements are allowed (RFC 9110 §5.6.1.2).
+            rest = trim_start(rest, |b| matches!(b, b' ' | b'\t' | b','));
+            if rest.is_empty() {
+                break;
+            }
+            if let Some(after) = rest.strip_prefix(b"*") {
+                star = true;
+                rest = after;
+            } else {
+                let Some((tag, after)) = parse_entity_tag(rest) else {
+                    return false;
+                };
+                matched |= tag.matches(etag, comparison);
+                rest = after;
+            }
+            members += 1;
+            rest = trim_start(rest, |b| matches!(b, b' ' | b'\t'));
+            if !rest.is_empty() && rest[0] != b',' {
+                return false;
+            }
+        }
+    }
+    match (star, members) {
+        (_, 0) => false,
+        (true, 1) => true,
+        (true, _) => false,
+        (false, _) => matched,
+    }
+}
+
+/// The date of a field that must hold exactly one HTTP-date, in Unix seconds; `None` (the
+/// field is ignored) when it is absent, repeated, or not a date.
+fn single_date(lines: &GetAll<'_, HeaderValue>) -> Option<i64> {
+    let mut lines = lines.iter();
+    match (lines.next(), lines.next()) {
+        (Some(line), None) => http_date_secs(line.as_bytes()),
+        _ => None,
+    }
+}
+
+/// Parses an HTTP-date (IMF-fixdate, or the obsolete RFC 850 and asctime forms) into
+/// Unix seconds. The weekday must agree with the date: `httpdate` checks it.
+pub(crate) fn http_date_secs(value: &[u8]) -> Option<i64> {
+    let text = std::str::from_utf8(trim_ows(value)).ok()?;
+    httpdate::parse_http_date(text).ok().map(unix_secs)
+}
+
+/// Whole seconds since the Unix epoch, rounded down (so 1.9 s is 1 and -0.5 s is -1),
+/// which is what an HTTP-date made from the same time says.
+pub(crate) fn unix_secs(time: SystemTime) -> i64 {
+    match time.duration_since(UNIX_EPOCH) {
+        Ok(after) => i64::try_from(after.as_secs()).unwrap_or(i64::MAX),
+        Err(before) => {
+            let before = before.duration();
+            let secs = i64::try_from(before.as_secs()).unwrap_or(i64::MAX);
+            if before.subsec_nanos() > 0 {
+                -secs - 1
+            } else {
+                -secs
+            }
+        }
+    }
+}
+
+/// Strips optional whitespace (`OWS = *( SP / HTAB )`) from both ends.
+pub(crate) fn trim_ows(value: &[u8]) -> &[u8] {
+    let is_ows = |b: &u8| matches!(b, b' ' | b'\t');
+    let start = value.iter().position(|b| !is_ows(b)).unwrap_or(value.len());
+    let end = value
+        .iter()
+        .rposition(|b| !is_ows(b))
+        .map_or(start, |i| i + 1);
+    &value[start..end]
+}
+
+fn trim_start(value: &[u8], skip: impl Fn(u8) -> bool) -> &[u8] {
+    let start = value.iter().position(|&b| !skip(b)).unwrap_or(value.len());
+    &value[start..]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The representation every test evaluates against.
+    const ETAG: &str = "\"a\"";
+    /// Sun, 06 Nov 1994 08:49:37 GMT.
+    const MODIFIED: u64 = 784_111_777;
+    const AT_MODIFIED: &str = "Sun, 06 Nov 1994 08:49:37 GMT";
+    const BEFORE: &str = "Sun, 06 Nov 1994 08:49:36 GMT";
+    const AFTER: &str = "Sun, 06 Nov 1994 08:49:38 GMT";
+
+    /// The mtime has a fraction of a second that Last-Modified cannot carry.
+    fn last_modified() -> SystemTime {
+        UNIX_EPOCH + Duration::new(MODIFIED, 750_000_000)
+    }
+
+    fn eval_method(method: &Method, fields: &[(&str, &str)]) -> Precondition {
+        let mut headers = HeaderMap::new();
+        for &(name, value) in fields {
+            headers.append(
+                header::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                HeaderValue::from_str(value).unwrap(),
+            );
+        }
+        evaluate(method, &headers, ETAG, last_modified())
+    }
+
+    fn eval(fields: &[(&str, &str)]) -> Precondition {
+        eval_method(&Method::GET, fields)
+    }
+
+    use Precondition::{Failed, NotModified, Proceed};
+
+    #[test]
+    fn no_conditional_fields_proceed() {
+        assert_eq!(eval(&[]), Proceed);
+        assert_eq!(eval(&[("if-range", ETAG)]), Proceed);
+    }
+
+    #[test]
+    fn if_match_with_the_current_strong_tag_proceeds() {
+        assert_eq!(eval(&[("if-match", "\"a\"")]), Proceed);
+        assert_eq!(eval(&[("if-match", "\"x\", \"a\"")]), Proceed);
+        assert_eq!(
+            eval(&[("if-match", "\"x\""), ("if-match", "\"a\"")]),
+            Proceed
+        );
+    }
+
+    #[test]
+    fn if_match_star_proceeds_because_the_representation_exists() {
+        assert_eq!(eval(&[("if-match", "*")]), Proceed);
+        assert_eq!(eval(&[("if-match", " * ")]), Proceed);
+    }
+
+    #[test]
+    fn if_match_with_another_tag_fails() {
+        assert_eq!(eval(&[("if-match", "\"b\"")]), Failed);
+        assert_eq!(eval(&[("if-match", "\"b\", \"c\"")]), Failed);
+    }
+
+    #[test]
+    fn if_match_uses_strong_comparison_so_a_weak_tag_fails() {
+        assert_eq!(eval(&[("if-match", "W/\"a\"")]), Failed);
+    }
+
+    #[test]
+    fn if_match_malformed_fails() {
+        for bad in [
+            "a",
+            "\"a",
+            "\"a\" \"b\"",
+            "w/\"a\"",
+            "*, \"a\"",
+            "",
+            "\"a\"x",
+        ] {
+            assert_eq!(eval(&[("if-match", bad)]), Failed, "{bad:?}");
+        }
+        // `*` on one line and a tag on another is the same malformed list.
+        assert_eq!(eval(&[("if-match", "*"), ("if-match", "\"a\"")]), Failed);
+    }
+
+    #[test]
+    fn if_unmodified_since_at_or_after_last_modified_proceeds() {
+        assert_eq!(eval(&[("if-unmodified-since", AT_MODIFIED)]), Proceed);
+        assert_eq!(eval(&[("if-unmodified-since", AFTER)]), Proceed);
+    }
+
+    #[test]
+    fn if_unmodified_since_before_last_modified_fails() {
+        assert_eq!(eval(&[("if-unmodified-since", BEFORE)]), Failed);
+    }
+
+    #[test]
+    fn if_unmodified_since_is_ignored_when_if_match_is_present() {
+        let fields = [("if-match", "\"a\""), ("if-unmodified-since", BEFORE)];
+        assert_eq!(eval(&fields), Proceed);
+    }
+
+    #[test]
+    fn if_unmodified_since_that_is_not_one_date_is_ignored() {
+        for bad in [
+            "yesterday",
+            "0",
+            "Sun, 06 Nov 1994 08:49:36 GMT, Sun, 06 Nov 1994",
+        ] {
+            assert_eq!(eval(&[("if-unmodified-since", bad)]), Proceed, "{bad:?}");
+        }
+        let twice = [
+            ("if-unmodified-since", BEFORE),
+            ("if-unmodified-since", BEFORE),
+        ];
+        assert_eq!(eval(&twice), Proceed);
+    }
+
+    #[test]
+    fn if_none_match_with_the_current_tag_is_not_modified_for_get_and_head() {
+        for method in [Method::GET, Method::HEAD] {
+            assert_eq!(
+                eval_method(&method, &[("if-none-match", "\"a\"")]),
+                NotModified
+            );
+        }
+    }
+
+    #[test]
+    fn if_none_match_uses_weak_comparison() {
+        assert_eq!(eval(&[("if-none-match", "W/\"a\"")]), NotModified);
+        assert_eq!(eval(&[("if-none-match", "\"x\", W/\"a\"")]), NotModified);
+    }
+
+    #[test]
+    fn if_none_match_star_is_not_modified() {
+        assert_eq!(eval(&[("if-none-match", "*")]), NotModified);
+    }
+
+    #[test]
+    fn if_none_match_with_other_tags_proceeds() {
+        assert_eq!(eval(&[("if-none-match", "\"b\"")]), Proceed);
+        assert_eq!(eval(&[("if-none-match", "\"b\", W/\"c\"")]), Proceed);
+        // The quotes are part of the opaque-tag: a bare a is not "a".
+        assert_eq!(eval(&[("if-none-match", "\"\"a\"\"")]), Proceed);
+    }
+
+    #[test]
+    fn if_none_match_malformed_proceeds() {
+        for bad in [
+            "a",
+            "\"a",
+            "\"a\" \"a\"",
+            "w/\"a\"",
+            "*, \"a\"",
+            "",
+            "W/ \"a\"",
+        ] {
+            assert_eq!(eval(&[("if-none-match", bad)]), Proceed, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn if_none_match_true_for_an_unsafe_method_fails() {
+        assert_eq!(
+            eval_method(&Method::POST, &[("if-none-match", "*")]),
+            Failed
+        );
+        assert_eq!(
+            eval_method(&Method::PUT, &[("if-none-match", "\"a\"")]),
+            Failed
+        );
+    }
+
+    #[test]
+    fn if_modified_since_at_or_after_last_modified_is_not_modified() {
+        assert_eq!(eval(&[("if-modified-since", AT_MODIFIED)]), NotModified);
+        assert_eq!(eval(&[("if-modified-since", AFTER)]), NotModified);
+        let head = eval_method(&Method::HEAD, &[("if-modified-since", AT_MODIFIED)]);
+        assert_eq!(head, NotModified);
+    }
+
+    #[test]
+    fn if_modified_since_before_last_modified_proceeds() {
+        assert_eq!(eval(&[("if-modified-since", BEFORE)]), Proceed);
+    }
+
+    #[test]
+    fn if_modified_since_compares_whole_seconds() {
+        // The mtime is .75 s past AT_MODIFIED; Last-Modified said AT_MODIFIED.
+        assert_eq!(unix_secs(last_modified()), MODIFIED as i64);
+        assert_eq!(eval(&[("if-modified-since", AT_MODIFIED)]), NotModified);
+    }
+
+    #[test]
+    fn if_modified_since_accepts_the_obsolete_date_forms() {
+        for date in [
+            "Sunday, 06-Nov-94 08:49:37 GMT",
+            "Sun Nov  6 08:49:37 1994",
+            "  Sun, 06 Nov 1994 08:49:37 GMT\t",
+        ] {
+            assert_eq!(
+                eval(&[("if-modified-since", date)]),
+                NotModified,
+                "{date:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn if_modified_since_that_is_not_one_date_is_ignored() {
+        for bad in [
+            "yesterday",
+            "Mon, 06 Nov 1994 08:49:37 GMT", // wrong weekday
+            "Sun, 06 Nov 1994 08:49:37",
+            "Sun, 06 Nov 1994 08:49:37 GMT, Sun, 06 Nov 1994 08:49:37 GMT",
+        ] {
+            assert_eq!(eval(&[("if-modified-since", bad)]), Proceed, "{bad:?}");
+        }
+        let twice = [("if-modified-since", AFTER), ("if-modified-since", AFTER)];
+        assert_eq!(eval(&twice), Proceed);
+    }
+
+    #[test]
+    fn if_modified_since_is_ignored_when_if_none_match_is_present() {
+        // Tag differs, date says unchanged: the tag wins, 200.
+        let fields = [("if-none-match", "\"b\""), ("if-modified-since", AFTER)];
+        assert_eq!(eval(&fields), Proceed);
+        // Even a malformed If-None-Match displaces it.
+        let fields = [("if-none-match", "b"), ("if-modified-since", AFTER)];
+        assert_eq!(eval(&fields), Proceed);
+    }
+
+    #[test]
+    fn if_modified_since_is_ignored_for_other_methods() {
+        let post = eval_method(&Method::POST, &[("if-modified-since", AFTER)]);
+        assert_eq!(post, Proceed);
+    }
+
+    #[test]
+    fn if_match_is_evaluated_before_if_none_match() {
+        let fields = [("if-match", "\"b\""), ("if-none-match", "\"a\"")];
+        assert_eq!(eval(&fields), Failed);
+        let fields = [("if-match", "\"a\""), ("if-none-match", "\"a\"")];
+        assert_eq!(eval(&fields), NotModified);
+    }
+
+    #[test]
+    fn if_unmodified_since_is_evaluated_before_if_none_match() {
+        let fields = [("if-unmodified-since", BEFORE), ("if-none-match", "\"a\"")];
+        assert_eq!(eval(&fields), Failed);
+    }
+
+    #[test]
+    fn if_match_is_evaluated_before_if_modified_since() {
+        let fields = [("if-match", "\"b\""), ("if-modified-since", AFTER)];
+        assert_eq!(eval(&fields), Failed);
+        let fields = [("if-match", "\"a\""), ("if-modified-since", AFTER)];
+        assert_eq!(eval(&fields), NotModified);
+    }
+
+    #[test]
+    fn if_unmodified_since_is_evaluated_before_if_modified_since() {
+        let fields = [
+            ("if-unmodified-since", BEFORE),
+            ("if-modified-since", AFTER),
+        ];
+        assert_eq!(eval(&fields), Failed);
+        let fields = [("if-unmodified-since", AFTER), ("if-modified-since", AFTER)];
+        assert_eq!(eval(&fields), NotModified);
+    }
+
+    #[test]
+    fn all_four_fields_passing_proceeds_only_when_the_tag_changed() {
+        let mut fields = vec![
+            ("if-match", "\"a\""),
+            ("if-unmodified-since", BEFORE),
+            ("if-none-match", "\"old\""),
+            ("if-modified-since", AFTER),
+        ];
+        assert_eq!(eval(&fields), Proceed);
+        fields[2] = ("if-none-match", "\"a\"");
+        assert_eq!(eval(&fields), NotModified);
+    }
+
+    #[test]
+    fn entity_tags_may_contain_commas_and_obs_text() {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::IF_NONE_MATCH,
+            HeaderValue::from_bytes(b"\"x,y\", \"\xe9\"").unwrap(),
+        );
+        let precondition = |etag| evaluate(&Method::GET, &headers, etag, last_modified());
+        assert_eq!(precondition("\"x,y\""), NotModified);
+        assert_eq!(precondition("\"\u{e9}\""), Proceed); // UTF-8 is two bytes, not 0xE9
+        assert_eq!(precondition("\"x\""), Proceed);
+        assert_eq!(precondition("\"y\""), Proceed);
+    }
+
+    #[test]
+    fn entity_tag_lists_tolerate_whitespace_and_empty_elements() {
+        for list in [
+            "\"a\"",
+            "  \"a\"  ",
+            "\"b\",\"a\"",
+            "\"b\" ,\t\"a\"",
+            ",\"a\",",
+            "\"b\", , ,\"a\"",
+        ] {
+            assert_eq!(eval(&[("if-none-match", list)]), NotModified, "{list:?}");
+        }
+    }
+
+    #[test]
+    fn entity_tag_parsing_stops_at_the_closing_quote() {
+        let (tag, rest) = parse_entity_tag(b"W/\"a,b\" , \"c\"").unwrap();
+        assert_eq!(
+            tag,
+            EntityTag {
+                weak: true,
+                opaque: b"\"a,b\""
+            }
+        );
+        assert_eq!(rest, b" , \"c\"");
+        assert_eq!(parse_entity_tag(b"\"\"").unwrap().0.opaque, b"\"\"");
+        for bad in [&b"a"[..], b"\"a", b"W\"a\"", b"\"a b\"", b"\"a\x7f\"", b""] {
+            assert_eq!(parse_entity_tag(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn strong_etag_is_a_quoted_hex_tag_of_every_field() {
+        assert_eq!(strong_etag(0x10, 0x20, 0x30, 0x40), "\"10-20.30-40\"");
+        let base = strong_etag(1000, 1_700_000_000, 5, 77);
+        assert_ne!(strong_etag(1001, 1_700_000_000, 5, 77), base);
+        assert_ne!(strong_etag(1000, 1_700_000_001, 5, 77), base);
+        assert_ne!(strong_etag(1000, 1_700_000_000, 6, 77), base);
+        assert_ne!(strong_etag(1000, 1_700_000_000, 5, 78), base);
+        // Before 1970 still makes a valid tag.
+        let old = strong_etag(1, -1, 0, 1);
+        let (tag, rest) = parse_entity_tag(old.as_bytes()).unwrap();
+        assert!(!tag.weak && rest.is_empty());
+    }
+
+    #[test]
+    fn strong_etag_matches_itself_through_if_none_match() {
+        let etag = strong_etag(12345, 1_700_000_000, 999_999_999, u64::MAX);
+        let mut headers = HeaderMap::new();
+        headers.insert(header::IF_NONE_MATCH, HeaderValue::from_str(&etag).unwrap());
+        headers.insert(header::IF_MATCH, HeaderValue::from_str(&etag).unwrap());
+        let got = evaluate(&Method::GET, &headers, &etag, last_modified());
+        assert_eq!(got, NotModified);
+    }
+
+    #[test]
+    fn last_modified_header_is_whole_seconds_and_never_in_the_future() {
+        let now = UNIX_EPOCH + Duration::from_secs(MODIFIED + 100);
+        let value = last_modified_header(last_modified(), now).unwrap();
+        assert_eq!(value, AT_MODIFIED);
+        let future = now + Duration::from_secs(3600);
+        let clamped = last_modified_header(future, now).unwrap();
+        assert_eq!(clamped, "Sun, 06 Nov 1994 08:51:17 GMT");
+        // What it renders parses back to the seconds the comparisons use.
+        assert_eq!(http_date_secs(value.as_bytes()), Some(MODIFIED as i64));
+    }
+
+    #[test]
+    fn last_modified_header_is_absent_for_dates_http_cannot_express() {
+        let before_1970 = UNIX_EPOCH - Duration::from_secs(1);
+        assert_eq!(last_modified_header(before_1970, SystemTime::now()), None);
+        let year_10000 = UNIX_EPOCH + Duration::from_secs(253_402_300_800);
+        assert_eq!(last_modified_header(year_10000, year_10000), None);
+        let last_second = UNIX_EPOCH + Duration::from_secs(253_402_300_799);
+        let value = last_modified_header(last_second, last_second).unwrap();
+        assert_eq!(value, "Fri, 31 Dec 9999 23:59:59 GMT");
+    }
+
+    #[test]
+    fn unix_secs_rounds_down() {
+        assert_eq!(unix_secs(UNIX_EPOCH + Duration::new(1, 999_999_999)), 1);
+        assert_eq!(unix_secs(UNIX_EPOCH - Duration::new(0, 1)), -1);
+        assert_eq!(unix_secs(UNIX_EPOCH - Duration::from_secs(2)), -2);
+    }
+
+    #[test]
+    fn trim_ows_strips_spaces_and_tabs_only() {
+        assert_eq!(trim_ows(b" \t a b\t "), b"a b");
+        assert_eq!(trim_ows(b"  "), b"");
+        assert_eq!(trim_ows(b"\x0ba"), b"\x0ba");
+    }
+}
+
+#[cfg(test)]
+mod proptests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// A valid entity-tag, weak or not, its opaque-tag drawn from `chars`.
+    fn entity_tag(chars: &'static [u8]) -> impl Strategy<Value = Vec<u8>> {
+        let opaque = proptest::collection::vec(proptest::sample::select(chars), 0..3);
+        (any::<bool>(), opaque).prop_map(|(weak, opaque)| {
+            let mut tag = if weak {
+                b"W/\"".to_vec()
+            } else {
+                b"\"".to_vec()
+            };
+            tag.extend(opaque);
+            tag.push(b'"');
+            tag
+        })
+    }
+
+    fn headers_from(fields: &[(header::HeaderName, Vec<u8>)]) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        for (name, value) in fields {
+            if let Ok(value) = HeaderValue::from_bytes(value) {
+                headers.append(name.clone(), value);
+            }
+        }
+        headers
+    }
+
+    proptest! {
+        /// Whatever the fields hold, evaluation answers without panicking.
+        #[test]
+        fn evaluate_never_panics(
+            values in proptest::collection::vec(any::<Vec<u8>>(), 4),
+            secs in any::<u32>(),
+            get in any::<bool>(),
+        ) {
+            let names = [
+                header::IF_MATCH,
+                header::IF_UNMODIFIED_SINCE,
+                header::IF_NONE_MATCH,
+                header::IF_MODIFIED_SINCE,
+            ];
+            let fields: Vec<_> = names.into_iter().zip(values).collect();
+            let method = if get { Method::GET } else { Method::PUT };
+            let modified = UNIX_EPOCH + Duration::from_secs(u64::from(secs));
+            evaluate(&method, &headers_from(&fields), "\"a\"", modified);
+        }
+
+        /// Arbitrary bytes either parse as a tag that is a prefix of the input, or do not.
+        #[test]
+        fn entity_tag_parsing_never_panics(input in any::<Vec<u8>>()) {
+            if let Some((tag, rest)) = parse_entity_tag(&input) {
+                prop_assert!(tag.opaque.len() >= 2);
+                prop_assert!(input.ends_with(rest));
+            }
+        }
+
+        /// A well-formed list, written with arbitrary whitespace, matches exactly when one of
+        /// its members names our tag (weakly for If-None-Match, strongly for If-Match). The
+        /// small alphabets make hits common; commas and obs-text exercise the tag scanner.
+        #[test]
+        fn tag_lists_match_like_the_model(
+            tags in proptest::collection::vec(entity_tag(b"ab,\xe9"), 1..6),
+            opaque in proptest::collection::vec(proptest::sample::select(&b"ab,"[..]), 0..3),
+            separators in proptest::collection::vec("[ \t]{0,2},[ \t]{0,2}", 6),
+        ) {
+            let etag = format!("\"{}\"", String::from_utf8(opaque).unwrap());
+            let mut list = Vec::new();
+            for (tag, separator) in tags.iter().zip(&separators) {
+                if !list.is_empty() {
+                    list.extend_from_slice(separator.as_bytes());
+                }
+                list.extend_from_slice(tag);
+            }
+            let ours = etag.as_bytes();
+            let weak_hit = tags.iter().any(|t| t.strip_prefix(b"W/").unwrap_or(t) == ours);
+            let strong_hit = tags.iter().any(|t| t == ours);
+
+            let inm = headers_from(&[(header::IF_NONE_MATCH, list.clone())]);
+            let got = evaluate(&Method::GET, &inm, &etag, UNIX_EPOCH);
+            prop_assert_eq!(got == Precondition::NotModified, weak_hit);
+
+            let im = headers_from(&[(header::IF_MATCH, list)]);
+            let got = evaluate(&Method::GET, &im, &etag, UNIX_EPOCH);
+            prop_assert_eq!(got == Precondition::Proceed, strong_hit);
+        }
+
+        /// Every date `httpdate` writes is read back to the same second.
+        #[test]
+        fn http_dates_round_trip(secs in 0_u64..253_402_300_800) {
+            let time = UNIX_EPOCH + Duration::from_secs(secs);
+            let value = last_modified_header(time, time).unwrap();
+            prop_assert_eq!(http_date_secs(value.as_bytes()), Some(secs as i64));
+        }
+    }
+}

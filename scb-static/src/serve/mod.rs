@@ -1,0 +1,303 @@
+//! [`ServeStatic`]: a tower service that serves the files beneath a directory.
+//!
+//! Each request is decided inline on the worker: the path is normalised, then opened with
+//! one `openat2(RESOLVE_BENEATH | RESOLVE_CACHED)` from the root's descriptor, and a small
+//! file is read whole with `preadv2(RWF_NOWAIT)`. Only when the kernel answers that this
+//! would wait for the disk does the whole request run once more on tokio's blocking pool;
+//! with a warm page cache nothing leaves the worker thread.
+//!
+//! ```no_run
+//! use scb_static::ServeStatic;
+//! use tower::ServiceExt as _;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> std::io::Result<()> {
+//! let files = ServeStatic::builder("/srv/www")
+//!     .precompressed(["br", "gzip"])
+//!     .build()?;
+//! let req = http::Request::get("/index.html").body(()).unwrap();
+//! let res = files.oneshot(req).await.unwrap();
+//! assert_eq!(res.status(), http::StatusCode::OK);
+//! # Ok(())
+//! # }
+//! ```
+
+mod chain;
+mod respond;
+
+use std::convert::Infallible;
+use std::fmt;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use http::{Request, Response, StatusCode};
+use scb_core::Body;
+use tower::Service;
+
+use crate::cache_control::{CacheControlError, CacheControlRules};
+use crate::encoding::{Coding, UnknownCoding};
+use crate::range::DEFAULT_MAX_RANGES;
+use crate::sys::{Mode, RootDir, Symlinks};
+
+/// Serves the files beneath a root directory; see the [module docs](self).
+///
+/// Cloning is cheap (one `Arc`), and the service is `Send + Sync`, so it can be used in
+/// axum (`Router::fallback_service`, `nest_service`) as well as on scb's own runtime.
+#[derive(Clone)]
+pub struct ServeStatic {
+    config: Arc<Config>,
+}
+
+impl fmt::Debug for ServeStatic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ServeStatic")
+            .field("root", &self.config.root_path)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What every request of one [`ServeStatic`] shares.
+#[derive(Debug)]
+pub(crate) struct Config {
+    root: RootDir,
+    root_path: PathBuf,
+    index: Option<String>,
+    precompressed: Vec<Coding>,
+    show_hidden: bool,
+    cache_control: CacheControlRules,
+    max_ranges: usize,
+}
+
+/// Why a [`ServeStatic`] could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// The root directory could not be opened.
+    #[error("cannot open the root directory {path}: {source}")]
+    Root {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A precompressed coding that is not `br`, `zstd` or `gzip`.
+    #[error("{0}")]
+    Coding(String),
+    /// A Cache-Control rule that does not compile.
+    #[error("{0}")]
+    CacheControl(String),
+}
+
+impl From<BuildError> for std::io::Error {
+    fn from(e: BuildError) -> Self {
+        match e {
+            BuildError::Root { source, .. } => source,
+            other => std::io::Error::new(std::io::ErrorKind::InvalidInput, other.to_string()),
+        }
+    }
+}
+
+/// Builds a [`ServeStatic`]; see [`ServeStatic::builder`].
+#[derive(Debug)]
+pub struct ServeStaticBuilder {
+    root: PathBuf,
+    symlinks: Symlinks,
+    index: Option<String>,
+    precompressed: Vec<String>,
+    show_hidden: bool,
+    cache_control: Vec<(String, String)>,
+    max_ranges: usize,
+}
+
+impl ServeStatic {
+    /// A builder for a service over the directory `root`.
+    pub fn builder(root: impl Into<PathBuf>) -> ServeStaticBuilder {
+        ServeStaticBuilder {
+            root: root.into(),
+            symlinks: Symlinks::default(),
+            index: Some("index.html".to_owned()),
+            precompressed: Vec::new(),
+            show_hidden: false,
+            cache_control: Vec::new(),
+            max_ranges: DEFAULT_MAX_RANGES,
+        }
+    }
+
+    /// A service over `root` with the default settings.
+    ///
+    /// # Errors
+    ///
+    /// When `root` cannot be opened as a directory.
+    pub fn new(root: impl Into<PathBuf>) -> Result<Self, BuildError> {
+        Self::builder(root).build()
+    }
+
+    /// The root directory, as given.
+    pub fn root(&self) -> &Path {
+        &self.config.root_path
+    }
+}
+
+impl ServeStaticBuilder {
+    /// What to do with symbolic links. Defaults to [`Symlinks::Beneath`]: links that stay
+    /// beneath the root are followed, the kernel refuses the rest.
+    pub fn symlinks(mut self, symlinks: Symlinks) -> Self {
+        self.symlinks = symlinks;
+        self
+    }
+
+    /// The file served for a directory requested with a trailing slash, or `None` for
+    /// none (404). Defaults to `index.html`.
+    pub fn index(mut self, index: Option<impl Into<String>>) -> Self {
+        self.index = index.map(Into::into);
+        self
+    }
+
+    /// Precompressed sidecars to look for (`br`, `zstd`, `gzip`), in the server's order
+    /// of preference; `app.js` is then served from `app.js.br` to a client that accepts
+    /// brotli, with `Vary: Accept-Encoding` on every response. Defaults to none.
+    pub fn precompressed<I, S>(mut self, codings: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.precompressed = codings.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Whether to serve paths with a segment starting with `.` (`.env`, `.git/`).
+    /// Defaults to `false`: they are answered 404.
+    pub fn show_hidden(mut self, show: bool) -> Self {
+        self.show_hidden = show;
+        self
+    }
+
+    /// Adds a `Cache-Control` rule: files whose path matches `glob` get `value`; the first
+    /// matching rule wins. A glob without `/` matches the file name at any depth
+    /// (`*.html`), one with `/` is anchored at the root (`assets/**`). Defaults to no
+    /// rules (no `Cache-Control` header).
+    pub fn cache_control(mut self, glob: impl Into<String>, value: impl Into<String>) -> Self {
+        self.cache_control.push((glob.into(), value.into()));
+        self
+    }
+
+    /// The most ranges one request may ask for before it gets the whole file instead
+    /// (0 turns ranges off). Defaults to 16.
+    pub fn max_ranges(mut self, max: usize) -> Self {
+        self.max_ranges = max;
+        self
+    }
+
+    /// Opens the root directory and checks the settings.
+    ///
+    /// # Errors
+    ///
+    /// When the root cannot be opened, a coding is unknown, or a Cache-Control rule does
+    /// not compile.
+    pub fn build(self) -> Result<ServeStatic, BuildError> {
+        let root = RootDir::open(&self.root, self.symlinks).map_err(|source| BuildError::Root {
+            path: self.root.clone(),
+            source,
+        })?;
+        let precompressed = self
+            .precompressed
+            .iter()
+            .map(|c| c.parse::<Coding>())
+            .collect::<Result<Vec<_>, UnknownCoding>>()
+            .map_err(|e| BuildError::Coding(e.to_string()))?;
+        let cache_control = CacheControlRules::new(self.cache_control)
+            .map_err(|e: CacheControlError| BuildError::CacheControl(e.to_string()))?;
+        Ok(ServeStatic {
+            config: Arc::new(Config {
+                root,
+                root_path: self.root,
+                index: self.index,
+                precompressed,
+                show_hidden: self.show_hidden,
+                cache_control,
+                max_ranges: self.max_ranges,
+            }),
+        })
+    }
+}
+
+impl<B> Service<Request<B>> for ServeStatic {
+    type Response = Response<Body>;
+    type Error = Infallible;
+    type Future = ResponseFuture;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<B>) -> ResponseFuture {
+        let (parts, _body) = req.into_parts();
+        match respond::respond(
+            &self.config,
+            &parts.method,
+            &parts.uri,
+            &parts.headers,
+            Mode::Cached,
+        ) {
+            Ok(res) => ResponseFuture {
+                state: State::Ready(Some(res)),
+            },
+            Err(respond::WouldBlock) => {
+                let config = Arc::clone(&self.config);
+                let task = tokio::task::spawn_blocking(move || {
+                    respond::respond(
+                        &config,
+                        &parts.method,
+                        &parts.uri,
+                        &parts.headers,
+                        Mode::Blocking,
+                    )
+                    .unwrap_or_else(|respond::WouldBlock| {
+                        respond::status(StatusCode::INTERNAL_SERVER_ERROR)
+                    })
+                });
+                ResponseFuture {
+                    state: State::Blocking(task),
+                }
+            }
+        }
+    }
+}
+
+/// The response future of [`ServeStatic`]: ready at once when the request was decided on
+/// the worker, else the blocking-pool task.
+#[derive(Debug)]
+pub struct ResponseFuture {
+    state: State,
+}
+
+#[derive(Debug)]
+enum State {
+    Ready(Option<Response<Body>>),
+    Blocking(tokio::task::JoinHandle<Response<Body>>),
+}
+
+impl Future for ResponseFuture {
+    type Output = Result<Response<Body>, Infallible>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match &mut self.state {
+            State::Ready(res) => Poll::Ready(Ok(res
+                .take()
+                .unwrap_or_else(|| respond::status(StatusCode::INTERNAL_SERVER_ERROR)))),
+            State::Blocking(task) => match Pin::new(task).poll(cx) {
+                Poll::Ready(Ok(res)) => Poll::Ready(Ok(res)),
+                Poll::Ready(Err(e)) => {
+                    tracing::error!(error = %e, "static file task failed");
+                    Poll::Ready(Ok(respond::status(StatusCode::INTERNAL_SERVER_ERROR)))
+                }
+                Poll::Pending => Poll::Pending,
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,343 @@
+//! From a request to a response, synchronously: the whole decision of a static-file
+//! request in one function, run inline on the worker with [`Mode::Cached`] and, when the
+//! kernel says a lookup or read would block, once more on the blocking pool with
+//! [`Mode::Blocking`].
+
+use std::fs::File;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use http::header::{self, HeaderMap, HeaderValue};
+use http::{Method, Response, StatusCode, Uri};
+use scb_core::{Body, FileRegion};
+
+use super::Config;
+use super::chain::Chain;
+use crate::conditional::{self, Precondition};
+use crate::encoding::{self, Candidates, Coding};
+use crate::path::{self, PathError};
+use crate::range::{self, Boundary, Ranges};
+use crate::sys::{Kind, Meta, Mode, OpenError, Opened, read_at_nowait};
+
+/// Files up to this size are read whole while the request is being decided, in one
+/// `preadv2(RWF_NOWAIT)`: the response is then plain bytes, the file is closed at once,
+/// and the body needs no further I/O. 128 KiB covers the HTML, CSS, JS and icons that make
+/// up most requests of a site (the prototype measured the same threshold); larger files go
+/// out as a file region (`sendfile` on plain TCP).
+pub(crate) const INLINE_READ_MAX: u64 = 128 * 1024;
+
+/// The inline attempt needs the blocking pool: a lookup or a read would wait for the disk.
+#[derive(Debug)]
+pub(crate) struct WouldBlock;
+
+/// Answers one request. `Err(WouldBlock)` only in [`Mode::Cached`].
+pub(crate) fn respond(
+    config: &Config,
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    mode: Mode,
+) -> Result<Response<Body>, WouldBlock> {
+    if method != Method::GET && method != Method::HEAD {
+        let mut res = status(StatusCode::METHOD_NOT_ALLOWED);
+        res.headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+        return Ok(res);
+    }
+    let path = match path::normalize(uri.path()) {
+        Ok(p) => p,
+        Err(PathError::Malformed) => return Ok(status(StatusCode::BAD_REQUEST)),
+        Err(PathError::Escapes) => return Ok(status(StatusCode::NOT_FOUND)),
+    };
+    if path.hidden && !config.show_hidden {
+        return Ok(status(StatusCode::NOT_FOUND));
+    }
+    let candidates = if config.precompressed.is_empty() {
+        Candidates::IDENTITY_ONLY
+    } else {
+        encoding::negotiate_all(
+            headers.get_all(header::ACCEPT_ENCODING),
+            &config.precompressed,
+        )
+    };
+
+    let mut rel = path.rel;
+    let mut found = open_variant(config, &rel, &candidates, mode)?;
+    if let Some((_, ref opened)) = found
+        && opened.meta.kind == Kind::Dir
+    {
+        if !path.trailing_slash {
+            return Ok(redirect_to_directory(uri));
+        }
+        let Some(index) = &config.index else {
+            return Ok(status(StatusCode::NOT_FOUND));
+        };
+        rel = if rel.is_empty() {
+            index.clone()
+        } else {
+            format!("{rel}/{index}")
+        };
+        found = open_variant(config, &rel, &candidates, mode)?;
+    }
+    let Some((coding, opened)) = found else {
+        return Ok(if candidates.identity_acceptable() {
+            status(StatusCode::NOT_FOUND)
+        } else {
+            status(StatusCode::NOT_ACCEPTABLE)
+        });
+    };
+    if opened.meta.kind != Kind::File {
+        return Ok(status(StatusCode::NOT_FOUND));
+    }
+    file_response(config, method, headers, &rel, coding, opened, mode)
+}
+
+/// Opens the best acceptable variant of `rel`: a sidecar in the negotiated order, else the
+/// file itself when identity is acceptable. The handle returned is the one everything
+/// after is computed from (no stat-then-open window). `None`: nothing to serve.
+fn open_variant(
+    config: &Config,
+    rel: &str,
+    candidates: &Candidates,
+    mode: Mode,
+) -> Result<Option<(Option<Coding>, Opened)>, WouldBlock> {
+    for &coding in candidates.codings() {
+        if rel.is_empty() {
+            break;
+        }
+        let sidecar = format!("{rel}{}", coding.suffix());
+        match lookup(config, &sidecar, mode)? {
+            Some(opened) if opened.meta.kind == Kind::File => {
+                return Ok(Some((Some(coding), opened)));
+            }
+            _ => {}
+        }
+    }
+    // The file itself: needed even when identity is not acceptable, to tell a directory
+    // (redirect, index) from a missing file.
+    match lookup(config, rel, mode)? {
+        Some(opened) if opened.meta.kind == Kind::Dir || candidates.identity_acceptable() => {
+            Ok(Some((None, opened)))
+        }
+        _ => Ok(None),
+    }
+}
+
+fn lookup(config: &Config, rel: &str, mode: Mode) -> Result<Option<Opened>, WouldBlock> {
+    match config.root.lookup(rel, mode) {
+        Ok(opened) => Ok(Some(opened)),
+        Err(OpenError::WouldBlock) => Err(WouldBlock),
+        Err(OpenError::NotFound | OpenError::Forbidden) => Ok(None),
+        Err(OpenError::Io(e)) => {
+            tracing::warn!(path = rel, error = %e, "static file lookup failed");
+            Ok(None)
+        }
+    }
+}
+
+#[allow(
+    clippy::too_many_arguments,
+    reason = "one call site; a struct would only rename them"
+)]
+fn file_response(
+    config: &Config,
+    method: &Method,
+    headers: &HeaderMap,
+    rel: &str,
+    coding: Option<Coding>,
+    opened: Opened,
+    mode: Mode,
+) -> Result<Response<Body>, WouldBlock> {
+    let Opened { file, meta } = opened;
+    let etag =
+        conditional::strong_etag(meta.len, meta.modified_secs, meta.modified_nanos, meta.ino);
+    let modified = mtime(&meta);
+
+    // Room for the layers in front (request id) without growing the map.
+    let mut h = HeaderMap::with_capacity(12);
+    if let Ok(v) = HeaderValue::from_str(&etag) {
+        h.insert(header::ETAG, v);
+    }
+    if let Some(v) = conditional::last_modified_header(modified, SystemTime::now()) {
+        h.insert(header::LAST_MODIFIED, v);
+    }
+    if !config.cache_control.is_empty()
+        && let Some(v) = config.cache_control.for_path(rel)
+    {
+        h.insert(header::CACHE_CONTROL, v.clone());
+    }
+    if !config.precompressed.is_empty() {
+        h.insert(header::VARY, HeaderValue::from_static("accept-encoding"));
+    }
+
+    match conditional::evaluate(method, headers, &etag, modified) {
+        Precondition::Proceed => {}
+        Precondition::NotModified => {
+            return Ok(assemble(StatusCode::NOT_MODIFIED, h, Body::empty()));
+        }
+        Precondition::Failed => {
+            let mut failed = status(StatusCode::PRECONDITION_FAILED);
+            failed.headers_mut().extend(h);
+            return Ok(failed);
+        }
+    }
+
+    let content_type = crate::mime::content_type(rel);
+    h.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+    if let Some(coding) = coding {
+        h.insert(header::CONTENT_ENCODING, coding.content_encoding());
+    }
+    let len = meta.len;
+    let ranges = range::for_request(method, headers, len, &etag, modified, config.max_ranges);
+    let head = method == Method::HEAD;
+    let (code, body) = match ranges {
+        Ranges::Full => {
+            h.insert(header::CONTENT_TYPE, content_type);
+            h.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+            let body = if head {
+                Body::empty()
+            } else {
+                body_of(file, 0, len, mode)?
+            };
+            (StatusCode::OK, body)
+        }
+        Ranges::Satisfiable(ranges) if ranges.len() == 1 => {
+            let r = ranges[0];
+            h.insert(header::CONTENT_TYPE, content_type);
+            h.insert(header::CONTENT_RANGE, range::content_range(r, len));
+            h.insert(header::CONTENT_LENGTH, HeaderValue::from(r.len()));
+            (
+                StatusCode::PARTIAL_CONTENT,
+                body_of(file, r.start, r.len(), mode)?,
+            )
+        }
+        Ranges::Satisfiable(ranges) => {
+            let multipart = range::multipart(&ranges, len, Some(&content_type), Boundary::random());
+            h.insert(header::CONTENT_TYPE, multipart.content_type.clone());
+            h.insert(
+                header::CONTENT_LENGTH,
+                HeaderValue::from(multipart.content_length),
+            );
+            let file = Arc::new(file);
+            let mut parts = Vec::with_capacity(multipart.parts.len() * 2 + 1);
+            for part in multipart.parts {
+                parts.push(Body::from(part.head));
+                parts.push(Body::file(FileRegion::new(
+                    Arc::clone(&file),
+                    part.range.start,
+                    part.range.len(),
+                )));
+            }
+            parts.push(Body::from(multipart.closing));
+            (StatusCode::PARTIAL_CONTENT, Body::new(Chain::new(parts)))
+        }
+        Ranges::Unsatisfiable => {
+            h.insert(header::CONTENT_RANGE, range::unsatisfied_content_range(len));
+            h.insert(header::CONTENT_LENGTH, HeaderValue::from(0u64));
+            (StatusCode::RANGE_NOT_SATISFIABLE, Body::empty())
+        }
+    };
+    Ok(assemble(code, h, body))
+}
+
+fn assemble(code: StatusCode, headers: HeaderMap, body: Body) -> Response<Body> {
+    let mut res = Response::new(body);
+    *res.status_mut() = code;
+    *res.headers_mut() = headers;
+    res
+}
+
+/// The `len` bytes at `start`: read now when small (from the page cache only, in
+/// [`Mode::Cached`]), else a file region the server sends with `sendfile` or reads in
+/// chunks.
+fn body_of(file: File, start: u64, len: u64, mode: Mode) -> Result<Body, WouldBlock> {
+    if len == 0 {
+        return Ok(Body::empty());
+    }
+    if len > INLINE_READ_MAX {
+        return Ok(Body::file(FileRegion::new(Arc::new(file), start, len)));
+    }
+    let mut buf = vec![0u8; len as usize];
+    let mut filled = 0;
+    while filled < buf.len() {
+        let offset = start + filled as u64;
+        let n = match mode {
+            Mode::Cached => match read_at_nowait(&file, offset, &mut buf[filled..]) {
+                Ok(Some(n)) => n,
+                // Not cached, or a spurious 0 before the known end: finish off the worker.
+                Ok(None) => return Err(WouldBlock),
+                Err(e) => return Ok(read_failed(&e)),
+            },
+            Mode::Blocking => {
+                use std::os::unix::fs::FileExt as _;
+                match file.read_at(&mut buf[filled..], offset) {
+                    Ok(n) => n,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(e) => return Ok(read_failed(&e)),
+                }
+            }
+        };
+        if n == 0 {
+            if mode == Mode::Cached {
+                return Err(WouldBlock);
+            }
+            // The file shrank after it was opened: send what the headers promise or
+            // nothing; a body that ends early makes the server close the connection.
+            return Ok(Body::file(FileRegion::new(Arc::new(file), start, len)));
+        }
+        filled += n;
+    }
+    Ok(Body::from(Bytes::from(buf)))
+}
+
+fn read_failed(e: &std::io::Error) -> Body {
+    tracing::warn!(error = %e, "reading a static file failed");
+    // An error body: the server closes the connection rather than completing the
+    // response with the wrong length.
+    Body::new(http_body_util::StreamBody::new(futures_util::stream::once(
+        std::future::ready(Err::<http_body::Frame<Bytes>, std::io::Error>(
+            std::io::Error::other("static file read failed"),
+        )),
+    )))
+}
+
+fn mtime(meta: &Meta) -> SystemTime {
+    let secs = meta.modified_secs;
+    let nanos = Duration::from_nanos(u64::from(meta.modified_nanos));
+    if secs >= 0 {
+        UNIX_EPOCH + Duration::from_secs(secs.unsigned_abs()) + nanos
+    } else {
+        UNIX_EPOCH - Duration::from_secs(secs.unsigned_abs()) + nanos
+    }
+}
+
+/// `Location: NAME/` relative to the request, query kept: a relative reference resolves
+/// against the URL the client actually used, so the redirect is right however the
+/// service is mounted (`nest_service("/assets", ...)` strips the prefix from the URI the
+/// service sees, not from the client's).
+fn redirect_to_directory(uri: &Uri) -> Response<Body> {
+    let last = uri.path().rsplit('/').next().unwrap_or_default();
+    let mut location = format!("{last}/");
+    if let Some(query) = uri.query() {
+        location.push('?');
+        location.push_str(query);
+    }
+    let mut res = status(StatusCode::PERMANENT_REDIRECT);
+    if let Ok(v) = HeaderValue::from_str(&location) {
+        res.headers_mut().insert(header::LOCATION, v);
+    }
+    res
+}
+
+/// A bodiless answer with a short plain-text reason, as scb's other services give.
+pub(crate) fn status(code: StatusCode) -> Response<Body> {
+    let text = format!("{}\n", code.canonical_reason().unwrap_or("error"));
+    let mut res = Response::new(Body::from(text));
+    *res.status_mut() = code;
+    res.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    res
+}
