@@ -59,6 +59,19 @@ enum Command {
         #[arg(long, short)]
         config: PathBuf,
     },
+    /// Serve the files of a directory, no config file needed (precompressed `.br`, `.zst`
+    /// and `.gz` sidecars are used when present; access log on).
+    Serve {
+        /// The directory to serve.
+        #[arg(default_value = ".")]
+        dir: PathBuf,
+        /// The address to listen on.
+        #[arg(long, short, default_value = "127.0.0.1:8080")]
+        listen: std::net::SocketAddr,
+        /// Worker threads (default: one per CPU).
+        #[arg(long)]
+        workers: Option<usize>,
+    },
 }
 
 /// How log lines are written.
@@ -83,6 +96,30 @@ fn main() -> ExitCode {
             }
             Err(e) => config_error(&e),
         },
+        Command::Serve {
+            dir,
+            listen,
+            workers,
+        } => {
+            let plan = match Plan::serve(&dir, listen, workers) {
+                Ok(plan) => plan,
+                Err(e) => {
+                    #[allow(clippy::print_stderr, reason = "the error is the command's output")]
+                    {
+                        eprintln!("scb serve: {e}");
+                    }
+                    return ExitCode::FAILURE;
+                }
+            };
+            init_logging(cli.log_format, plan.access_log);
+            match run::run(plan) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    tracing::error!("{e:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::Run { config } => {
             let plan = match Plan::load(&config) {
                 Ok(plan) => plan,

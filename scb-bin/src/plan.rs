@@ -67,6 +67,36 @@ impl Plan {
         Self::from_source(&source).map_err(|e| e.locate(file, &source))
     }
 
+    /// `scb serve DIR`: every path beneath `dir`, on `listen`, with sidecars, the access
+    /// log and every other setting at its default.
+    pub(crate) fn serve(
+        dir: &Path,
+        listen: SocketAddr,
+        workers: Option<usize>,
+    ) -> Result<Self, scb_static::BuildError> {
+        let files = scb_static::ServeStatic::builder(dir)
+            .precompressed(["br", "zstd", "gzip"])
+            .build()?;
+        let mut server = Server::builder().listen(listen);
+        if let Some(workers) = workers {
+            server = server.workers(workers);
+        }
+        let limits = Limits::default();
+        Ok(Self {
+            server: server.limits(limits.clone()),
+            request_id_header: HeaderName::from_static("x-request-id"),
+            routes: Arc::from([RoutePlan {
+                name: "static".into(),
+                matcher: PathMatch::Prefix("/".to_owned()),
+                handler: Handler::Static(files),
+            }]),
+            metrics: None,
+            access_log: true,
+            grace_period: None,
+            limits,
+        })
+    }
+
     /// Parses and checks a config document.
     pub(crate) fn from_source(source: &str) -> Result<Self, Located> {
         Self::new(&Config::parse(source)?)
@@ -312,15 +342,25 @@ fn route(
             format_args!("{UNMATCHED:?} is the name of requests no route matches"),
         ));
     }
-    let handler = match &route.respond {
-        Some(respond) => {
+    let handler = match (&route.respond, &route.static_files) {
+        (Some(respond), None) => {
             Handler::Respond(Respond::try_from(respond.get_ref()).map_err(|e| e.within("respond"))?)
         }
-        None => {
+        (None, Some(files)) => Handler::Static(
+            scb_static::ServeStatic::try_from(files.get_ref()).map_err(|e| e.within("static"))?,
+        ),
+        (Some(_), Some(files)) => {
+            return Err(Located::at(
+                files,
+                "static",
+                "a route has exactly one handler: `respond` or `static`, not both",
+            ));
+        }
+        (None, None) => {
             return Err(Located::at(
                 config,
                 "",
-                "a route needs a handler: `respond = { ... }`",
+                "a route needs a handler: `respond = { ... }` or `static = { ... }`",
             ));
         }
     };
@@ -411,6 +451,54 @@ mod tests {
         let names: Vec<_> = plan.routes.iter().map(|r| &*r.name).collect();
         assert_eq!(names, ["respond", "root", "api-v1"]);
         assert_eq!(plan.routes[2].matcher, PathMatch::Prefix("/api/v1/".into()));
+    }
+
+    #[test]
+    fn static_routes_are_built_from_their_table() {
+        let root = std::env::temp_dir();
+        let source = format!(
+            "{LISTEN}[[route]]\nprefix = \"/\"\nstatic = {{ root = {:?}, index = \"\", \
+             precompressed = [\"br\", \"gzip\"], symlinks = \"none\", show_hidden = true, \
+             cache_control = [{{ glob = \"*.html\", value = \"no-cache\" }}] }}\n",
+            root.display().to_string()
+        );
+        let plan = plan(&source);
+        assert_eq!(&*plan.routes[0].name, "root");
+        assert!(matches!(plan.routes[0].handler, Handler::Static(_)));
+    }
+
+    #[test]
+    fn static_route_errors_name_their_key() {
+        let cases = [
+            (
+                format!(
+                    "{LISTEN}[[route]]\nprefix = \"/\"\nstatic = {{ root = \"/no/such/dir\" }}\n"
+                ),
+                "scb.toml:5:19: route[0].static.root: cannot open the root directory /no/such/dir",
+            ),
+            (
+                format!(
+                    "{LISTEN}[[route]]\nprefix = \"/\"\nstatic = {{ root = \"/tmp\", symlinks = \"maybe\" }}\n"
+                ),
+                "scb.toml:5:38: route[0].static.symlinks: must be \"beneath\" or \"none\"",
+            ),
+            (
+                format!(
+                    "{LISTEN}[[route]]\nprefix = \"/\"\nstatic = {{ root = \"/tmp\", precompressed = [\"lzma\"] }}\n"
+                ),
+                "scb.toml:5:43: route[0].static.precompressed: unknown precompressed coding",
+            ),
+            (
+                format!(
+                    "{LISTEN}[[route]]\nprefix = \"/\"\nstatic = {{ root = \"/tmp\", fallback = \"index.html\" }}\n"
+                ),
+                "route[0].static.fallback: unknown field `fallback`",
+            ),
+        ];
+        for (source, want) in cases {
+            let got = error(&source);
+            assert!(got.contains(want), "got {got:?}, want {want:?}");
+        }
     }
 
     #[test]

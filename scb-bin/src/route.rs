@@ -14,6 +14,7 @@ use http::{Request, Response};
 use pin_project_lite::pin_project;
 use scb_core::Body;
 use scb_core::respond::Respond;
+use scb_static::ServeStatic;
 use tower::Service;
 
 /// What a route does, as loaded from the config: shared by all workers (`Send + Sync`).
@@ -24,6 +25,9 @@ use tower::Service;
 pub(crate) enum Handler {
     /// A fixed response.
     Respond(Respond),
+    /// Files beneath a directory. One `ServeStatic` (one root descriptor) serves every
+    /// worker: it holds no per-request state and is `Send + Sync`.
+    Static(ServeStatic),
 }
 
 impl Handler {
@@ -31,6 +35,7 @@ impl Handler {
     pub(crate) fn service(&self) -> RouteService {
         match self {
             Self::Respond(respond) => RouteService::Respond(respond.clone()),
+            Self::Static(files) => RouteService::Static(files.clone()),
         }
     }
 }
@@ -40,6 +45,8 @@ impl Handler {
 pub(crate) enum RouteService {
     /// A fixed response.
     Respond(Respond),
+    /// Files beneath a directory.
+    Static(ServeStatic),
 }
 
 impl Service<Request<Body>> for RouteService {
@@ -50,12 +57,16 @@ impl Service<Request<Body>> for RouteService {
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         match self {
             Self::Respond(svc) => Service::<Request<Body>>::poll_ready(svc, cx),
+            Self::Static(svc) => Service::<Request<Body>>::poll_ready(svc, cx),
         }
     }
 
     fn call(&mut self, req: Request<Body>) -> ResponseFuture {
         match self {
             Self::Respond(svc) => ResponseFuture::Respond {
+                future: svc.call(req),
+            },
+            Self::Static(svc) => ResponseFuture::Static {
                 future: svc.call(req),
             },
         }
@@ -72,6 +83,11 @@ pin_project! {
             #[pin]
             future: <Respond as Service<Request<Body>>>::Future,
         },
+        /// [`ServeStatic`] answering.
+        Static {
+            #[pin]
+            future: scb_static::ResponseFuture,
+        },
     }
 }
 
@@ -81,6 +97,7 @@ impl Future for ResponseFuture {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project() {
             ResponseFutureProj::Respond { future } => future.poll(cx),
+            ResponseFutureProj::Static { future } => future.poll(cx),
         }
     }
 }

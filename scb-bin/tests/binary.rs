@@ -4,6 +4,7 @@
 mod support;
 
 use std::collections::HashSet;
+use std::path::PathBuf;
 
 use support::{Server, check, get, metric, request, scb};
 
@@ -265,4 +266,50 @@ fn json_log_format_writes_one_object_per_line() {
         assert!(line.starts_with('{') && line.ends_with('}'), "{line}");
         assert!(line.contains(r#""message":"#), "{line}");
     }
+}
+
+/// A directory with a page, a nested file and a secret beside it.
+fn site(name: &str) -> PathBuf {
+    let base = std::env::temp_dir().join(format!("scb-bin-site-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    std::fs::create_dir_all(base.join("www/docs")).unwrap();
+    std::fs::write(base.join("www/index.html"), "<h1>home</h1>").unwrap();
+    std::fs::write(base.join("www/docs/guide.txt"), "read me").unwrap();
+    std::fs::write(base.join("secret.txt"), "SECRET").unwrap();
+    base
+}
+
+#[test]
+fn serve_serves_a_directory_without_a_config() {
+    let base = site("serve");
+    let server = Server::serve(&base.join("www"));
+    let res = get(server.addr(), "/");
+    assert_eq!(res.status, 200);
+    assert_eq!(res.text(), "<h1>home</h1>");
+    assert_eq!(res.header("content-type"), Some("text/html; charset=utf-8"));
+    assert!(res.header("x-request-id").is_some());
+    let res = get(server.addr(), "/docs");
+    assert_eq!(res.status, 308);
+    assert_eq!(res.header("location"), Some("docs/"));
+    assert_eq!(get(server.addr(), "/docs/guide.txt").text(), "read me");
+    let res = get(server.addr(), "/../secret.txt");
+    assert_eq!(res.status, 404);
+    assert!(!res.text().contains("SECRET"));
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+#[test]
+fn a_static_route_serves_files_next_to_a_respond_route() {
+    let base = site("route");
+    let config = format!(
+        "[server]\nworkers = 1\n[[listen]]\naddr = \"127.0.0.1:0\"\n\
+         [[route]]\npath = \"/health\"\nrespond = {{ body = \"ok\" }}\n\
+         [[route]]\nprefix = \"/\"\nstatic = {{ root = {:?} }}\n",
+        base.join("www").display().to_string()
+    );
+    let server = Server::start(&config);
+    assert_eq!(get(server.addr(), "/health").text(), "ok");
+    assert_eq!(get(server.addr(), "/docs/guide.txt").text(), "read me");
+    assert_eq!(get(server.addr(), "/missing").status, 404);
+    let _ = std::fs::remove_dir_all(&base);
 }

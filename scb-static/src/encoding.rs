@@ -11,7 +11,7 @@
 //!   -> x itself
 //! ```
 //!
-//! [`negotiate`] only ranks; it never touches the file system. The caller opens the sidecars
+//! `negotiate` only ranks; it never touches the file system. The caller opens the sidecars
 //! in the order given, keeps the first handle that opens (no stat-then-open window: the
 //! bytes served come from the handle whose metadata went into the headers), and falls back
 //! to the file itself when identity is acceptable, or answers 406 when it is not.
@@ -162,7 +162,7 @@ pub(crate) fn negotiate(accept: Option<&HeaderValue>, preferred: &[Coding]) -> C
     negotiate_all(accept, preferred)
 }
 
-/// [`negotiate`] over every `Accept-Encoding` field line of a request (e.g.
+/// `negotiate` over every `Accept-Encoding` field line of a request (e.g.
 /// `headers.get_all(ACCEPT_ENCODING)`), which together mean their comma-joined values.
 /// No line at all means no header.
 pub(crate) fn negotiate_all<'a>(

@@ -53,7 +53,8 @@ pub(crate) fn normalize(path: &str) -> Result<NormalPath, PathError> {
         }
     }
     let last = decoded.rsplit('/').next().unwrap_or_default();
-    let trailing_slash = decoded.len() > 1 && matches!(last, "" | "." | "..");
+    // "/" itself ends in a slash: the root directory asked for as a directory.
+    let trailing_slash = matches!(last, "" | "." | "..");
     Ok(NormalPath {
         hidden: segments.iter().any(|s| s.starts_with('.')),
         rel: segments.join("/"),
@@ -103,7 +104,7 @@ mod tests {
         assert_eq!(rel("/caf%C3%A9"), "café");
         assert!(normalize("/dir/").unwrap().trailing_slash);
         assert!(!normalize("/dir").unwrap().trailing_slash);
-        assert!(!normalize("/").unwrap().trailing_slash);
+        assert!(normalize("/").unwrap().trailing_slash);
     }
 
     #[test]

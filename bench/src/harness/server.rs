@@ -75,9 +75,9 @@ const CAPABILITIES: [(Server, Capabilities); 4] = [
         Server::Scb,
         Capabilities {
             respond: true,
-            static_files: false, // issue 4: scb-static
-            proxy: false,        // issue 5: scb-proxy
-            tls_h2: false,       // issue 6: scb-tls
+            static_files: true, // issue 4: scb-static
+            proxy: false,       // issue 5: scb-proxy
+            tls_h2: false,      // issue 6: scb-tls
         },
     ),
     (Server::Nginx, Capabilities::ALL),
@@ -257,12 +257,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn scb_serves_only_respond_until_its_layers_land() {
+    fn scb_serves_respond_and_static_files_until_proxy_and_tls_land() {
         let served: Vec<_> = Scenario::ALL
             .into_iter()
             .filter(|s| Server::Scb.supports(*s))
             .collect();
-        assert_eq!(served, [Scenario::Respond]);
+        assert_eq!(
+            served,
+            [
+                Scenario::Respond,
+                Scenario::StaticSmall,
+                Scenario::Static1m,
+                Scenario::StaticMany
+            ]
+        );
     }
 
     #[test]

@@ -8,7 +8,7 @@ use scb_core::respond::Respond;
 use scb_core::server::Limits;
 use toml::Spanned;
 
-use super::{HumanDuration, LimitsConfig, Located, RequestIdConfig, RespondConfig};
+use super::{HumanDuration, LimitsConfig, Located, RequestIdConfig, RespondConfig, StaticConfig};
 
 impl TryFrom<&LimitsConfig> for Limits {
     type Error = Located;
@@ -142,5 +142,59 @@ impl TryFrom<&RespondConfig> for Respond {
             respond = respond.header(header, value);
         }
         Ok(respond.body(config.body.clone()))
+    }
+}
+
+impl TryFrom<&StaticConfig> for scb_static::ServeStatic {
+    type Error = Located;
+
+    fn try_from(config: &StaticConfig) -> Result<Self, Located> {
+        let mut builder =
+            scb_static::ServeStatic::builder(config.root.get_ref()).show_hidden(config.show_hidden);
+        if let Some(index) = &config.index {
+            let index = index.get_ref();
+            if index.contains('/') {
+                return Err(Located::at(
+                    config
+                        .index
+                        .as_ref()
+                        .unwrap_or(&Spanned::new(0..0, String::new())),
+                    "index",
+                    "must be a file name, without '/'",
+                ));
+            }
+            builder = builder.index((!index.is_empty()).then(|| index.clone()));
+        }
+        if let Some(codings) = &config.precompressed {
+            builder = builder.precompressed(codings.get_ref().iter().cloned());
+        }
+        if let Some(symlinks) = &config.symlinks {
+            builder = builder.symlinks(match symlinks.get_ref().as_str() {
+                "beneath" => scb_static::Symlinks::Beneath,
+                "none" => scb_static::Symlinks::None,
+                _ => {
+                    return Err(Located::at(
+                        symlinks,
+                        "symlinks",
+                        "must be \"beneath\" or \"none\"",
+                    ));
+                }
+            });
+        }
+        for rule in &config.cache_control {
+            let r = rule.get_ref();
+            builder = builder.cache_control(r.glob.clone(), r.value.clone());
+        }
+        builder.build().map_err(|e| match e {
+            scb_static::BuildError::Root { .. } => Located::at(&config.root, "root", e),
+            scb_static::BuildError::Coding(_) => match &config.precompressed {
+                Some(p) => Located::at(p, "precompressed", e),
+                None => Located::at(&config.root, "precompressed", e),
+            },
+            scb_static::BuildError::CacheControl(_) => match config.cache_control.first() {
+                Some(first) => Located::at(first, "cache_control", e),
+                None => Located::at(&config.root, "cache_control", e),
+            },
+        })
     }
 }

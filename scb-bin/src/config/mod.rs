@@ -105,7 +105,7 @@ pub(crate) struct ListenConfig {
 
 /// One `[[route]]`: a name, exactly one of `path` and `prefix`, and exactly one handler.
 ///
-/// Later handlers (`static`, `proxy`) are further `Option` fields next to `respond`.
+/// Later handlers (`proxy`) are further `Option` fields next to `respond` and `static`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RouteConfig {
@@ -116,6 +116,39 @@ pub(crate) struct RouteConfig {
     /// Prefix match, on segment boundaries.
     pub(crate) prefix: Option<Spanned<String>>,
     pub(crate) respond: Option<Spanned<RespondConfig>>,
+    /// `static = { ... }`: files beneath a directory.
+    #[serde(rename = "static")]
+    pub(crate) static_files: Option<Spanned<StaticConfig>>,
+}
+
+/// `static = { ... }`: the files beneath `root`. The request path is looked up beneath the
+/// root as it is, prefix included (nginx's `root`, not `alias`): with
+/// `prefix = "/assets/"` and `root = "/srv/www"`, `/assets/app.js` is
+/// `/srv/www/assets/app.js`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct StaticConfig {
+    pub(crate) root: Spanned<std::path::PathBuf>,
+    /// Absent means `index.html`; `""` means no index file.
+    pub(crate) index: Option<Spanned<String>>,
+    /// Sidecar codings in the server's order of preference (`br`, `zstd`, `gzip`);
+    /// absent means none.
+    pub(crate) precompressed: Option<Spanned<Vec<String>>>,
+    /// `beneath` (absent) or `none`.
+    pub(crate) symlinks: Option<Spanned<String>>,
+    #[serde(default)]
+    pub(crate) show_hidden: bool,
+    /// `[{ glob = "*.html", value = "no-cache" }, ...]`, first match wins.
+    #[serde(default)]
+    pub(crate) cache_control: Vec<Spanned<CacheRuleConfig>>,
+}
+
+/// One Cache-Control rule.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct CacheRuleConfig {
+    pub(crate) glob: String,
+    pub(crate) value: String,
 }
 
 /// `respond = { ... }`: a fixed response.

@@ -78,11 +78,27 @@ impl Server {
         let listeners = config.matches("[[listen]]").count();
         let metrics = config.contains("[metrics]");
         let path = config_file(config);
-        let mut child = scb()
-            .args(args)
-            .arg("run")
-            .arg("--config")
-            .arg(&path)
+        let mut command = scb();
+        command.args(args).arg("run").arg("--config").arg(&path);
+        Self::spawn(command, listeners, metrics, path)
+    }
+
+    /// Starts `scb serve DIR` on a free port.
+    #[allow(
+        dead_code,
+        reason = "each test binary uses its own part of the support module"
+    )]
+    pub(crate) fn serve(dir: &std::path::Path) -> Self {
+        let mut command = scb();
+        command
+            .arg("serve")
+            .arg(dir)
+            .args(["--listen", "127.0.0.1:0", "--workers", "1"]);
+        Self::spawn(command, 1, false, PathBuf::new())
+    }
+
+    fn spawn(mut command: Command, listeners: usize, metrics: bool, path: PathBuf) -> Self {
+        let mut child = command
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

@@ -42,7 +42,9 @@ use crate::encoding::{Coding, UnknownCoding};
 use crate::range::DEFAULT_MAX_RANGES;
 use crate::sys::{Mode, RootDir, Symlinks};
 
-/// Serves the files beneath a root directory; see the [module docs](self).
+/// Serves the files beneath a root directory: each request is decided inline on the worker
+/// (`openat2(RESOLVE_CACHED)`, `preadv2(RWF_NOWAIT)`) and moves to the blocking pool only
+/// when the kernel says it would wait for the disk.
 ///
 /// Cloning is cheap (one `Arc`), and the service is `Send + Sync`, so it can be used in
 /// axum (`Router::fallback_service`, `nest_service`) as well as on scb's own runtime.

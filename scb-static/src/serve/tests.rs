@@ -147,6 +147,13 @@ async fn directories_redirect_to_their_slash_form_and_serve_the_index() {
     );
     assert_eq!(res.headers()[header::CACHE_CONTROL], "no-cache");
     assert_eq!(body(res).await, b"<h1>index</h1>");
+    // The root is a directory asked for with its slash: its index, not a redirect.
+    let root = ServeStatic::builder(t.0.join("www").join("dir"))
+        .build()
+        .unwrap();
+    let res = send(&root, Method::GET, "/", &[]).await;
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(body(res).await, b"<h1>index</h1>");
     // A directory without an index is not listed.
     assert_eq!(
         send(&svc, Method::GET, "/bare/", &[]).await.status(),
