@@ -21,5 +21,12 @@ mod conditional;
 
 mod range;
 
-pub use serve::{BuildError, ResponseFuture, ServeStatic, ServeStaticBuilder};
+pub use serve::{
+    BuildError, ResponseFuture, ServeStatic, ServeStaticBuilder, ServeStaticLayer, ServeStaticOr,
+};
+
+/// The response future of [`ServeStaticOr`].
+pub mod layer {
+    pub use crate::serve::layer::ResponseFuture;
+}
 pub use sys::Symlinks;

@@ -23,7 +23,10 @@
 //! ```
 
 mod chain;
+pub(crate) mod layer;
 mod respond;
+
+pub use layer::{ServeStaticLayer, ServeStaticOr};
 
 use std::convert::Infallible;
 use std::fmt;

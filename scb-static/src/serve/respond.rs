@@ -40,7 +40,7 @@ pub(crate) fn respond(
     mode: Mode,
 ) -> Result<Response<Body>, WouldBlock> {
     if method != Method::GET && method != Method::HEAD {
-        let mut res = status(StatusCode::METHOD_NOT_ALLOWED);
+        let mut res = no_file(StatusCode::METHOD_NOT_ALLOWED);
         res.headers_mut()
             .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
         return Ok(res);
@@ -48,10 +48,10 @@ pub(crate) fn respond(
     let path = match path::normalize(uri.path()) {
         Ok(p) => p,
         Err(PathError::Malformed) => return Ok(status(StatusCode::BAD_REQUEST)),
-        Err(PathError::Escapes) => return Ok(status(StatusCode::NOT_FOUND)),
+        Err(PathError::Escapes) => return Ok(no_file(StatusCode::NOT_FOUND)),
     };
     if path.hidden && !config.show_hidden {
-        return Ok(status(StatusCode::NOT_FOUND));
+        return Ok(no_file(StatusCode::NOT_FOUND));
     }
     let candidates = if config.precompressed.is_empty() {
         Candidates::IDENTITY_ONLY
@@ -71,7 +71,7 @@ pub(crate) fn respond(
             return Ok(redirect_to_directory(uri));
         }
         let Some(index) = &config.index else {
-            return Ok(status(StatusCode::NOT_FOUND));
+            return Ok(no_file(StatusCode::NOT_FOUND));
         };
         rel = if rel.is_empty() {
             index.clone()
@@ -82,13 +82,13 @@ pub(crate) fn respond(
     }
     let Some((coding, opened)) = found else {
         return Ok(if candidates.identity_acceptable() {
-            status(StatusCode::NOT_FOUND)
+            no_file(StatusCode::NOT_FOUND)
         } else {
             status(StatusCode::NOT_ACCEPTABLE)
         });
     };
     if opened.meta.kind != Kind::File {
-        return Ok(status(StatusCode::NOT_FOUND));
+        return Ok(no_file(StatusCode::NOT_FOUND));
     }
     file_response(config, method, headers, &rel, coding, opened, mode)
 }
@@ -327,6 +327,18 @@ fn redirect_to_directory(uri: &Uri) -> Response<Body> {
     if let Ok(v) = HeaderValue::from_str(&location) {
         res.headers_mut().insert(header::LOCATION, v);
     }
+    res
+}
+
+/// Marks a response that found no file to serve (404, or 405 for a method files do not
+/// answer), so that [`ServeStaticLayer`](super::ServeStaticLayer) hands the request to
+/// its inner service instead.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct NoFile;
+
+fn no_file(code: StatusCode) -> Response<Body> {
+    let mut res = status(code);
+    res.extensions_mut().insert(NoFile);
     res
 }
 
