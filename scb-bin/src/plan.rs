@@ -459,7 +459,9 @@ mod tests {
         let source = format!(
             "{LISTEN}[[route]]\nprefix = \"/\"\nstatic = {{ root = {:?}, index = \"\", \
              precompressed = [\"br\", \"gzip\"], symlinks = \"none\", show_hidden = true, \
-             cache_control = [{{ glob = \"*.html\", value = \"no-cache\" }}] }}\n",
+             cache_control = [{{ glob = \"*.html\", value = \"no-cache\" }}], \
+             fallback = \"index.html\", not_found = \"errors/404.html\", \
+             list_directories = true }}\n",
             root.display().to_string()
         );
         let plan = plan(&source);
@@ -490,9 +492,21 @@ mod tests {
             ),
             (
                 format!(
-                    "{LISTEN}[[route]]\nprefix = \"/\"\nstatic = {{ root = \"/tmp\", fallback = \"index.html\" }}\n"
+                    "{LISTEN}[[route]]\nprefix = \"/\"\nstatic = {{ root = \"/tmp\", fallback = \"/srv/www/index.html\" }}\n"
                 ),
-                "route[0].static.fallback: unknown field `fallback`",
+                "scb.toml:5:38: route[0].static.fallback: must be a path relative to root, not an absolute path",
+            ),
+            (
+                format!(
+                    "{LISTEN}[[route]]\nprefix = \"/\"\nstatic = {{ root = \"/tmp\", not_found = \"../404.html\" }}\n"
+                ),
+                "scb.toml:5:39: route[0].static.not_found: must not contain `..`: the file is beneath root",
+            ),
+            (
+                format!(
+                    "{LISTEN}[[route]]\nprefix = \"/\"\nstatic = {{ root = \"/tmp\", listing = true }}\n"
+                ),
+                "route[0].static.listing: unknown field `listing`",
             ),
         ];
         for (source, want) in cases {

@@ -233,12 +233,53 @@ pub struct FileRegion {
     file: Arc<File>,
     offset: u64,
     len: u64,
+    stamp: Option<FileStamp>,
 }
 
 impl FileRegion {
     /// A region of `len` bytes of `file` starting at `offset`.
     pub fn new(file: Arc<File>, offset: u64, len: u64) -> Self {
-        Self { file, offset, len }
+        Self {
+            file,
+            offset,
+            len,
+            stamp: None,
+        }
+    }
+
+    /// Checks, before the region's last byte goes out, that the file still has `stamp`
+    /// (the state its headers were computed from); if it changed, the body ends with
+    /// [`FileChanged`] and the server closes the connection instead of completing a
+    /// response that mixes two versions. Defaults to no check.
+    ///
+    /// A file replaced by rename (the usual deploy) never trips this: the open handle
+    /// keeps the old version, which is sent whole. The check is for files rewritten in
+    /// place while being sent. What remains is one byte's window: a write landing between
+    /// the check and the sending of the final byte.
+    #[must_use]
+    pub fn with_stamp(mut self, stamp: FileStamp) -> Self {
+        self.stamp = Some(stamp);
+        self
+    }
+
+    /// The stamp checked before the last byte, if any.
+    pub fn stamp(&self) -> Option<FileStamp> {
+        self.stamp
+    }
+
+    /// Fails with [`FileChanged`] when the file no longer has the stamp given with
+    /// [`with_stamp`](Self::with_stamp); succeeds when there is none.
+    ///
+    /// # Errors
+    ///
+    /// [`FileChanged`] (as an `io::Error`), or the error of `fstat` itself.
+    pub fn verify(&self) -> io::Result<()> {
+        match self.stamp {
+            Some(stamp) if FileStamp::of(&self.file)? != stamp => {
+                Err(io::Error::other(FileChanged))
+            }
+            _ => Ok(()),
+        }
     }
 
     /// The open file.
@@ -267,9 +308,50 @@ impl fmt::Debug for FileRegion {
         f.debug_struct("FileRegion")
             .field("offset", &self.offset)
             .field("len", &self.len)
+            .field("stamp", &self.stamp)
             .finish_non_exhaustive()
     }
 }
+
+/// What identifies one version of a file's content: its size and modification time
+/// (to the nanosecond where the file system keeps it).
+///
+/// Not `ctime`: unlinking a file changes its `ctime` too, so the usual deploy (write a new
+/// file, rename it over the old) would look like a change of the version still being
+/// sent, which is in fact intact. A rewrite in place that also sets `mtime` back to the
+/// old value is not seen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FileStamp {
+    len: u64,
+    mtime: (i64, i64),
+}
+
+impl FileStamp {
+    /// A stamp from values already read with `fstat`: the size, and the modification time
+    /// as (seconds, nanoseconds) since the epoch.
+    pub fn new(len: u64, mtime: (i64, i64)) -> Self {
+        Self { len, mtime }
+    }
+
+    /// The stamp of a file's current state (one `fstat`).
+    ///
+    /// # Errors
+    ///
+    /// When `fstat` fails.
+    pub fn of(file: &File) -> io::Result<Self> {
+        use std::os::unix::fs::MetadataExt as _;
+        let meta = file.metadata()?;
+        Ok(Self {
+            len: meta.len(),
+            mtime: (meta.mtime(), meta.mtime_nsec()),
+        })
+    }
+}
+
+/// The error a file region's body ends with when the file changed while it was sent.
+#[derive(Debug, thiserror::Error)]
+#[error("file changed while it was being sent")]
+pub struct FileChanged;
 
 /// The error a file region's body ends with when the file is shorter than the region.
 #[derive(Debug, thiserror::Error)]
@@ -290,11 +372,19 @@ impl FileRead {
             return Poll::Ready(None);
         }
         let pending = self.pending.get_or_insert_with(|| {
-            let file = Arc::clone(&self.region.file);
-            let offset = self.region.offset;
+            let region = self.region.clone();
             // Never ask for more than the region: no read past the end, no EOF read.
-            let want = self.region.len.min(FILE_CHUNK_SIZE as u64) as usize;
-            tokio::task::spawn_blocking(move || read_exact_at(&file, offset, want))
+            let want = region.len.min(FILE_CHUNK_SIZE as u64) as usize;
+            let last = want as u64 == region.len;
+            tokio::task::spawn_blocking(move || {
+                let chunk = read_exact_at(&region.file, region.offset, want)?;
+                // After the last read, every byte about to be sent has been read: a write
+                // that landed during any of them changed the stamp.
+                if last {
+                    region.verify()?;
+                }
+                Ok(chunk)
+            })
         });
         let result = ready!(Pin::new(pending).poll(cx));
         self.pending = None;
@@ -398,6 +488,33 @@ mod tests {
         );
         let bytes = body.collect().await.unwrap().to_bytes();
         assert_eq!(&bytes[..], &data[7..7 + FILE_CHUNK_SIZE + 50]);
+    }
+
+    #[tokio::test]
+    async fn a_file_rewritten_in_place_ends_the_body_with_an_error() {
+        let path = std::env::temp_dir().join(format!(
+            "scb-body-stamp-{}-{}",
+            std::process::id(),
+            fastrand::u64(..)
+        ));
+        std::fs::write(&path, vec![b'a'; FILE_CHUNK_SIZE * 2]).unwrap();
+        let file = Arc::new(File::open(&path).unwrap());
+        let stamp = FileStamp::of(&file).unwrap();
+        let region =
+            FileRegion::new(Arc::clone(&file), 0, (FILE_CHUNK_SIZE * 2) as u64).with_stamp(stamp);
+        assert!(region.verify().is_ok());
+        let mut body = Body::file(region);
+        // The first chunk goes out; then the file is rewritten in place, same size.
+        let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
+        assert_eq!(first.len(), FILE_CHUNK_SIZE);
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .and_then(|mut f| f.write_all(&vec![b'b'; FILE_CHUNK_SIZE * 2]))
+            .unwrap();
+        let err = body.frame().await.unwrap().unwrap_err();
+        assert!(err.to_string().contains("changed"), "{err}");
+        std::fs::remove_file(&path).unwrap();
     }
 
     #[tokio::test]

@@ -28,7 +28,7 @@ pub mod respond;
 pub mod router;
 pub mod server;
 
-pub use body::{Body, FileRegion};
+pub use body::{Body, FileRegion, FileStamp};
 
 /// The error type at tower boundaries: any error, boxed.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
@@ -37,3 +37,8 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 #[cfg(doctest)]
 #[doc = include_str!("../../README.md")]
 struct ReadmeDoctests;
+
+/// Entry points for the fuzz targets in `fuzz/`; not API.
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;

@@ -30,3 +30,8 @@ pub mod layer {
     pub use crate::serve::layer::ResponseFuture;
 }
 pub use sys::Symlinks;
+
+/// Entry points for the fuzz targets in `fuzz/`; not API.
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;

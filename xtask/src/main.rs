@@ -3,13 +3,36 @@
 //!
 //! - `ci`: everything CI checks, in order, stopping at the first failure: formatting,
 //!   clippy with warnings denied, every test (doctests included), the docs with warnings
-//!   denied, and a quick run of the benchmark harness as a smoke test of every server
-//!   configuration. `.ci/run` runs exactly this.
+//!   denied, clippy over the fuzz targets and the `fuzzing` features (so that they cannot
+//!   rot; all of it builds on stable),
+//!   and a quick run of the benchmark harness as a smoke test of every server
+//!   configuration. `.ci/run` runs exactly this. It runs no fuzzing: that needs `-Z`
+//!   flags, which CI has no business relying on.
 //! - `bench [ARGS]`: builds the release binaries and runs the load harness (`bench/`):
 //!   scb against nginx, Caddy and axum + ServeDir; ARGS go to the harness
 //!   (`--quick`, `--servers`, `--scenarios`, `--duration`, `--workers`, ...).
 //! - `profile SCENARIO [ARGS]`: syscalls, context switches and instructions per request
 //!   for scb in one scenario (strace, /proc, callgrind), through the harness.
+//! - `fuzz TARGET [SECONDS]`: runs one cargo-fuzz target of `fuzz/` for SECONDS (default
+//!   60) and fails if it finds a crash, a hang or a leak; the input is left in
+//!   `fuzz/artifacts/TARGET/`.
+//!
+//! # Fuzzing on a stable toolchain
+//!
+//! cargo-fuzz builds with `-Zsanitizer=address` and other `-Z` flags, which rustc takes
+//! only on nightly, and only a stable toolchain is guaranteed here. `RUSTC_BOOTSTRAP=1`
+//! lets stable rustc take them (the sanitizer runtimes ship with stable), so `fuzz` runs
+//!
+//! ```text
+//! RUSTC_BOOTSTRAP=1 cargo fuzz run --fuzz-dir fuzz --debug-assertions TARGET \
+//!     fuzz/target/corpus/TARGET fuzz/corpus/TARGET -- -max_total_time=SECONDS -timeout=10
+//! ```
+//!
+//! installing cargo-fuzz from crates.io first if `cargo fuzz` is missing. The same
+//! environment variable reproduces a crash: `RUSTC_BOOTSTRAP=1 cargo fuzz run
+//! --fuzz-dir fuzz -a TARGET fuzz/artifacts/TARGET/crash-...`. The committed seeds in
+//! `fuzz/corpus/TARGET/` are only read; what a run discovers goes to
+//! `fuzz/target/corpus/TARGET/`, which is not committed and carries over between runs.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -21,10 +44,16 @@ const USAGE: &str = "usage: cargo xtask <command>
 
 commands:
   ci                  cargo fmt --check, clippy -D warnings, all tests, docs -D warnings,
-                      then `bench --quick` (every server and scenario, bytes verified)
+                      clippy over fuzz/ (no fuzzing), then `bench --quick` (every server
+                      and scenario, bytes verified)
   bench [ARGS]        build release binaries, run the load harness; ARGS go to it
                       (--quick --servers a,b --scenarios a,b --duration S --workers N ...)
-  profile SCENARIO    syscalls, context switches and instructions per request for scb";
+  profile SCENARIO    syscalls, context switches and instructions per request for scb
+  fuzz TARGET [SECONDS]
+                      run a fuzz target for SECONDS (default 60) on stable, through
+                      RUSTC_BOOTSTRAP=1 cargo fuzz; fails on a crash, kept in
+                      fuzz/artifacts/TARGET/. Targets: request_head, chunked,
+                      static_path, range, accept_encoding";
 
 fn main() -> ExitCode {
     let command = std::env::args().nth(1);
@@ -33,6 +62,10 @@ fn main() -> ExitCode {
         Some("bench") => bench(&std::env::args().skip(2).collect::<Vec<_>>(), "run"),
         Some("profile") if std::env::args().len() >= 3 => {
             bench(&std::env::args().skip(2).collect::<Vec<_>>(), "profile")
+        }
+        Some("fuzz") if (3..=4).contains(&std::env::args().len()) => {
+            let args: Vec<String> = std::env::args().skip(2).collect();
+            fuzz(&args[0], args.get(1).map(String::as_str))
         }
         Some("help" | "--help" | "-h") => {
             say(USAGE);
@@ -62,9 +95,15 @@ struct Step {
 }
 
 /// The CI steps, cheapest first so that a formatting slip fails in seconds.
-const CI: [Step; 4] = [
+const CI: [Step; 7] = [
     Step {
         args: &["fmt", "--all", "--check"],
+        env: &[],
+        counts_tests: false,
+    },
+    // The fuzz crate is a workspace of its own (`fuzz/`), outside `--all`.
+    Step {
+        args: &["fmt", "--manifest-path", "fuzz/Cargo.toml", "--check"],
         env: &[],
         counts_tests: false,
     },
@@ -88,6 +127,39 @@ const CI: [Step; 4] = [
     Step {
         args: &["doc", "--workspace", "--no-deps"],
         env: &[("RUSTDOCFLAGS", "-D warnings")],
+        counts_tests: false,
+    },
+    // The fuzz targets and the `fuzzing` feature they enable, type-checked and linted so
+    // that neither rots between fuzzing runs. Plain stable: libfuzzer-sys and the targets
+    // build without `-Z` flags; only the instrumented build of `fuzz` needs them. The
+    // feature's modules are linted from here: to the fuzz crate they are dependencies,
+    // whose warnings do not fail its build.
+    Step {
+        args: &[
+            "clippy",
+            "-p",
+            "scb-core",
+            "-p",
+            "scb-static",
+            "--features",
+            "scb-core/fuzzing,scb-static/fuzzing",
+            "--",
+            "-D",
+            "warnings",
+        ],
+        env: &[],
+        counts_tests: false,
+    },
+    Step {
+        args: &[
+            "clippy",
+            "--manifest-path",
+            "fuzz/Cargo.toml",
+            "--",
+            "-D",
+            "warnings",
+        ],
+        env: &[],
         counts_tests: false,
     },
 ];
@@ -211,6 +283,99 @@ fn bench(args: &[String], mode: &str) -> anyhow::Result<()> {
     if !status.success() {
         bail!("bench {mode} {} failed ({status})", args.join(" "));
     }
+    Ok(())
+}
+
+/// The targets in `fuzz/fuzz_targets/`.
+const FUZZ_TARGETS: [&str; 5] = [
+    "request_head",
+    "chunked",
+    "static_path",
+    "range",
+    "accept_encoding",
+];
+
+/// How long `fuzz` runs a target when not told: long enough to get well past the seeds
+/// into the parser's corners, short enough to run every target before a commit.
+const FUZZ_SECONDS: u64 = 60;
+
+/// libFuzzer's limit for one input, in seconds. Its default, 20 minutes, would let one
+/// slow input outlast the whole run; the inputs here take microseconds, so ten seconds
+/// (on a loaded machine, with AddressSanitizer) is a hang, reported as a failure.
+const FUZZ_INPUT_TIMEOUT: u64 = 10;
+
+/// Runs fuzz target `target` for `seconds` (default [`FUZZ_SECONDS`]) through cargo-fuzz on
+/// the stable toolchain (module docs), failing if libFuzzer reports anything.
+fn fuzz(target: &str, seconds: Option<&str>) -> anyhow::Result<()> {
+    if !FUZZ_TARGETS.contains(&target) {
+        bail!(
+            "unknown fuzz target `{target}` (one of: {})",
+            FUZZ_TARGETS.join(", ")
+        );
+    }
+    let seconds = match seconds {
+        None => FUZZ_SECONDS,
+        Some(s) => s
+            .parse::<u64>()
+            .ok()
+            .filter(|&n| n > 0)
+            .with_context(|| format!("SECONDS must be a positive number, not `{s}`"))?,
+    };
+    let root = workspace_root();
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
+
+    let has_cargo_fuzz = Command::new(&cargo)
+        .args(["fuzz", "--version"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !has_cargo_fuzz {
+        say("==> cargo fuzz is missing: cargo install cargo-fuzz --locked");
+        let status = Command::new(&cargo)
+            .args(["install", "cargo-fuzz", "--locked"])
+            .status()
+            .context("running cargo install cargo-fuzz")?;
+        if !status.success() {
+            bail!("cargo install cargo-fuzz failed ({status})");
+        }
+    }
+
+    // libFuzzer writes what it discovers to the first corpus directory and only reads the
+    // others: the committed seeds stay as they are.
+    let grown = root.join("fuzz/target/corpus").join(target);
+    std::fs::create_dir_all(&grown).with_context(|| format!("creating {}", grown.display()))?;
+    let seeds = root.join("fuzz/corpus").join(target);
+    say(&format!(
+        "==> RUSTC_BOOTSTRAP=1 cargo fuzz run --debug-assertions {target} for {seconds} s"
+    ));
+    let status = Command::new(&cargo)
+        .args([
+            "fuzz",
+            "run",
+            "--fuzz-dir",
+            "fuzz",
+            "--debug-assertions",
+            target,
+        ])
+        .arg(&grown)
+        .arg(&seeds)
+        .arg("--")
+        .arg(format!("-max_total_time={seconds}"))
+        .arg(format!("-timeout={FUZZ_INPUT_TIMEOUT}"))
+        // The `-Z` flags cargo-fuzz passes on a stable toolchain (module docs).
+        .env("RUSTC_BOOTSTRAP", "1")
+        .current_dir(&root)
+        .status()
+        .context("running cargo fuzz")?;
+    if !status.success() {
+        bail!(
+            "fuzz target {target} failed ({status}): the input is in fuzz/artifacts/{target}/, \
+             the panic above; reproduce with `RUSTC_BOOTSTRAP=1 cargo fuzz run --fuzz-dir fuzz \
+             -a {target} fuzz/artifacts/{target}/<file>`"
+        );
+    }
+    say(&format!("==> fuzz {target}: nothing found in {seconds} s"));
     Ok(())
 }
 

@@ -185,6 +185,13 @@ impl TryFrom<&StaticConfig> for scb_static::ServeStatic {
             let r = rule.get_ref();
             builder = builder.cache_control(r.glob.clone(), r.value.clone());
         }
+        if let Some(file) = &config.fallback {
+            builder = builder.fallback(Some(site_file(file, "fallback")?));
+        }
+        if let Some(file) = &config.not_found {
+            builder = builder.not_found(Some(site_file(file, "not_found")?));
+        }
+        builder = builder.list_directories(config.list_directories);
         builder.build().map_err(|e| match e {
             scb_static::BuildError::Root { .. } => Located::at(&config.root, "root", e),
             scb_static::BuildError::Coding(_) => match &config.precompressed {
@@ -195,6 +202,44 @@ impl TryFrom<&StaticConfig> for scb_static::ServeStatic {
                 Some(first) => Located::at(first, "cache_control", e),
                 None => Located::at(&config.root, "cache_control", e),
             },
+            scb_static::BuildError::SiteFile { setting, .. } => {
+                let at = match setting {
+                    "fallback" => config.fallback.as_ref(),
+                    _ => config.not_found.as_ref(),
+                };
+                match at {
+                    Some(at) => Located::at(at, setting, e),
+                    None => Located::at(&config.root, setting, e),
+                }
+            }
         })
     }
+}
+
+/// `fallback` and `not_found` name files beneath `root` as a request path would. A
+/// filesystem path (absolute, or climbing out with `..`) there is a misunderstanding, so
+/// it is refused rather than read as relative.
+fn site_file<'a>(value: &'a Spanned<String>, key: &str) -> Result<&'a str, Located> {
+    let name = value.get_ref();
+    if name.starts_with('/') {
+        return Err(Located::at(
+            value,
+            key,
+            "must be a path relative to root, not an absolute path",
+        ));
+    }
+    if name.split('/').any(|segment| segment == "..") {
+        return Err(Located::at(
+            value,
+            key,
+            "must not contain `..`: the file is beneath root",
+        ));
+    }
+    if name
+        .split('/')
+        .all(|segment| segment.is_empty() || segment == ".")
+    {
+        return Err(Located::at(value, key, "must name a file beneath root"));
+    }
+    Ok(name)
 }

@@ -141,6 +141,15 @@ pub(crate) struct StaticConfig {
     /// `[{ glob = "*.html", value = "no-cache" }, ...]`, first match wins.
     #[serde(default)]
     pub(crate) cache_control: Vec<Spanned<CacheRuleConfig>>,
+    /// A file beneath the root (`index.html`) served with 200 for paths that name no
+    /// file: a single-page app's entry point. Absent means none.
+    pub(crate) fallback: Option<Spanned<String>>,
+    /// A file beneath the root (`404.html`) sent with every 404. Absent means the plain
+    /// 404.
+    pub(crate) not_found: Option<Spanned<String>>,
+    /// HTML listings of directories without an index file.
+    #[serde(default)]
+    pub(crate) list_directories: bool,
 }
 
 /// One Cache-Control rule.

@@ -28,7 +28,8 @@
 //! handle.join();
 //! ```
 
-mod conn;
+// `pub(crate)` so that `crate::fuzzing` can reach the parsers; nothing outside the crate can.
+pub(crate) mod conn;
 mod io;
 mod limits;
 mod shutdown;

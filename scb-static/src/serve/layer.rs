@@ -41,8 +41,12 @@ pub struct ServeStaticLayer {
 }
 
 impl ServeStaticLayer {
-    /// A layer serving `files` in front of the service it wraps.
-    pub fn new(files: ServeStatic) -> Self {
+    /// A layer serving `files` in front of the service it wraps. A
+    /// [`not_found`](crate::ServeStaticBuilder::not_found) page is not used: requests
+    /// that find no file go to the inner service, which answers them its own way.
+    pub fn new(mut files: ServeStatic) -> Self {
+        // Not even read: the response it would go into is thrown away.
+        files.not_found_page = false;
         Self { files }
     }
 }

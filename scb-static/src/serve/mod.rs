@@ -24,6 +24,7 @@
 
 mod chain;
 pub(crate) mod layer;
+mod listing;
 mod respond;
 
 pub use layer::{ServeStaticLayer, ServeStaticOr};
@@ -54,6 +55,10 @@ use crate::sys::{Mode, RootDir, Symlinks};
 #[derive(Clone)]
 pub struct ServeStatic {
     config: Arc<Config>,
+    /// Whether a 404 sends the configured not-found page. Off in the
+    /// [`ServeStaticLayer`] form, which passes those requests on and would only throw
+    /// the page away.
+    not_found_page: bool,
 }
 
 impl fmt::Debug for ServeStatic {
@@ -74,6 +79,9 @@ pub(crate) struct Config {
     show_hidden: bool,
     cache_control: CacheControlRules,
     max_ranges: usize,
+    fallback: Option<String>,
+    not_found: Option<String>,
+    list_directories: bool,
 }
 
 /// Why a [`ServeStatic`] could not be built.
@@ -93,6 +101,16 @@ pub enum BuildError {
     /// A Cache-Control rule that does not compile.
     #[error("{0}")]
     CacheControl(String),
+    /// A [`fallback`](ServeStaticBuilder::fallback) or
+    /// [`not_found`](ServeStaticBuilder::not_found) file that is not a path beneath the
+    /// root.
+    #[error("{setting} must name a file beneath the root, without `..`: {name:?}")]
+    SiteFile {
+        /// `fallback` or `not_found`.
+        setting: &'static str,
+        /// The name given.
+        name: String,
+    },
 }
 
 impl From<BuildError> for std::io::Error {
@@ -114,6 +132,9 @@ pub struct ServeStaticBuilder {
     show_hidden: bool,
     cache_control: Vec<(String, String)>,
     max_ranges: usize,
+    fallback: Option<String>,
+    not_found: Option<String>,
+    list_directories: bool,
 }
 
 impl ServeStatic {
@@ -127,6 +148,9 @@ impl ServeStatic {
             show_hidden: false,
             cache_control: Vec::new(),
             max_ranges: DEFAULT_MAX_RANGES,
+            fallback: None,
+            not_found: None,
+            list_directories: false,
         }
     }
 
@@ -195,13 +219,46 @@ impl ServeStaticBuilder {
         self
     }
 
+    /// A file (relative to the root, e.g. `index.html`) that answers, with 200, every GET
+    /// or HEAD for a path that names no file: the entry point of a single-page app, whose
+    /// client-side router owns those paths. It is served as itself: its own validators,
+    /// content type, sidecars, conditional and range handling. Paths refused as
+    /// malformed (400), hidden or climbing above the root still get 404, and so does
+    /// every path when the fallback itself is missing. Its responses are files found, so
+    /// [`ServeStaticLayer`] does not pass them to its inner service. Defaults to none.
+    pub fn fallback(mut self, file: Option<impl Into<String>>) -> Self {
+        self.fallback = file.map(Into::into);
+        self
+    }
+
+    /// A file (relative to the root, e.g. `404.html`) sent, with status 404 and its own
+    /// content type, wherever the answer is 404: a missing, hidden or escaping path, a
+    /// directory without index or listing. No ranges and no 304 apply to it. When it is
+    /// missing, the plain 404. [`ServeStaticLayer`] still passes those requests to its
+    /// inner service, and the page is not used there. Defaults to none.
+    pub fn not_found(mut self, file: Option<impl Into<String>>) -> Self {
+        self.not_found = file.map(Into::into);
+        self
+    }
+
+    /// Whether a directory requested with a trailing slash that has no index file gets
+    /// an HTML listing of its entries (dotfiles only with
+    /// [`show_hidden`](Self::show_hidden); at most 10,000 entries). Defaults to `false`:
+    /// 404.
+    pub fn list_directories(mut self, list: bool) -> Self {
+        self.list_directories = list;
+        self
+    }
+
     /// Opens the root directory and checks the settings.
     ///
     /// # Errors
     ///
-    /// When the root cannot be opened, a coding is unknown, or a Cache-Control rule does
-    /// not compile.
+    /// When the root cannot be opened, a coding is unknown, a Cache-Control rule does
+    /// not compile, or the fallback or not-found file is not a path beneath the root.
     pub fn build(self) -> Result<ServeStatic, BuildError> {
+        let fallback = site_file("fallback", self.fallback)?;
+        let not_found = site_file("not_found", self.not_found)?;
         let root = RootDir::open(&self.root, self.symlinks).map_err(|source| BuildError::Root {
             path: self.root.clone(),
             source,
@@ -215,6 +272,7 @@ impl ServeStaticBuilder {
         let cache_control = CacheControlRules::new(self.cache_control)
             .map_err(|e: CacheControlError| BuildError::CacheControl(e.to_string()))?;
         Ok(ServeStatic {
+            not_found_page: true,
             config: Arc::new(Config {
                 root,
                 root_path: self.root,
@@ -223,9 +281,30 @@ impl ServeStaticBuilder {
                 show_hidden: self.show_hidden,
                 cache_control,
                 max_ranges: self.max_ranges,
+                fallback,
+                not_found,
+                list_directories: self.list_directories,
             }),
         })
     }
+}
+
+/// A configured file name as a lookup path: `/`-separated segments beneath the root, a
+/// leading `/` ignored. Not the request-path normaliser: nothing is percent-decoded (a
+/// file may be called `100%.html`). `..` is refused outright rather than resolved: the
+/// portable walk looks up segments as given, and a name that climbs is a mistake anyway.
+fn site_file(setting: &'static str, name: Option<String>) -> Result<Option<String>, BuildError> {
+    let Some(name) = name else {
+        return Ok(None);
+    };
+    let segments: Vec<&str> = name
+        .split('/')
+        .filter(|s| !s.is_empty() && *s != ".")
+        .collect();
+    if segments.is_empty() || segments.iter().any(|s| *s == ".." || s.contains('\0')) {
+        return Err(BuildError::SiteFile { setting, name });
+    }
+    Ok(Some(segments.join("/")))
 }
 
 impl<B> Service<Request<B>> for ServeStatic {
@@ -239,11 +318,13 @@ impl<B> Service<Request<B>> for ServeStatic {
 
     fn call(&mut self, req: Request<B>) -> ResponseFuture {
         let (parts, _body) = req.into_parts();
+        let page = self.not_found_page;
         match respond::respond(
             &self.config,
             &parts.method,
             &parts.uri,
             &parts.headers,
+            page,
             Mode::Cached,
         ) {
             Ok(res) => ResponseFuture {
@@ -257,6 +338,7 @@ impl<B> Service<Request<B>> for ServeStatic {
                         &parts.method,
                         &parts.uri,
                         &parts.headers,
+                        page,
                         Mode::Blocking,
                     )
                     .unwrap_or_else(|respond::WouldBlock| {

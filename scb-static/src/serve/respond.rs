@@ -10,10 +10,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, Response, StatusCode, Uri};
-use scb_core::{Body, FileRegion};
+use scb_core::{Body, FileRegion, FileStamp};
 
-use super::Config;
 use super::chain::Chain;
+use super::{Config, listing};
 use crate::conditional::{self, Precondition};
 use crate::encoding::{self, Candidates, Coding};
 use crate::path::{self, PathError};
@@ -31,12 +31,14 @@ pub(crate) const INLINE_READ_MAX: u64 = 128 * 1024;
 #[derive(Debug)]
 pub(crate) struct WouldBlock;
 
-/// Answers one request. `Err(WouldBlock)` only in [`Mode::Cached`].
+/// Answers one request. `Err(WouldBlock)` only in [`Mode::Cached`]. `not_found_page`:
+/// whether a 404 may send the configured page (the layer form throws 404s away).
 pub(crate) fn respond(
     config: &Config,
     method: &Method,
     uri: &Uri,
     headers: &HeaderMap,
+    not_found_page: bool,
     mode: Mode,
 ) -> Result<Response<Body>, WouldBlock> {
     if method != Method::GET && method != Method::HEAD {
@@ -45,13 +47,14 @@ pub(crate) fn respond(
             .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
         return Ok(res);
     }
+    let page = config.not_found.as_deref().filter(|_| not_found_page);
     let path = match path::normalize(uri.path()) {
         Ok(p) => p,
         Err(PathError::Malformed) => return Ok(status(StatusCode::BAD_REQUEST)),
-        Err(PathError::Escapes) => return Ok(no_file(StatusCode::NOT_FOUND)),
+        Err(PathError::Escapes) => return not_found(config, page, method, mode),
     };
     if path.hidden && !config.show_hidden {
-        return Ok(no_file(StatusCode::NOT_FOUND));
+        return not_found(config, page, method, mode);
     }
     let candidates = if config.precompressed.is_empty() {
         Candidates::IDENTITY_ONLY
@@ -64,33 +67,114 @@ pub(crate) fn respond(
 
     let mut rel = path.rel;
     let mut found = open_variant(config, &rel, &candidates, mode)?;
-    if let Some((_, ref opened)) = found
-        && opened.meta.kind == Kind::Dir
-    {
+    // The directory asked for, when its index is not there.
+    let mut dir = None;
+    if let Some((_, opened)) = found.take_if(|(_, opened)| opened.meta.kind == Kind::Dir) {
         if !path.trailing_slash {
             return Ok(redirect_to_directory(uri));
         }
-        let Some(index) = &config.index else {
-            return Ok(no_file(StatusCode::NOT_FOUND));
-        };
-        rel = if rel.is_empty() {
-            index.clone()
-        } else {
-            format!("{rel}/{index}")
-        };
-        found = open_variant(config, &rel, &candidates, mode)?;
+        if let Some(index) = &config.index {
+            let index = if rel.is_empty() {
+                index.clone()
+            } else {
+                format!("{rel}/{index}")
+            };
+            found = open_variant(config, &index, &candidates, mode)?;
+            if found.is_some() {
+                rel = index;
+            }
+        }
+        dir = Some(opened);
     }
     let Some((coding, opened)) = found else {
-        return Ok(if candidates.identity_acceptable() {
-            no_file(StatusCode::NOT_FOUND)
-        } else {
-            status(StatusCode::NOT_ACCEPTABLE)
-        });
+        let identity = candidates.identity_acceptable();
+        return match (dir, &config.fallback) {
+            (Some(dir), _) if identity && config.list_directories => {
+                listing::respond(config, method, &rel, &dir.file, mode)
+            }
+            (None, Some(fallback)) if names_nothing(config, &rel, mode)? => {
+                serve_fallback(config, fallback, page, method, headers, &candidates, mode)
+            }
+            _ if identity => not_found(config, page, method, mode),
+            _ => Ok(status(StatusCode::NOT_ACCEPTABLE)),
+        };
     };
     if opened.meta.kind != Kind::File {
-        return Ok(no_file(StatusCode::NOT_FOUND));
+        return not_found(config, page, method, mode);
     }
     file_response(config, method, headers, &rel, coding, opened, mode)
+}
+
+/// Whether `rel` names nothing at all: neither the file nor a sidecar of it in any
+/// configured coding (a client that cannot take `app.js.br` must get 404 or 406, not the
+/// app's HTML as `app.js`), nor anything the server may not read. Only then does the
+/// fallback answer. Costs a few lookups, only for misses on a route with a fallback.
+fn names_nothing(config: &Config, rel: &str, mode: Mode) -> Result<bool, WouldBlock> {
+    let sidecars = config
+        .precompressed
+        .iter()
+        .map(|coding| format!("{rel}{}", coding.suffix()));
+    for name in std::iter::once(rel.to_owned()).chain(sidecars) {
+        match config.root.lookup(&name, mode) {
+            Err(OpenError::NotFound) => {}
+            Err(OpenError::WouldBlock) => return Err(WouldBlock),
+            Ok(_) | Err(OpenError::Refused | OpenError::Forbidden | OpenError::Io(_)) => {
+                return Ok(false);
+            }
+        }
+    }
+    Ok(true)
+}
+
+/// The SPA fallback `file`, served as itself (validators, sidecars, conditionals,
+/// ranges) with the status any file gets, and without [`NoFile`]: the app owns the path.
+fn serve_fallback(
+    config: &Config,
+    file: &str,
+    page: Option<&str>,
+    method: &Method,
+    headers: &HeaderMap,
+    candidates: &Candidates,
+    mode: Mode,
+) -> Result<Response<Body>, WouldBlock> {
+    match open_variant(config, file, candidates, mode)? {
+        Some((coding, opened)) if opened.meta.kind == Kind::File => {
+            file_response(config, method, headers, file, coding, opened, mode)
+        }
+        None if !candidates.identity_acceptable() => Ok(status(StatusCode::NOT_ACCEPTABLE)),
+        _ => not_found(config, page, method, mode),
+    }
+}
+
+/// A 404 marked [`NoFile`]: the bytes of the not-found `page` with its content type when
+/// there is one, else the plain 404. No validators, ranges or 304 for the page: the
+/// response is about the URL asked for, not about the page file. For the same reason no
+/// Cache-Control rule applies: a rule for `*.html` such as `immutable` would pin the 404
+/// of a URL that may exist tomorrow.
+fn not_found(
+    config: &Config,
+    page: Option<&str>,
+    method: &Method,
+    mode: Mode,
+) -> Result<Response<Body>, WouldBlock> {
+    let Some(page) = page else {
+        return Ok(no_file(StatusCode::NOT_FOUND));
+    };
+    let Opened { file, meta } = match lookup(config, page, mode)? {
+        Some(opened) if opened.meta.kind == Kind::File => opened,
+        _ => return Ok(no_file(StatusCode::NOT_FOUND)),
+    };
+    let mut h = HeaderMap::with_capacity(8);
+    h.insert(header::CONTENT_TYPE, crate::mime::content_type(page));
+    h.insert(header::CONTENT_LENGTH, HeaderValue::from(meta.len));
+    let body = if method == Method::HEAD {
+        Body::empty()
+    } else {
+        body_of(file, 0, meta.len, meta.stamp(), mode)?
+    };
+    let mut res = assemble(StatusCode::NOT_FOUND, h, body);
+    res.extensions_mut().insert(NoFile);
+    Ok(res)
 }
 
 /// Opens the best acceptable variant of `rel`: a sidecar in the negotiated order, else the
@@ -128,7 +212,7 @@ fn lookup(config: &Config, rel: &str, mode: Mode) -> Result<Option<Opened>, Woul
     match config.root.lookup(rel, mode) {
         Ok(opened) => Ok(Some(opened)),
         Err(OpenError::WouldBlock) => Err(WouldBlock),
-        Err(OpenError::NotFound | OpenError::Forbidden) => Ok(None),
+        Err(OpenError::NotFound | OpenError::Refused | OpenError::Forbidden) => Ok(None),
         Err(OpenError::Io(e)) => {
             tracing::warn!(path = rel, error = %e, "static file lookup failed");
             Ok(None)
@@ -198,7 +282,7 @@ fn file_response(
             let body = if head {
                 Body::empty()
             } else {
-                body_of(file, 0, len, mode)?
+                body_of(file, 0, len, meta.stamp(), mode)?
             };
             (StatusCode::OK, body)
         }
@@ -209,7 +293,7 @@ fn file_response(
             h.insert(header::CONTENT_LENGTH, HeaderValue::from(r.len()));
             (
                 StatusCode::PARTIAL_CONTENT,
-                body_of(file, r.start, r.len(), mode)?,
+                body_of(file, r.start, r.len(), meta.stamp(), mode)?,
             )
         }
         Ranges::Satisfiable(ranges) => {
@@ -223,11 +307,10 @@ fn file_response(
             let mut parts = Vec::with_capacity(multipart.parts.len() * 2 + 1);
             for part in multipart.parts {
                 parts.push(Body::from(part.head));
-                parts.push(Body::file(FileRegion::new(
-                    Arc::clone(&file),
-                    part.range.start,
-                    part.range.len(),
-                )));
+                parts.push(Body::file(
+                    FileRegion::new(Arc::clone(&file), part.range.start, part.range.len())
+                        .with_stamp(meta.stamp()),
+                ));
             }
             parts.push(Body::from(multipart.closing));
             (StatusCode::PARTIAL_CONTENT, Body::new(Chain::new(parts)))
@@ -251,12 +334,25 @@ fn assemble(code: StatusCode, headers: HeaderMap, body: Body) -> Response<Body> 
 /// The `len` bytes at `start`: read now when small (from the page cache only, in
 /// [`Mode::Cached`]), else a file region the server sends with `sendfile` or reads in
 /// chunks.
-fn body_of(file: File, start: u64, len: u64, mode: Mode) -> Result<Body, WouldBlock> {
+///
+/// Either way the bytes are checked against `stamp`, the state the headers were computed
+/// from: a file rewritten in place while being read is never sent as a mix of versions
+/// (a small one is read again, from scratch, off the worker; a large one ends with an
+/// error before its last byte, and the server closes the connection).
+fn body_of(
+    file: File,
+    start: u64,
+    len: u64,
+    stamp: FileStamp,
+    mode: Mode,
+) -> Result<Body, WouldBlock> {
     if len == 0 {
         return Ok(Body::empty());
     }
     if len > INLINE_READ_MAX {
-        return Ok(Body::file(FileRegion::new(Arc::new(file), start, len)));
+        return Ok(Body::file(
+            FileRegion::new(Arc::new(file), start, len).with_stamp(stamp),
+        ));
     }
     let mut buf = vec![0u8; len as usize];
     let mut filled = 0;
@@ -288,7 +384,16 @@ fn body_of(file: File, start: u64, len: u64, mode: Mode) -> Result<Body, WouldBl
         }
         filled += n;
     }
-    Ok(Body::from(Bytes::from(buf)))
+    match FileStamp::of(&file) {
+        Ok(now) if now == stamp => Ok(Body::from(Bytes::from(buf))),
+        // Changed since it was opened: decide the whole request again, once, off the
+        // worker, where the new version's headers and bytes are read together.
+        Ok(_) if mode == Mode::Cached => Err(WouldBlock),
+        Ok(_) => Ok(read_failed(&std::io::Error::other(
+            scb_core::body::FileChanged,
+        ))),
+        Err(e) => Ok(read_failed(&e)),
+    }
 }
 
 fn read_failed(e: &std::io::Error) -> Body {

@@ -292,3 +292,303 @@ fn a_missing_root_is_a_build_error() {
     let err = ServeStatic::new("/definitely/not/here").unwrap_err();
     assert!(matches!(err, BuildError::Root { .. }), "{err}");
 }
+
+fn is_no_file(res: &Response<Body>) -> bool {
+    res.extensions().get::<super::respond::NoFile>().is_some()
+}
+
+#[tokio::test]
+async fn spa_fallback_answers_unknown_paths_with_200_and_leaves_the_rest_alone() {
+    let t = tree("fallback");
+    let www = t.0.join("www");
+    std::fs::write(www.join("app.html"), "<div id=app></div>").unwrap();
+    std::fs::write(www.join("only.js.gz"), "GZ").unwrap();
+    let svc = ServeStatic::builder(&www)
+        .precompressed(["gzip"])
+        .fallback(Some("app.html"))
+        .build()
+        .unwrap();
+    let direct = send(&svc, Method::GET, "/app.html", &[]).await;
+    let etag = direct.headers()[header::ETAG].clone();
+
+    let res = send(&svc, Method::GET, "/users/42/settings", &[]).await;
+    assert_eq!(res.status(), StatusCode::OK);
+    assert!(!is_no_file(&res), "the app owns the path: no fall-through");
+    assert_eq!(
+        res.headers()[header::CONTENT_TYPE],
+        "text/html; charset=utf-8"
+    );
+    assert_eq!(res.headers()[header::ETAG], etag);
+    assert_eq!(body(res).await, b"<div id=app></div>");
+    // Served as any file: conditionals and ranges apply.
+    let res = send(
+        &svc,
+        Method::GET,
+        "/users/42",
+        &[("if-none-match", etag.to_str().unwrap())],
+    )
+    .await;
+    assert_eq!(res.status(), StatusCode::NOT_MODIFIED);
+    let res = send(&svc, Method::GET, "/users/42", &[("range", "bytes=0-4")]).await;
+    assert_eq!(res.status(), StatusCode::PARTIAL_CONTENT);
+    assert_eq!(body(res).await, b"<div ");
+
+    // Real files, directories and refusals are unaffected.
+    let res = send(&svc, Method::GET, "/hello.txt", &[]).await;
+    assert_eq!(body(res).await, b"Hello, world!");
+    assert_eq!(
+        send(&svc, Method::GET, "/dir", &[]).await.status(),
+        StatusCode::PERMANENT_REDIRECT
+    );
+    for (path, code) in [
+        ("/a%zz", 400),
+        ("/hello.txt%00", 400),
+        ("/../outside.txt", 404),
+        ("/.env", 404),
+        ("/escape", 404),
+        // A sidecar-only file names something: not the app's HTML as `only.js`.
+        ("/only.js", 404),
+        // A directory without an index is not a missing path.
+        ("/bare/", 404),
+    ] {
+        let res = send(&svc, Method::GET, path, &[]).await;
+        assert_eq!(res.status().as_u16(), code, "{path}");
+        assert_ne!(body(res).await, b"<div id=app></div>", "{path}");
+    }
+
+    let missing = ServeStatic::builder(&www)
+        .fallback(Some("nope.html"))
+        .build()
+        .unwrap();
+    let res = send(&missing, Method::GET, "/users/42", &[]).await;
+    assert_eq!(res.status(), StatusCode::NOT_FOUND);
+    assert!(is_no_file(&res));
+}
+
+#[tokio::test]
+async fn not_found_page_is_sent_with_404_and_its_own_bytes() {
+    let t = tree("notfound");
+    let www = t.0.join("www");
+    std::fs::write(www.join("404.html"), "<h1>gone</h1>").unwrap();
+    let svc = ServeStatic::builder(&www)
+        .not_found(Some("404.html"))
+        .cache_control("*.html", "public, max-age=31536000, immutable")
+        .build()
+        .unwrap();
+    for path in [
+        "/missing.txt",
+        "/.env",
+        "/escape",
+        "/../outside.txt",
+        "/bare/",
+    ] {
+        let res = send(&svc, Method::GET, path, &[("range", "bytes=0-1")]).await;
+        assert_eq!(res.status(), StatusCode::NOT_FOUND, "{path}");
+        assert!(is_no_file(&res), "{path}");
+        let h = res.headers();
+        assert_eq!(
+            h[header::CONTENT_TYPE],
+            "text/html; charset=utf-8",
+            "{path}"
+        );
+        assert_eq!(h[header::CONTENT_LENGTH], "13", "{path}");
+        assert!(!h.contains_key(header::ETAG), "{path}");
+        assert!(!h.contains_key(header::CONTENT_RANGE), "{path}");
+        assert!(!h.contains_key(header::CACHE_CONTROL), "{path}");
+        assert_eq!(body(res).await, b"<h1>gone</h1>", "{path}");
+    }
+    let res = send(&svc, Method::GET, "/missing", &[("if-none-match", "*")]).await;
+    assert_eq!(res.status(), StatusCode::NOT_FOUND);
+    let res = send(&svc, Method::HEAD, "/missing", &[]).await;
+    assert_eq!(res.headers()[header::CONTENT_LENGTH], "13");
+    assert!(body(res).await.is_empty());
+    // Not a 404: the plain answers.
+    let res = send(&svc, Method::GET, "/a%zz", &[]).await;
+    assert_eq!(res.status(), StatusCode::BAD_REQUEST);
+    assert_ne!(body(res).await, b"<h1>gone</h1>");
+
+    // A fallback that is missing ends in the page too; a page that is missing, in the
+    // plain 404.
+    let both = ServeStatic::builder(&www)
+        .fallback(Some("nope.html"))
+        .not_found(Some("404.html"))
+        .build()
+        .unwrap();
+    let res = send(&both, Method::GET, "/users/42", &[]).await;
+    assert_eq!(res.status(), StatusCode::NOT_FOUND);
+    assert_eq!(body(res).await, b"<h1>gone</h1>");
+    let no_page = ServeStatic::builder(&www)
+        .not_found(Some("nope.html"))
+        .build()
+        .unwrap();
+    let res = send(&no_page, Method::GET, "/missing", &[]).await;
+    assert_eq!(res.status(), StatusCode::NOT_FOUND);
+    assert_eq!(
+        res.headers()[header::CONTENT_TYPE],
+        "text/plain; charset=utf-8"
+    );
+}
+
+#[tokio::test]
+async fn directory_listing_escapes_names_encodes_links_and_hides_dotfiles() {
+    let t = tree("listing");
+    let www = t.0.join("www");
+    let list = www.join("list");
+    std::fs::create_dir_all(list.join("sub dir")).unwrap();
+    std::fs::write(list.join("<script>&\"'.txt"), "x").unwrap();
+    std::fs::write(list.join("a b.txt"), "x").unwrap();
+    std::fs::write(list.join(".secret"), "x").unwrap();
+    std::os::unix::fs::symlink("../../outside.txt", list.join("link_out")).unwrap();
+    std::os::unix::fs::symlink("../dir", list.join("link_dir")).unwrap();
+    let svc = ServeStatic::builder(&www)
+        .precompressed(["gzip"])
+        .list_directories(true)
+        .build()
+        .unwrap();
+
+    let res = send(&svc, Method::GET, "/list/", &[]).await;
+    assert_eq!(res.status(), StatusCode::OK);
+    assert!(!is_no_file(&res));
+    let h = res.headers().clone();
+    assert_eq!(h[header::CONTENT_TYPE], "text/html; charset=utf-8");
+    assert_eq!(h[header::CACHE_CONTROL], "no-cache");
+    let page = String::from_utf8(body(res).await).unwrap();
+    assert_eq!(h[header::CONTENT_LENGTH], page.len().to_string().as_str());
+    assert!(
+        page.contains(
+            "<a href=\"%3Cscript%3E%26%22%27.txt\">&lt;script&gt;&amp;&quot;&#39;.txt</a>"
+        ),
+        "{page}"
+    );
+    assert!(!page.contains("<script>"), "{page}");
+    assert!(page.contains("<a href=\"a%20b.txt\">a b.txt</a>"), "{page}");
+    assert!(
+        page.contains("<a href=\"sub%20dir/\">sub dir/</a>"),
+        "{page}"
+    );
+    assert!(page.contains("<a href=\"../\">../</a>"), "{page}");
+    // An in-tree link to a directory is shown as one; an escaping link not at all.
+    assert!(
+        page.contains("<a href=\"link_dir/\">link_dir/</a>"),
+        "{page}"
+    );
+    assert!(!page.contains("link_out"), "{page}");
+    assert!(!page.contains(".secret"), "{page}");
+    let at = |s: &str| page.find(s).unwrap();
+    assert!(at("&lt;script") < at(">a b.txt<") && at(">a b.txt<") < at(">sub dir/<"));
+
+    // The link it gives works.
+    let res = send(&svc, Method::GET, "/list/a%20b.txt", &[]).await;
+    assert_eq!(res.status(), StatusCode::OK);
+    let head = send(&svc, Method::HEAD, "/list/", &[]).await;
+    assert_eq!(
+        head.headers()[header::CONTENT_LENGTH],
+        h[header::CONTENT_LENGTH]
+    );
+    assert!(body(head).await.is_empty());
+    // The root has no link up; a directory with an index still gets its index.
+    let root = String::from_utf8(body(send(&svc, Method::GET, "/", &[]).await).await).unwrap();
+    assert!(root.contains("<a href=\"list/\">list/</a>"), "{root}");
+    assert!(!root.contains("href=\"../\""), "{root}");
+    let res = send(&svc, Method::GET, "/dir/", &[]).await;
+    assert_eq!(body(res).await, b"<h1>index</h1>");
+
+    let shown = ServeStatic::builder(&www)
+        .list_directories(true)
+        .show_hidden(true)
+        .build()
+        .unwrap();
+    let page = body(send(&shown, Method::GET, "/list/", &[]).await).await;
+    assert!(String::from_utf8(page).unwrap().contains(">.secret<"));
+
+    let off = ServeStatic::new(&www).unwrap();
+    let res = send(&off, Method::GET, "/list/", &[]).await;
+    assert_eq!(res.status(), StatusCode::NOT_FOUND);
+    assert!(is_no_file(&res));
+}
+
+#[tokio::test]
+async fn the_layer_falls_through_on_404_with_a_page_but_not_when_the_fallback_answers() {
+    use std::convert::Infallible;
+
+    let t = tree("layer-site");
+    let www = t.0.join("www");
+    std::fs::write(www.join("404.html"), "<h1>gone</h1>").unwrap();
+    std::fs::write(www.join("app.html"), "<div id=app></div>").unwrap();
+    let inner = tower::service_fn(|_req: Request<()>| async {
+        Ok::<_, Infallible>(Response::new(Body::from("inner")))
+    });
+    let call = |layer: ServeStaticLayer, method: Method, path: &str| {
+        let req = Request::builder()
+            .method(method)
+            .uri(path)
+            .body(())
+            .unwrap();
+        tower::ServiceBuilder::new()
+            .layer(layer)
+            .service(inner)
+            .oneshot(req)
+    };
+
+    let with_page = ServeStatic::builder(&www)
+        .not_found(Some("404.html"))
+        .build()
+        .unwrap()
+        .into_layer();
+    let res = call(with_page.clone(), Method::GET, "/api/users")
+        .await
+        .unwrap();
+    assert_eq!(body(res).await, b"inner");
+    let res = call(with_page, Method::GET, "/hello.txt").await.unwrap();
+    assert_eq!(body(res).await, b"Hello, world!");
+
+    let spa = ServeStatic::builder(&www)
+        .fallback(Some("app.html"))
+        .build()
+        .unwrap()
+        .into_layer();
+    let res = call(spa.clone(), Method::GET, "/users/42").await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(body(res).await, b"<div id=app></div>");
+    // Methods files do not answer still go to the inner service.
+    let res = call(spa, Method::POST, "/users/42").await.unwrap();
+    assert_eq!(body(res).await, b"inner");
+}
+
+#[test]
+fn site_files_must_stay_beneath_the_root() {
+    let t = tree("sitefile");
+    for bad in ["../outside.txt", "a/../../b", "", "/"] {
+        let err = ServeStatic::builder(t.0.join("www"))
+            .fallback(Some(bad))
+            .build()
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                BuildError::SiteFile {
+                    setting: "fallback",
+                    ..
+                }
+            ),
+            "{bad}: {err}"
+        );
+    }
+    let err = ServeStatic::builder(t.0.join("www"))
+        .not_found(Some("x/../y"))
+        .build()
+        .unwrap_err();
+    assert!(matches!(
+        err,
+        BuildError::SiteFile {
+            setting: "not_found",
+            ..
+        }
+    ));
+    // A leading `/` means the root, and nothing is percent-decoded.
+    ServeStatic::builder(t.0.join("www"))
+        .fallback(Some("/dir/index.html"))
+        .not_found(Some("100%.html"))
+        .build()
+        .unwrap();
+}

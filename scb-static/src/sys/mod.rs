@@ -48,10 +48,16 @@ pub(crate) enum Mode {
 /// Why a lookup found no file to serve.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum OpenError {
-    /// No such file, or a path the kernel refused to resolve beneath the root (an escape,
-    /// a refused link, a non-directory in the middle): the client learns nothing more.
+    /// No such file, or a non-directory in the middle of the path: the client learns
+    /// nothing more.
     #[error("not found")]
     NotFound,
+    /// Something is there, but the kernel refused to resolve it beneath the root: a link
+    /// that leads out (`EXDEV`), any link the policy or the walk does not follow, a link
+    /// loop (`ELOOP`). The client gets the same answer as for [`NotFound`](Self::NotFound);
+    /// the server knows the name is taken (an SPA fallback is not served there).
+    #[error("refused")]
+    Refused,
     /// The file exists but may not be read.
     #[error("permission denied")]
     Forbidden,
@@ -80,6 +86,16 @@ pub(crate) struct Meta {
     pub(crate) modified_nanos: u32,
     pub(crate) dev: u64,
     pub(crate) ino: u64,
+}
+
+impl Meta {
+    /// The stamp a response's body is checked against before its last byte goes out.
+    pub(crate) fn stamp(&self) -> scb_core::FileStamp {
+        scb_core::FileStamp::new(
+            self.len,
+            (self.modified_secs, i64::from(self.modified_nanos)),
+        )
+    }
 }
 
 /// The kinds of file the layer tells apart.
@@ -120,12 +136,79 @@ fn meta_of(file: &File) -> io::Result<Meta> {
 fn classify(e: rustix::io::Errno) -> OpenError {
     use rustix::io::Errno;
     match e {
-        Errno::NOENT | Errno::NOTDIR | Errno::XDEV | Errno::LOOP | Errno::NAMETOOLONG => {
-            OpenError::NotFound
-        }
+        Errno::NOENT | Errno::NOTDIR | Errno::NAMETOOLONG => OpenError::NotFound,
+        Errno::XDEV | Errno::LOOP => OpenError::Refused,
         Errno::ACCESS | Errno::PERM => OpenError::Forbidden,
         Errno::AGAIN => OpenError::WouldBlock,
         other => OpenError::Io(other.into()),
+    }
+}
+
+/// The entries of a directory that [`RootDir::lookup`] opened, `.` and `..` left out.
+///
+/// Reads from the handle the lookup returned (rustix reopens it as `.` relative to
+/// itself, so the listing is of the directory that was resolved beneath the root, not of
+/// whatever a path names by now). `getdents` has no cache-only form: call this off the
+/// worker.
+pub(crate) fn read_dir(dir: &File) -> io::Result<ReadDir> {
+    Ok(ReadDir {
+        dir: rustix::fs::Dir::read_from(dir)?,
+    })
+}
+
+/// The iterator of [`read_dir`].
+#[derive(Debug)]
+pub(crate) struct ReadDir {
+    dir: rustix::fs::Dir,
+}
+
+/// One name in a directory.
+#[derive(Debug)]
+pub(crate) struct DirEntry {
+    pub(crate) name: std::ffi::OsString,
+    pub(crate) kind: EntryKind,
+}
+
+/// What a directory entry says it is, without following it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum EntryKind {
+    File,
+    Dir,
+    /// A symbolic link: what it leads to, and whether it may be followed, is for a lookup
+    /// to say.
+    Link,
+    /// The file system does not say (`DT_UNKNOWN`): a lookup can.
+    Unknown,
+    /// FIFOs, sockets, devices.
+    Other,
+}
+
+impl Iterator for ReadDir {
+    type Item = io::Result<DirEntry>;
+
+    fn next(&mut self) -> Option<io::Result<DirEntry>> {
+        use std::os::unix::ffi::OsStringExt as _;
+        loop {
+            let entry = match self.dir.read()? {
+                Ok(entry) => entry,
+                Err(e) => return Some(Err(e.into())),
+            };
+            let name = entry.file_name().to_bytes();
+            if name == b"." || name == b".." {
+                continue;
+            }
+            let kind = match entry.file_type() {
+                rustix::fs::FileType::RegularFile => EntryKind::File,
+                rustix::fs::FileType::Directory => EntryKind::Dir,
+                rustix::fs::FileType::Symlink => EntryKind::Link,
+                rustix::fs::FileType::Unknown => EntryKind::Unknown,
+                _ => EntryKind::Other,
+            };
+            return Some(Ok(DirEntry {
+                name: std::ffi::OsString::from_vec(name.to_vec()),
+                kind,
+            }));
+        }
     }
 }
 

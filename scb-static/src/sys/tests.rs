@@ -111,7 +111,10 @@ fn escaping_links_are_refused_by_every_backend() {
             "dirlink_out/root/a.txt",
         ] {
             assert!(
-                matches!(root.lookup(rel, Mode::Blocking), Err(OpenError::NotFound)),
+                matches!(
+                    root.lookup(rel, Mode::Blocking),
+                    Err(OpenError::NotFound | OpenError::Refused)
+                ),
                 "{name}: {rel} must not resolve"
             );
         }
@@ -133,7 +136,9 @@ fn in_tree_links_follow_the_policy() {
                     assert!(follows, "{name}: {rel} followed a link");
                     assert_eq!(read(opened), want, "{name}: {rel}");
                 }
-                Err(OpenError::NotFound) => assert!(!follows, "{name}: {rel} refused"),
+                Err(OpenError::NotFound | OpenError::Refused) => {
+                    assert!(!follows, "{name}: {rel} refused");
+                }
                 Err(e) => panic!("{name}: {rel}: {e}"),
             }
         }
@@ -178,5 +183,45 @@ fn nowait_reads_return_cached_bytes_or_nothing() {
     // None: a filesystem without RWF_NOWAIT; the caller reads on the blocking pool.
     if let Some(n) = read_at_nowait(&opened.file, 0, &mut buf).unwrap() {
         assert_eq!(&buf[..n], b"B");
+    }
+}
+
+#[test]
+fn read_dir_lists_the_opened_directory_on_every_backend() {
+    let t = tree();
+    for (name, root) in backends(&t.root) {
+        let dir = root.lookup("", Mode::Blocking).unwrap();
+        let entries: Vec<(String, EntryKind)> = read_dir(&dir.file)
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                (e.name.into_string().unwrap(), e.kind)
+            })
+            .collect();
+        let kind_of = |n: &str| entries.iter().find(|(e, _)| e == n).map(|(_, k)| *k);
+        assert!(
+            !entries.iter().any(|(n, _)| n == "." || n == ".."),
+            "{name}"
+        );
+        // DT_UNKNOWN is allowed by POSIX; tmpfs and ext4 give the real type.
+        for (n, want) in [
+            ("a.txt", EntryKind::File),
+            ("dir", EntryKind::Dir),
+            ("link_in", EntryKind::Link),
+            ("fifo", EntryKind::Other),
+            (".hidden", EntryKind::File),
+        ] {
+            let got = kind_of(n);
+            assert!(
+                got == Some(want) || got == Some(EntryKind::Unknown),
+                "{name}: {n}: {got:?}"
+            );
+        }
+        let sub = root.lookup("dir", Mode::Blocking).unwrap();
+        let names: Vec<_> = read_dir(&sub.file)
+            .unwrap()
+            .map(|e| e.unwrap().name)
+            .collect();
+        assert_eq!(names.len(), 2, "{name}: {names:?}");
     }
 }

@@ -331,14 +331,7 @@ impl Conn<'_> {
             .and_then(|b| b.file_region().cloned());
         if let Some(region) = region.filter(|r| Some(r.len()) == expected) {
             self.flush().await?;
-            sys::send_file(
-                &self.io,
-                region.file(),
-                region.offset(),
-                region.len(),
-                self.ctx.limits.send_timeout,
-            )
-            .await?;
+            sys::send_file(&self.io, &region, self.ctx.limits.send_timeout).await?;
             return Ok(encoded.keep_alive);
         }
 

@@ -2,10 +2,10 @@
 //! prior knowledge and upgrades.
 
 mod body;
-mod chunked;
+pub(crate) mod chunked;
 mod encode;
 mod h1;
-mod head;
+pub(crate) mod head;
 mod hyper;
 
 use std::net::SocketAddr;

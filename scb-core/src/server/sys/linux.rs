@@ -6,6 +6,7 @@ use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
 use tokio::io::Interest;
 use tokio::net::TcpStream;
 
+use crate::FileRegion;
 use crate::body::FileShrunk;
 
 /// The most one `sendfile` call is asked to move; the kernel caps it near 2 GiB anyway, and
@@ -27,28 +28,44 @@ pub(crate) fn raise_nofile_limit() {
     }
 }
 
-/// Sends `len` bytes of `file` from `offset` to `stream` with `sendfile(2)`.
+/// Sends `region` to `stream` with `sendfile(2)`.
 ///
 /// `sendfile` has no non-blocking mode for the file side: a page-cache miss blocks the
-/// worker, the same trade nginx makes. A file that shrank under us ends with `FileShrunk`
-/// and the caller closes the connection (the response can no longer be completed).
+/// worker, the same trade nginx makes. A file that shrank under us ends with `FileShrunk`,
+/// one whose stamp changed (rewritten in place) with `FileChanged`, checked before the
+/// last byte goes out; either way the caller closes the connection rather than complete
+/// a response that is short or mixes two versions.
 pub(crate) async fn send_file(
     stream: &TcpStream,
-    file: &File,
-    mut offset: u64,
-    len: u64,
+    region: &FileRegion,
     send_timeout: Duration,
 ) -> io::Result<()> {
-    let end = offset + len;
-    while offset < end {
-        let count = (end - offset).min(MAX_SENDFILE_CHUNK) as usize;
+    let file = region.file();
+    let mut offset = region.offset();
+    let end = offset + region.len();
+    if region.stamp().is_some() && region.len() > 1 {
+        send_range(stream, file, &mut offset, end - 1, send_timeout).await?;
+        region.verify()?;
+    }
+    send_range(stream, file, &mut offset, end, send_timeout).await
+}
+
+async fn send_range(
+    stream: &TcpStream,
+    file: &File,
+    offset: &mut u64,
+    end: u64,
+    send_timeout: Duration,
+) -> io::Result<()> {
+    while *offset < end {
+        let count = (end - *offset).min(MAX_SENDFILE_CHUNK) as usize;
         let result = stream.try_io(Interest::WRITABLE, || {
-            rustix::fs::sendfile(stream, file, Some(&mut offset), count).map_err(io::Error::from)
+            rustix::fs::sendfile(stream, file, Some(&mut *offset), count).map_err(io::Error::from)
         });
         match result {
             Ok(0) => {
                 return Err(io::Error::other(FileShrunk {
-                    missing: end - offset,
+                    missing: end - *offset,
                 }));
             }
             Ok(_) => {}

@@ -12,11 +12,12 @@ pub(crate) fn raise_nofile_limit() {}
 /// Portable stand-in for `sendfile(2)`: positional reads and ordinary writes.
 pub(crate) async fn send_file(
     stream: &TcpStream,
-    file: &File,
-    mut offset: u64,
-    len: u64,
+    region: &crate::FileRegion,
     send_timeout: Duration,
 ) -> io::Result<()> {
+    let file: &File = region.file();
+    let mut offset = region.offset();
+    let len = region.len();
     let end = offset + len;
     let mut buf = vec![0u8; (len as usize).min(crate::body::FILE_CHUNK_SIZE)];
     while offset < end {
@@ -26,6 +27,10 @@ pub(crate) async fn send_file(
             return Err(io::Error::other(FileShrunk {
                 missing: end - offset,
             }));
+        }
+        // The last bytes are read: a write during any read changed the stamp.
+        if offset + n as u64 == end {
+            region.verify()?;
         }
         let mut written = 0;
         while written < n {
