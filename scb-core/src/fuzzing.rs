@@ -25,7 +25,7 @@ pub enum HeadOutcome {
     /// The head was refused with this status code.
     Refused(u16),
     /// A complete head.
-    Parsed(ParsedHead),
+    Parsed(Box<ParsedHead>),
 }
 
 /// A head [`request_head`] accepted.
@@ -73,7 +73,7 @@ pub fn request_head(
     let outcome = match head::parse(&mut buf, limits, &mut head::Scratch::default()) {
         Ok(None) => HeadOutcome::Incomplete,
         Err(e) => HeadOutcome::Refused(e.status.as_u16()),
-        Ok(Some(h)) => HeadOutcome::Parsed(ParsedHead {
+        Ok(Some(h)) => HeadOutcome::Parsed(Box::new(ParsedHead {
             parts: h.parts,
             body: match h.framing {
                 head::BodyFraming::None => BodyFraming::None,
@@ -84,7 +84,7 @@ pub fn request_head(
             expect_continue: h.expect_continue,
             upgrade: h.upgrade,
             raw: h.raw,
-        }),
+        })),
     };
     (outcome, buf.to_vec())
 }

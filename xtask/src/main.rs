@@ -4,10 +4,9 @@
 //! - `ci`: everything CI checks, in order, stopping at the first failure: formatting,
 //!   clippy with warnings denied, every test (doctests included), the docs with warnings
 //!   denied, clippy over the fuzz targets and the `fuzzing` features (so that they cannot
-//!   rot; all of it builds on stable),
-//!   and a quick run of the benchmark harness as a smoke test of every server
-//!   configuration. `.ci/run` runs exactly this. It runs no fuzzing: that needs `-Z`
-//!   flags, which CI has no business relying on.
+//!   rot; that much builds on stable), and a quick run of the benchmark harness as a
+//!   smoke test of every server configuration. `.ci/run` runs exactly this. It runs no
+//!   fuzzing: that needs `-Z` flags, which CI has no business relying on.
 //! - `bench [ARGS]`: builds the release binaries and runs the load harness (`bench/`):
 //!   scb against nginx, Caddy and axum + ServeDir; ARGS go to the harness
 //!   (`--quick`, `--servers`, `--scenarios`, `--duration`, `--workers`, ...).
