@@ -8,6 +8,7 @@ use scb_core::Body;
 use tower::ServiceExt as _;
 
 use super::*;
+use crate::sys::Mode;
 
 struct Tree(PathBuf);
 
@@ -591,4 +592,58 @@ fn site_files_must_stay_beneath_the_root() {
         .not_found(Some("100%.html"))
         .build()
         .unwrap();
+}
+
+#[tokio::test]
+async fn the_blocking_path_answers_like_the_inline_one() {
+    let t = tree("blocking");
+    let svc = service(&t);
+    for path in [
+        "/hello.txt",
+        "/big.bin",
+        "/dir/",
+        "/dir",
+        "/missing",
+        "/.env",
+    ] {
+        let uri: http::Uri = path.parse().unwrap();
+        let headers = HeaderMap::new();
+        let blocking = respond::respond(
+            &svc.config,
+            &Method::GET,
+            &uri,
+            &headers,
+            true,
+            Mode::Blocking,
+        )
+        .unwrap_or_else(|_| panic!("{path}: a blocking lookup never asks to block"));
+        let inline = send(&svc, Method::GET, path, &[]).await;
+        assert_eq!(blocking.status(), inline.status(), "{path}");
+        assert_eq!(
+            blocking.headers().get(header::ETAG),
+            inline.headers().get(header::ETAG),
+            "{path}"
+        );
+        assert_eq!(body(blocking).await, body(inline).await, "{path}");
+    }
+}
+
+#[tokio::test]
+async fn with_the_portable_walk_forced_files_serve_and_no_link_is_followed() {
+    let t = tree("walk");
+    std::os::unix::fs::symlink("hello.txt", t.0.join("www/link_in")).unwrap();
+    let svc = service(&t);
+    svc.config.root.force_walk();
+    assert_eq!(
+        body(send(&svc, Method::GET, "/hello.txt", &[]).await).await,
+        b"Hello, world!"
+    );
+    assert_eq!(
+        body(send(&svc, Method::GET, "/dir/", &[]).await).await,
+        b"<h1>index</h1>"
+    );
+    for path in ["/link_in", "/escape", "/../outside.txt"] {
+        let res = send(&svc, Method::GET, path, &[]).await;
+        assert_eq!(res.status(), StatusCode::NOT_FOUND, "{path}");
+    }
 }
