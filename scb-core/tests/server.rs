@@ -722,6 +722,28 @@ fn connect_info_carries_the_peer_address() {
     );
 }
 
+type H2Body = http_body_util::Full<Bytes>;
+
+/// An HTTP/2 prior-knowledge client connection to `addr`.
+async fn h2c(
+    addr: SocketAddr,
+) -> (
+    hyper::client::conn::http2::SendRequest<H2Body>,
+    hyper::client::conn::http2::Connection<
+        hyper_util::rt::TokioIo<tokio::net::TcpStream>,
+        H2Body,
+        hyper_util::rt::TokioExecutor,
+    >,
+) {
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(stream),
+    )
+    .await
+    .unwrap()
+}
+
 #[test]
 fn h2c_prior_knowledge_is_served_by_hyper() {
     let server = TestServer::start(1, Limits::default());
@@ -731,13 +753,7 @@ fn h2c_prior_knowledge_is_served_by_hyper() {
         .build()
         .unwrap();
     rt.block_on(async move {
-        let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let (mut sender, conn) = hyper::client::conn::http2::handshake(
-            hyper_util::rt::TokioExecutor::new(),
-            hyper_util::rt::TokioIo::new(stream),
-        )
-        .await
-        .unwrap();
+        let (mut sender, conn) = h2c(addr).await;
         tokio::spawn(conn);
         for path in ["/hello", "/missing"] {
             let req = Request::get(format!("http://t{path}"))
@@ -779,13 +795,7 @@ fn idle_h2c_connection_is_closed_after_the_keep_alive_timeout() {
         .build()
         .unwrap();
     rt.block_on(async move {
-        let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let (mut sender, conn) = hyper::client::conn::http2::handshake(
-            hyper_util::rt::TokioExecutor::new(),
-            hyper_util::rt::TokioIo::new(stream),
-        )
-        .await
-        .unwrap();
+        let (mut sender, conn) = h2c(addr).await;
         let conn = tokio::spawn(conn);
         let req = Request::get("http://t/hello")
             .body(http_body_util::Full::new(Bytes::new()))

@@ -175,12 +175,9 @@ fn write_len(dst: &mut Vec<u8>, len: u64) {
     dst.extend_from_slice(b"\r\n");
 }
 
+/// A service's own Content-Length, by the same rule the request parser applies.
 fn parse_len(v: &HeaderValue) -> Option<u64> {
-    let s = v.as_bytes();
-    if s.is_empty() || s.len() > 19 || !s.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    std::str::from_utf8(s).ok()?.parse().ok()
+    super::head::parse_content_length(v.as_bytes())
 }
 
 fn connection_has_close(v: &HeaderValue) -> bool {

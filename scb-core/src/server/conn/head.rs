@@ -241,10 +241,10 @@ impl Framing {
                 self.transfer_encoding = true;
                 let codings = value.as_bytes();
                 let last = codings.rsplit(|&b| b == b',').next().unwrap_or_default();
-                if !trim(last).eq_ignore_ascii_case(b"chunked") {
+                if !last.trim_ascii().eq_ignore_ascii_case(b"chunked") {
                     return Err(HeadError::bad("transfer-encoding does not end in chunked"));
                 }
-                if !trim(codings).eq_ignore_ascii_case(b"chunked") {
+                if !codings.trim_ascii().eq_ignore_ascii_case(b"chunked") {
                     return Err(HeadError::new(
                         StatusCode::NOT_IMPLEMENTED,
                         "unsupported transfer coding",
@@ -253,7 +253,11 @@ impl Framing {
             }
             header::HOST => self.hosts += 1,
             header::CONNECTION => {
-                for token in value.as_bytes().split(|&b| b == b',').map(trim) {
+                for token in value
+                    .as_bytes()
+                    .split(|&b| b == b',')
+                    .map(<[u8]>::trim_ascii)
+                {
                     if token.eq_ignore_ascii_case(b"close") {
                         self.saw_close = true;
                     } else if token.eq_ignore_ascii_case(b"keep-alive") {
@@ -262,7 +266,11 @@ impl Framing {
                 }
             }
             header::EXPECT => {
-                if trim(value.as_bytes()).eq_ignore_ascii_case(b"100-continue") {
+                if value
+                    .as_bytes()
+                    .trim_ascii()
+                    .eq_ignore_ascii_case(b"100-continue")
+                {
                     self.expect_continue = true;
                 } else {
                     return Err(HeadError::new(
@@ -305,17 +313,13 @@ impl Framing {
 }
 
 /// 1*DIGIT and nothing else (no sign, no whitespace, no list), without overflow.
-fn parse_content_length(v: &[u8]) -> Option<u64> {
+pub(crate) fn parse_content_length(v: &[u8]) -> Option<u64> {
     if v.is_empty() || v.len() > 19 {
         return None;
     }
     v.iter().try_fold(0u64, |n, &b| {
         b.is_ascii_digit().then(|| n * 10 + u64::from(b - b'0'))
     })
-}
-
-fn trim(s: &[u8]) -> &[u8] {
-    s.trim_ascii()
 }
 
 /// A head followed by the bytes read after it, to replay to hyper on a hand-off.
