@@ -66,7 +66,10 @@ pub(crate) fn respond(
     };
 
     let mut rel = path.rel;
-    let mut found = open_variant(config, &rel, &candidates, mode)?;
+    let mut found = match open_variant(config, &rel, &candidates, mode)? {
+        Variant::Forbidden => return Ok(status(StatusCode::FORBIDDEN)),
+        variant => variant.found(),
+    };
     // The directory asked for, when its index is not there.
     let mut dir = None;
     if let Some((_, opened)) = found.take_if(|(_, opened)| opened.meta.kind == Kind::Dir) {
@@ -79,7 +82,10 @@ pub(crate) fn respond(
             } else {
                 format!("{rel}/{index}")
             };
-            found = open_variant(config, &index, &candidates, mode)?;
+            found = match open_variant(config, &index, &candidates, mode)? {
+                Variant::Forbidden => return Ok(status(StatusCode::FORBIDDEN)),
+                variant => variant.found(),
+            };
             if found.is_some() {
                 rel = index;
             }
@@ -138,10 +144,12 @@ fn serve_fallback(
     mode: Mode,
 ) -> Result<Response<Body>, WouldBlock> {
     match open_variant(config, file, candidates, mode)? {
-        Some((coding, opened)) if opened.meta.kind == Kind::File => {
+        Variant::File(coding, opened) if opened.meta.kind == Kind::File => {
             file_response(config, method, headers, file, coding, opened, mode)
         }
-        None if !candidates.identity_acceptable() => Ok(status(StatusCode::NOT_ACCEPTABLE)),
+        Variant::Missing if !candidates.identity_acceptable() => {
+            Ok(status(StatusCode::NOT_ACCEPTABLE))
+        }
         _ => not_found(config, page, method, mode),
     }
 }
@@ -179,32 +187,63 @@ fn not_found(
 
 /// Opens the best acceptable variant of `rel`: a sidecar in the negotiated order, else the
 /// file itself when identity is acceptable. The handle returned is the one everything
-/// after is computed from (no stat-then-open window). `None`: nothing to serve.
+/// after is computed from (no stat-then-open window).
 fn open_variant(
     config: &Config,
     rel: &str,
     candidates: &Candidates,
     mode: Mode,
-) -> Result<Option<(Option<Coding>, Opened)>, WouldBlock> {
+) -> Result<Variant, WouldBlock> {
     for &coding in candidates.codings() {
         if rel.is_empty() {
             break;
         }
+        // A sidecar that cannot be opened, for whatever reason, is one not to use.
         let sidecar = format!("{rel}{}", coding.suffix());
-        match lookup(config, &sidecar, mode)? {
-            Some(opened) if opened.meta.kind == Kind::File => {
-                return Ok(Some((Some(coding), opened)));
+        match config.root.lookup(&sidecar, mode) {
+            Ok(opened) if opened.meta.kind == Kind::File => {
+                return Ok(Variant::File(Some(coding), opened));
             }
-            _ => {}
+            Err(OpenError::WouldBlock) => return Err(WouldBlock),
+            Ok(_) | Err(_) => {}
         }
     }
     // The file itself: needed even when identity is not acceptable, to tell a directory
     // (redirect, index) from a missing file.
-    match lookup(config, rel, mode)? {
-        Some(opened) if opened.meta.kind == Kind::Dir || candidates.identity_acceptable() => {
-            Ok(Some((None, opened)))
+    match config.root.lookup(rel, mode) {
+        Ok(opened) if opened.meta.kind == Kind::Dir || candidates.identity_acceptable() => {
+            Ok(Variant::File(None, opened))
         }
-        _ => Ok(None),
+        Ok(_) | Err(OpenError::NotFound | OpenError::Refused) => Ok(Variant::Missing),
+        Err(OpenError::Forbidden) => Ok(Variant::Forbidden),
+        Err(OpenError::WouldBlock) => Err(WouldBlock),
+        Err(OpenError::Io(e)) => {
+            tracing::warn!(path = rel, error = %e, "static file lookup failed");
+            Ok(Variant::Missing)
+        }
+    }
+}
+
+/// What [`open_variant`] found.
+enum Variant {
+    /// The variant to serve (or a directory), and its coding when it is a sidecar.
+    File(Option<Coding>, Opened),
+    /// Nothing there, or nothing the policy lets the client see: 404.
+    Missing,
+    /// There, but the server may not read it (`EACCES`/`EPERM`): 403, as nginx answers.
+    /// An escape beneath the root is [`Missing`](Self::Missing), not this: the client
+    /// learns nothing about what lies outside.
+    Forbidden,
+}
+
+impl Variant {
+    /// The file or directory found; `None` otherwise (the caller answers
+    /// [`Forbidden`](Self::Forbidden) first).
+    fn found(self) -> Option<(Option<Coding>, Opened)> {
+        match self {
+            Self::File(coding, opened) => Some((coding, opened)),
+            Self::Missing | Self::Forbidden => None,
+        }
     }
 }
 
