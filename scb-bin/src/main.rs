@@ -71,6 +71,9 @@ enum Command {
         /// Worker threads (default: one per CPU).
         #[arg(long)]
         workers: Option<usize>,
+        /// Compress text responses that have no sidecar on the fly (gzip, br, zstd).
+        #[arg(long)]
+        compress: bool,
     },
 }
 
@@ -100,8 +103,9 @@ fn main() -> ExitCode {
             dir,
             listen,
             workers,
+            compress,
         } => {
-            let plan = match Plan::serve(&dir, listen, workers) {
+            let plan = match Plan::serve(&dir, listen, workers, compress) {
                 Ok(plan) => plan,
                 Err(e) => {
                     #[allow(clippy::print_stderr, reason = "the error is the command's output")]

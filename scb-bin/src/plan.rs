@@ -14,6 +14,7 @@ use http::HeaderName;
 use scb_core::respond::Respond;
 use scb_core::router::PathMatch;
 use scb_core::server::{Limits, Server};
+use scb_static::compress::CompressLayer;
 use toml::Spanned;
 
 use crate::config::{Config, ConfigError, Located, RouteConfig};
@@ -73,6 +74,7 @@ impl Plan {
         dir: &Path,
         listen: SocketAddr,
         workers: Option<usize>,
+        compress: bool,
     ) -> Result<Self, scb_static::BuildError> {
         let files = scb_static::ServeStatic::builder(dir)
             .precompressed(["br", "zstd", "gzip"])
@@ -88,7 +90,10 @@ impl Plan {
             routes: Arc::from([RoutePlan {
                 name: "static".into(),
                 matcher: PathMatch::Prefix("/".to_owned()),
-                handler: Handler::Static(files),
+                handler: Handler::Static {
+                    files,
+                    compress: compress.then(CompressLayer::new),
+                },
             }]),
             metrics: None,
             access_log: true,
@@ -346,9 +351,11 @@ fn route(
         (Some(respond), None) => {
             Handler::Respond(Respond::try_from(respond.get_ref()).map_err(|e| e.within("respond"))?)
         }
-        (None, Some(files)) => Handler::Static(
-            scb_static::ServeStatic::try_from(files.get_ref()).map_err(|e| e.within("static"))?,
-        ),
+        (None, Some(files)) => Handler::Static {
+            files: scb_static::ServeStatic::try_from(files.get_ref())
+                .map_err(|e| e.within("static"))?,
+            compress: files.get_ref().compress.then(CompressLayer::new),
+        },
         (Some(_), Some(files)) => {
             return Err(Located::at(
                 files,
@@ -466,7 +473,7 @@ mod tests {
         );
         let plan = plan(&source);
         assert_eq!(&*plan.routes[0].name, "root");
-        assert!(matches!(plan.routes[0].handler, Handler::Static(_)));
+        assert!(matches!(plan.routes[0].handler, Handler::Static { .. }));
     }
 
     #[test]

@@ -15,7 +15,8 @@ use pin_project_lite::pin_project;
 use scb_core::Body;
 use scb_core::respond::Respond;
 use scb_static::ServeStatic;
-use tower::Service;
+use scb_static::compress::{Compress, CompressLayer};
+use tower::{Layer as _, Service};
 
 /// What a route does, as loaded from the config: shared by all workers (`Send + Sync`).
 ///
@@ -27,7 +28,12 @@ pub(crate) enum Handler {
     Respond(Respond),
     /// Files beneath a directory. One `ServeStatic` (one root descriptor) serves every
     /// worker: it holds no per-request state and is `Send + Sync`.
-    Static(ServeStatic),
+    Static {
+        /// The files.
+        files: ServeStatic,
+        /// On-the-fly compression, when the route turns it on.
+        compress: Option<CompressLayer>,
+    },
 }
 
 impl Handler {
@@ -35,7 +41,14 @@ impl Handler {
     pub(crate) fn service(&self) -> RouteService {
         match self {
             Self::Respond(respond) => RouteService::Respond(respond.clone()),
-            Self::Static(files) => RouteService::Static(files.clone()),
+            Self::Static {
+                files,
+                compress: None,
+            } => RouteService::Static(files.clone()),
+            Self::Static {
+                files,
+                compress: Some(layer),
+            } => RouteService::CompressedStatic(layer.layer(files.clone())),
         }
     }
 }
@@ -47,6 +60,8 @@ pub(crate) enum RouteService {
     Respond(Respond),
     /// Files beneath a directory.
     Static(ServeStatic),
+    /// Files beneath a directory, compressed on the fly where that helps.
+    CompressedStatic(Compress<ServeStatic>),
 }
 
 impl Service<Request<Body>> for RouteService {
@@ -58,6 +73,7 @@ impl Service<Request<Body>> for RouteService {
         match self {
             Self::Respond(svc) => Service::<Request<Body>>::poll_ready(svc, cx),
             Self::Static(svc) => Service::<Request<Body>>::poll_ready(svc, cx),
+            Self::CompressedStatic(svc) => Service::<Request<Body>>::poll_ready(svc, cx),
         }
     }
 
@@ -67,6 +83,9 @@ impl Service<Request<Body>> for RouteService {
                 future: svc.call(req),
             },
             Self::Static(svc) => ResponseFuture::Static {
+                future: svc.call(req),
+            },
+            Self::CompressedStatic(svc) => ResponseFuture::CompressedStatic {
                 future: svc.call(req),
             },
         }
@@ -88,6 +107,11 @@ pin_project! {
             #[pin]
             future: scb_static::ResponseFuture,
         },
+        /// [`Compress`] over [`ServeStatic`] answering.
+        CompressedStatic {
+            #[pin]
+            future: scb_static::compress::ResponseFuture<scb_static::ResponseFuture>,
+        },
     }
 }
 
@@ -98,6 +122,7 @@ impl Future for ResponseFuture {
         match self.project() {
             ResponseFutureProj::Respond { future } => future.poll(cx),
             ResponseFutureProj::Static { future } => future.poll(cx),
+            ResponseFutureProj::CompressedStatic { future } => future.poll(cx),
         }
     }
 }

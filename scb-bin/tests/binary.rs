@@ -313,3 +313,60 @@ fn a_static_route_serves_files_next_to_a_respond_route() {
     assert_eq!(get(server.addr(), "/missing").status, 404);
     let _ = std::fs::remove_dir_all(&base);
 }
+
+#[test]
+fn a_static_route_with_compress_gzips_text_on_the_fly() {
+    use std::io::Read as _;
+    let base = site("compress");
+    let page = "<p>the same paragraph again</p>\n".repeat(200);
+    std::fs::write(base.join("www/page.html"), &page).unwrap();
+    let config = format!(
+        "[server]\nworkers = 1\n[[listen]]\naddr = \"127.0.0.1:0\"\n\
+         [[route]]\nprefix = \"/\"\nstatic = {{ root = {:?}, compress = true }}\n",
+        base.join("www").display().to_string()
+    );
+    let server = Server::start(&config);
+    // HTTP/1.0: the compressed body has no length, so it is delimited by the close.
+    let res = request(
+        server.addr(),
+        "GET /page.html HTTP/1.0\r\nAccept-Encoding: gzip\r\n\r\n",
+    );
+    assert_eq!(res.status, 200);
+    assert_eq!(res.header("content-encoding"), Some("gzip"));
+    assert_eq!(res.header("vary"), Some("accept-encoding"));
+    assert!(res.body.len() < page.len() / 4, "{} bytes", res.body.len());
+    let mut unzipped = String::new();
+    flate2::read::GzDecoder::new(&res.body[..])
+        .read_to_string(&mut unzipped)
+        .unwrap();
+    assert_eq!(unzipped, page);
+    // Without Accept-Encoding the same route sends the file as it is.
+    let res = get(server.addr(), "/page.html");
+    assert_eq!(res.header("content-encoding"), None);
+    assert_eq!(res.text(), page);
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+#[test]
+fn an_unreadable_file_is_403_and_a_missing_one_404() {
+    use std::os::unix::fs::PermissionsExt as _;
+    use std::os::unix::process::CommandExt as _;
+    let base = site("forbidden");
+    let private = base.join("www/private.txt");
+    std::fs::write(&private, "PRIVATE").unwrap();
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o000)).unwrap();
+    // Root reads any file, so as root the server runs as `nobody` for the kernel to say
+    // EACCES; the tree is world-readable apart from the private file.
+    let server = Server::serve_with(&base.join("www"), |command| {
+        if rustix::process::geteuid().is_root() {
+            command.uid(65534).gid(65534);
+        }
+    });
+    let res = get(server.addr(), "/private.txt");
+    assert_eq!(res.status, 403);
+    assert!(res.header("x-request-id").is_some());
+    assert!(!res.text().contains("PRIVATE"));
+    assert_eq!(get(server.addr(), "/index.html").status, 200);
+    assert_eq!(get(server.addr(), "/absent.txt").status, 404);
+    let _ = std::fs::remove_dir_all(&base);
+}

@@ -3,8 +3,16 @@
 //! [`ServeStatic`] serves the files beneath a directory: paths resolved by the kernel
 //! beneath the root (`openat2(RESOLVE_BENEATH)`), decided inline on the worker when the
 //! page cache is warm, precompressed sidecars, RFC 9110 validators, preconditions and
-//! ranges. Issue 4 is still adding to it (the fall-through layer, site features, the
-//! binary's `static` routes and `scb serve`).
+//! ranges, index files, directory redirects and listings, an SPA fallback and a custom 404
+//! page. [`ServeStaticLayer`] is the same as a layer that passes requests naming no file
+//! on to the inner service, and [`compress::CompressLayer`] adds on-the-fly compression
+//! (tower-http's encoders) for the responses that have no sidecar.
+//!
+//! What a client gets: the file (200, 206, 304, 412, 416); 404 for a missing path, a
+//! hidden dotfile or anything the kernel refuses to resolve beneath the root (the client
+//! learns nothing of what lies outside); 403 for a file the server may not read; 400 for
+//! a malformed path; 405 with `Allow: GET, HEAD` for other methods. Never a 500 for
+//! anything a client sends, never a byte from outside the root.
 
 mod serve;
 mod sys;
@@ -20,6 +28,8 @@ mod cache_control;
 mod conditional;
 
 mod range;
+
+pub mod compress;
 
 pub use serve::{
     BuildError, ResponseFuture, ServeStatic, ServeStaticBuilder, ServeStaticLayer, ServeStaticOr,

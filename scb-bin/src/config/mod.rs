@@ -150,6 +150,9 @@ pub(crate) struct StaticConfig {
     /// HTML listings of directories without an index file.
     #[serde(default)]
     pub(crate) list_directories: bool,
+    /// On-the-fly gzip/br/zstd for compressible types that have no sidecar.
+    #[serde(default)]
+    pub(crate) compress: bool,
 }
 
 /// One Cache-Control rule.

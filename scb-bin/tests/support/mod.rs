@@ -89,11 +89,17 @@ impl Server {
         reason = "each test binary uses its own part of the support module"
     )]
     pub(crate) fn serve(dir: &std::path::Path) -> Self {
+        Self::serve_with(dir, |_| {})
+    }
+
+    /// [`serve`](Self::serve), with `adjust` changing the command first (its user, say).
+    pub(crate) fn serve_with(dir: &std::path::Path, adjust: impl FnOnce(&mut Command)) -> Self {
         let mut command = scb();
         command
             .arg("serve")
             .arg(dir)
             .args(["--listen", "127.0.0.1:0", "--workers", "1"]);
+        adjust(&mut command);
         Self::spawn(command, 1, false, PathBuf::new())
     }
 
@@ -271,7 +277,11 @@ fn parse(bytes: &[u8]) -> Response {
     let mut lines = head.split("\r\n");
     let status_line = lines.next().unwrap();
     let mut parts = status_line.splitn(3, ' ');
-    assert_eq!(parts.next(), Some("HTTP/1.1"), "{status_line}");
+    let version = parts.next();
+    assert!(
+        matches!(version, Some("HTTP/1.1" | "HTTP/1.0")),
+        "{status_line}"
+    );
     let status = parts.next().unwrap().parse().expect("numeric status");
     let headers: Vec<_> = lines
         .map(|l| {

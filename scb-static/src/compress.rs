@@ -1,0 +1,390 @@
+//! On-the-fly compression for responses that have no precompressed sidecar.
+//!
+//! ```
+//! use scb_static::ServeStatic;
+//! use scb_static::compress::CompressLayer;
+//! use tower::ServiceBuilder;
+//!
+//! # fn main() -> Result<(), scb_static::BuildError> {
+//! let files = ServiceBuilder::new()
+//!     .layer(CompressLayer::new())
+//!     .service(ServeStatic::builder(".").precompressed(["br", "gzip"]).build()?);
+//! # let _ = files;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! The encoding itself is tower-http's [`Compression`] (gzip, brotli, zstd, chosen by the
+//! request's `Accept-Encoding` with q-values). This layer only decides *which* responses go
+//! through it, and leaves every other response exactly as the inner service made it.
+//! That is why it is not tower-http's layer used directly: `Compression` wraps every body
+//! in its `CompressionBody`, including the ones it passes through uncompressed, and a
+//! wrapped body can no longer be recognised as scb's [`Body`] carrying a file region, so
+//! images and other large files would lose the zero-copy path on a route where compression
+//! is on. Here a response that will not be compressed is never wrapped.
+//!
+//! A response is compressed when all of these hold:
+//!
+//! - the request has an `Accept-Encoding` header that names gzip, br or zstd;
+//! - the status is 200 (never 206: a range of a compressed stream is not a range of the
+//!   file; nor 304, HEAD-less errors or redirects);
+//! - it has no `Content-Encoding` already (a sidecar was served) and no `Content-Range`;
+//! - its `Content-Type` is a compressible type: `text/*`, JavaScript, JSON, XML, the
+//!   `+json`/`+xml` types (SVG among them), WebAssembly and the uncompressed font formats;
+//! - it is at least [`min_size`](CompressLayer::min_size) bytes long.
+//!
+//! A compressed response loses `Content-Length` and `Accept-Ranges` (tower-http) and its
+//! `ETag` becomes weak (`W/"..."`): a strong validator names one exact sequence of bytes,
+//! and the compressor's output is not the file's. Every response whose type is
+//! compressible, compressed or not, carries `Vary: Accept-Encoding`, so a shared cache
+//! never hands the gzip bytes to a client that did not ask for them.
+
+use std::convert::Infallible;
+use std::future::{Future, Ready, ready};
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+
+use http::header::{self, HeaderValue};
+use http::{HeaderMap, Request, Response, StatusCode};
+use pin_project_lite::pin_project;
+use scb_core::Body;
+use tower::{Layer, Service};
+use tower_http::compression::{Compression, CompressionLevel, Predicate};
+
+/// Responses smaller than this are sent as they are by default: below about a kilobyte
+/// the gzip header and the extra chunked framing eat most of the saving (nginx's
+/// `gzip_min_length` default is 20 bytes, Caddy's `encode` is 512; 1 KiB is the usual
+/// advice for text).
+const DEFAULT_MIN_SIZE: u64 = 1024;
+
+/// Adds on-the-fly compression to a service answering with [`Body`] responses; see the
+/// [module docs](self).
+#[derive(Clone, Copy, Debug)]
+pub struct CompressLayer {
+    min_size: u64,
+    level: CompressionLevel,
+}
+
+impl Default for CompressLayer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl CompressLayer {
+    /// Compression with the defaults below.
+    #[must_use]
+    pub fn new() -> Self {
+        Self {
+            min_size: DEFAULT_MIN_SIZE,
+            level: CompressionLevel::Default,
+        }
+    }
+
+    /// Smallest response, by `Content-Length`, that is compressed. Defaults to 1024 bytes.
+    #[must_use]
+    pub fn min_size(mut self, bytes: u64) -> Self {
+        self.min_size = bytes;
+        self
+    }
+
+    /// Compression level, passed to tower-http. Defaults to
+    /// [`CompressionLevel::Default`], each algorithm's own default.
+    #[must_use]
+    pub fn level(mut self, level: CompressionLevel) -> Self {
+        self.level = level;
+        self
+    }
+}
+
+impl<S> Layer<S> for CompressLayer {
+    type Service = Compress<S>;
+
+    fn layer(&self, inner: S) -> Compress<S> {
+        Compress {
+            inner,
+            layer: *self,
+        }
+    }
+}
+
+/// The service made by [`CompressLayer`].
+#[derive(Clone, Debug)]
+pub struct Compress<S> {
+    inner: S,
+    layer: CompressLayer,
+}
+
+impl<S, ReqBody> Service<Request<ReqBody>> for Compress<S>
+where
+    S: Service<Request<ReqBody>, Response = Response<Body>, Error = Infallible>,
+{
+    type Response = Response<Body>;
+    type Error = Infallible;
+    type Future = ResponseFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
+        let accept = accepts_compression(req.headers()).then(|| {
+            req.headers()
+                .get_all(header::ACCEPT_ENCODING)
+                .iter()
+                .cloned()
+                .collect()
+        });
+        let revalidates_weak = req
+            .headers()
+            .get_all(header::IF_NONE_MATCH)
+            .iter()
+            .any(|value| value.as_bytes().windows(2).any(|w| w == b"W/"));
+        ResponseFuture {
+            state: State::Inner {
+                future: self.inner.call(req),
+                accept,
+                revalidates_weak,
+            },
+            layer: self.layer,
+        }
+    }
+}
+
+pin_project! {
+    /// Response future of [`Compress`].
+    #[derive(Debug)]
+    pub struct ResponseFuture<F> {
+        #[pin]
+        state: State<F>,
+        layer: CompressLayer,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    #[derive(Debug)]
+    enum State<F> {
+        Inner {
+            #[pin]
+            future: F,
+            // The request's `Accept-Encoding` values, when one names an encoding we have.
+            accept: Option<Vec<HeaderValue>>,
+            // Whether `If-None-Match` holds a weak tag, as a compressed response's is.
+            revalidates_weak: bool,
+        },
+        Compressing {
+            #[pin]
+            future: tower_http::compression::ResponseFuture<Ready<Result<Response<Body>, Infallible>>, Eligible>,
+        },
+    }
+}
+
+impl<F> Future for ResponseFuture<F>
+where
+    F: Future<Output = Result<Response<Body>, Infallible>>,
+{
+    type Output = Result<Response<Body>, Infallible>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        loop {
+            match this.state.as_mut().project() {
+                StateProj::Inner {
+                    future,
+                    accept,
+                    revalidates_weak,
+                } => {
+                    let Ok(mut res) = ready!(future.poll(cx));
+                    if res.status() == StatusCode::NOT_MODIFIED && *revalidates_weak {
+                        // The client holds the compressed variant, whose tag is weak (a
+                        // 304 has no Content-Type to decide by): keep its tag weak too.
+                        weaken_etag(res.headers_mut());
+                    }
+                    let compressible = res
+                        .headers()
+                        .get(header::CONTENT_TYPE)
+                        .is_some_and(|value| compressible(value.as_bytes()));
+                    if !compressible {
+                        return Poll::Ready(Ok(res));
+                    }
+                    add_vary(res.headers_mut());
+                    let Some(accept) = accept.take() else {
+                        return Poll::Ready(Ok(res));
+                    };
+                    let eligible = Eligible {
+                        min_size: this.layer.min_size,
+                    };
+                    if !eligible.should_compress(&res) {
+                        return Poll::Ready(Ok(res));
+                    }
+                    let future = compression(res, accept, eligible, this.layer.level);
+                    this.state.set(State::Compressing { future });
+                }
+                StateProj::Compressing { future } => {
+                    let Ok(res) = ready!(future.poll(cx));
+                    let (mut parts, body) = res.into_parts();
+                    if parts.headers.contains_key(header::CONTENT_ENCODING) {
+                        weaken_etag(&mut parts.headers);
+                    }
+                    return Poll::Ready(Ok(Response::from_parts(parts, Body::new(body))));
+                }
+            }
+        }
+    }
+}
+
+/// Hands `res` to tower-http's [`Compression`], which picks the encoding from `accept`
+/// and wraps the body. `Compression` takes its response from a service: it gets one that
+/// already has it.
+fn compression(
+    res: Response<Body>,
+    accept: Vec<HeaderValue>,
+    eligible: Eligible,
+    level: CompressionLevel,
+) -> tower_http::compression::ResponseFuture<Ready<Result<Response<Body>, Infallible>>, Eligible> {
+    let mut req = Request::new(());
+    for value in accept {
+        req.headers_mut().append(header::ACCEPT_ENCODING, value);
+    }
+    Compression::new(Answer(Some(res)))
+        .quality(level)
+        .compress_when(eligible)
+        .call(req)
+}
+
+/// A service whose one response is already made.
+struct Answer(Option<Response<Body>>);
+
+impl Service<Request<()>> for Answer {
+    type Response = Response<Body>;
+    type Error = Infallible;
+    type Future = Ready<Result<Response<Body>, Infallible>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _req: Request<()>) -> Self::Future {
+        ready(Ok(self.0.take().unwrap_or_default()))
+    }
+}
+
+/// The status, header and size conditions of the [module docs](self); the type is
+/// checked before.
+#[derive(Clone, Copy, Debug)]
+struct Eligible {
+    min_size: u64,
+}
+
+impl Predicate for Eligible {
+    fn should_compress<B: http_body::Body>(&self, res: &Response<B>) -> bool {
+        let headers = res.headers();
+        res.status() == StatusCode::OK
+            && !headers.contains_key(header::CONTENT_ENCODING)
+            && !headers.contains_key(header::CONTENT_RANGE)
+            && content_length(res).is_none_or(|len| len >= self.min_size)
+    }
+}
+
+fn content_length<B: http_body::Body>(res: &Response<B>) -> Option<u64> {
+    res.headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+        .or_else(|| res.body().size_hint().exact())
+}
+
+/// Whether some `Accept-Encoding` value names an encoding tower-http can produce. A
+/// client that names none gets the response untouched, without a detour through
+/// tower-http (which would answer `identity;q=0` alone with 406).
+fn accepts_compression(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT_ENCODING)
+        .iter()
+        .any(|value| {
+            value.as_bytes().split(|&b| b == b',').any(|item| {
+                let mut parts = item.split(|&b| b == b';');
+                let coding = parts.next().unwrap_or_default().trim_ascii();
+                let refused = parts.any(|param| {
+                    let param = param.trim_ascii();
+                    param.len() >= 2
+                        && param[..2].eq_ignore_ascii_case(b"q=")
+                        && param[2..]
+                            .trim_ascii()
+                            .iter()
+                            .all(|&b| b == b'0' || b == b'.')
+                });
+                !refused
+                    && [&b"gzip"[..], b"br", b"zstd", b"*"]
+                        .iter()
+                        .any(|name| coding.eq_ignore_ascii_case(name))
+            })
+        })
+}
+
+/// Whether a `Content-Type` is worth compressing: text and the structured text formats.
+/// Images other than SVG, audio, video, archives and WOFF fonts are compressed already.
+fn compressible(content_type: &[u8]) -> bool {
+    let essence = content_type
+        .split(|&b| b == b';')
+        .next()
+        .unwrap_or_default()
+        .trim_ascii();
+    let Ok(essence) = std::str::from_utf8(essence) else {
+        return false;
+    };
+    let essence = essence.to_ascii_lowercase();
+    let Some((top, sub)) = essence.split_once('/') else {
+        return false;
+    };
+    match top {
+        "text" => sub != "event-stream",
+        "application" => {
+            matches!(
+                sub,
+                "javascript" | "json" | "xml" | "wasm" | "manifest+json" | "x-javascript"
+            ) || sub.ends_with("+json")
+                || sub.ends_with("+xml")
+        }
+        "image" => sub == "svg+xml" || sub == "x-icon" || sub == "vnd.microsoft.icon",
+        "font" => sub == "ttf" || sub == "otf",
+        _ => false,
+    }
+}
+
+fn add_vary(headers: &mut HeaderMap) {
+    let present = headers.get_all(header::VARY).iter().any(|value| {
+        value.as_bytes().split(|&b| b == b',').any(|name| {
+            let name = name.trim_ascii();
+            name == b"*" || name.eq_ignore_ascii_case(b"accept-encoding")
+        })
+    });
+    if !present {
+        headers.append(header::VARY, HeaderValue::from_static("accept-encoding"));
+    }
+}
+
+/// `"abc"` becomes `W/"abc"`; a weak tag stays as it is.
+fn weaken_etag(headers: &mut HeaderMap) {
+    let Some(etag) = headers.get(header::ETAG) else {
+        return;
+    };
+    if etag.as_bytes().starts_with(b"W/") {
+        return;
+    }
+    let mut weak = Vec::with_capacity(etag.len() + 2);
+    weak.extend_from_slice(b"W/");
+    weak.extend_from_slice(etag.as_bytes());
+    match HeaderValue::from_bytes(&weak) {
+        Ok(weak) => {
+            headers.insert(header::ETAG, weak);
+        }
+        Err(_) => {
+            headers.remove(header::ETAG);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
