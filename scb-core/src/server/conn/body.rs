@@ -152,7 +152,11 @@ impl Feeder {
     {
         let Some(tx) = &self.tx else { return Ok(()) };
         let Ok(permit) = tx.reserve().await else {
-            self.abandoned = true;
+            // The service dropped the body. When every byte of a Content-Length body was
+            // already handed over (hyper's client stops once it has sent the declared
+            // length, without reading the end), the stream is at the next request and
+            // the connection stays usable.
+            self.abandoned = !matches!(self.decoder, Decoder::Length(0));
             self.tx = None;
             return Ok(());
         };

@@ -11,10 +11,10 @@
 use std::any::Any;
 use std::pin::{Pin, pin};
 use std::rc::Rc;
+use std::task::Poll;
 
 use bytes::{Bytes, BytesMut};
 use http::{Method, Request, Response, StatusCode, Version};
-use http_body_util::BodyExt as _;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 use tokio::sync::futures::OwnedNotified;
@@ -338,7 +338,18 @@ impl Conn<'_> {
         let chunked = encoded.framing == Framing::Chunked;
         let mut sent = 0u64;
         let mut body = pin!(body);
-        while let Some(frame) = body.frame().await {
+        loop {
+            // A frame that is not ready yet (a proxied or generated body) must not keep
+            // what is buffered from the client: flush, then wait. Streams stream.
+            let frame =
+                match std::future::poll_fn(|cx| Poll::Ready(body.as_mut().poll_frame(cx))).await {
+                    Poll::Ready(frame) => frame,
+                    Poll::Pending => {
+                        self.flush().await?;
+                        std::future::poll_fn(|cx| body.as_mut().poll_frame(cx)).await
+                    }
+                };
+            let Some(frame) = frame else { break };
             let frame = frame.map_err(|e| std::io::Error::other(e.into()))?;
             let Ok(data) = frame.into_data() else {
                 continue;
