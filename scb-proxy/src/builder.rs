@@ -1,0 +1,222 @@
+//! [`ReverseProxyBuilder`]: every setting of a proxy, with its default.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use crate::balance::{Balance, Balancer};
+use crate::forward::TrustedProxies;
+use crate::health::{ActiveHealth, PassiveHealth};
+use crate::pool::{Pool, PoolConfig};
+use crate::service::{ReverseProxy, Shared};
+use crate::upstream::{Upstream, UpstreamState};
+
+/// The most tries one request gets, whatever `max_tries` says: each try is a different
+/// upstream or a replay on a fresh connection, and the bookkeeping lives on the stack.
+pub(crate) const MAX_TRIES: usize = 8;
+
+/// Settings shared by every clone and worker of a proxy.
+#[derive(Clone, Debug)]
+pub(crate) struct Config {
+    pub(crate) connect_timeout: Duration,
+    pub(crate) response_timeout: Duration,
+    pub(crate) idle_timeout: Duration,
+    pub(crate) max_body: Option<u64>,
+    pub(crate) strip_prefix: Option<String>,
+    pub(crate) preserve_host: bool,
+    pub(crate) trusted_proxies: TrustedProxies,
+    pub(crate) passive: PassiveHealth,
+    pub(crate) max_tries: usize,
+    pub(crate) try_timeout: Duration,
+    pub(crate) pool: PoolConfig,
+}
+
+/// Why a proxy could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// The upstream list is empty.
+    #[error("a proxy needs at least one upstream")]
+    NoUpstreams,
+    /// The active health check's path is not an absolute path.
+    #[error("health check path {0:?} must start with '/'")]
+    HealthPath(String),
+}
+
+/// Builds a [`ReverseProxy`]; see [`ReverseProxy::builder`].
+#[derive(Clone, Debug)]
+#[must_use]
+pub struct ReverseProxyBuilder {
+    upstreams: Vec<Upstream>,
+    balance: Balance,
+    active: Option<ActiveHealth>,
+    config: Config,
+}
+
+impl ReverseProxyBuilder {
+    pub(crate) fn new(upstreams: Vec<Upstream>) -> Self {
+        Self {
+            upstreams,
+            balance: Balance::default(),
+            active: None,
+            config: Config {
+                connect_timeout: Duration::from_secs(5),
+                response_timeout: Duration::from_secs(60),
+                idle_timeout: Duration::from_secs(60),
+                max_body: Some(16 * 1024 * 1024),
+                strip_prefix: None,
+                preserve_host: true,
+                trusted_proxies: TrustedProxies::default(),
+                passive: PassiveHealth::default(),
+                max_tries: 3,
+                try_timeout: Duration::from_secs(15),
+                pool: PoolConfig {
+                    max_idle: 64,
+                    idle_timeout: Duration::from_secs(30),
+                    connect_timeout: Duration::from_secs(5),
+                    max_response_head: 64 * 1024,
+                },
+            },
+        }
+    }
+
+    /// How requests are spread over the upstreams. Defaults to [`Balance::RoundRobin`].
+    pub fn balance(mut self, balance: Balance) -> Self {
+        self.balance = balance;
+        self
+    }
+
+    /// Longest wait for a TCP connection to an upstream; past it the next upstream is
+    /// tried, and when none is left the client gets 504. Defaults to 5 seconds.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.config.connect_timeout = timeout;
+        self.config.pool.connect_timeout = timeout;
+        self
+    }
+
+    /// Longest wait from sending a request to the upstream's response head; past it the
+    /// client gets 504 (and the request is not retried: the upstream may be working on
+    /// it). Defaults to 60 seconds.
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.config.response_timeout = timeout;
+        self
+    }
+
+    /// Longest pause between two pieces of a request or response body; past it the body
+    /// fails (the client connection is closed if the response had started). Defaults to
+    /// 60 seconds.
+    pub fn idle_timeout(mut self, timeout: Duration) -> Self {
+        self.config.idle_timeout = timeout;
+        self
+    }
+
+    /// Largest request body passed upstream; a larger `Content-Length` gets 413 before
+    /// any upstream is contacted, a chunked body that grows past it fails with 413 if no
+    /// response has started. `None`: no limit (the server's own limit still applies).
+    /// Defaults to 16 MiB.
+    pub fn max_body(mut self, bytes: Option<u64>) -> Self {
+        self.config.max_body = bytes;
+        self
+    }
+
+    /// A path prefix removed before forwarding (`/api/users` becomes `/users` with
+    /// `/api/`). Defaults to none: the path goes up unchanged.
+    pub fn strip_prefix(mut self, prefix: impl Into<String>) -> Self {
+        let prefix = prefix.into();
+        self.config.strip_prefix = (!prefix.is_empty()).then_some(prefix);
+        self
+    }
+
+    /// Whether the upstream sees the client's `Host` (true) or its own `host:port`.
+    /// Defaults to true.
+    pub fn preserve_host(mut self, preserve: bool) -> Self {
+        self.config.preserve_host = preserve;
+        self
+    }
+
+    /// Clients whose `X-Forwarded-*` fields are kept (and appended to); everyone else's
+    /// are replaced. Defaults to none.
+    pub fn trusted_proxies(mut self, trusted: TrustedProxies) -> Self {
+        self.config.trusted_proxies = trusted;
+        self
+    }
+
+    /// Passive health: how many failures in a row take an upstream out, and for how
+    /// long. Defaults to [`PassiveHealth::default`].
+    pub fn passive_health(mut self, passive: PassiveHealth) -> Self {
+        self.config.passive = passive;
+        self
+    }
+
+    /// Active health checks. Defaults to none.
+    pub fn active_health(mut self, active: ActiveHealth) -> Self {
+        self.active = Some(active);
+        self
+    }
+
+    /// Most tries per request, counting the first (at most 8). A failed connect moves
+    /// to another upstream; an idempotent request without a body that failed on a reused
+    /// connection before any response byte is replayed once. Defaults to 3.
+    pub fn max_tries(mut self, tries: usize) -> Self {
+        self.config.max_tries = tries.clamp(1, MAX_TRIES);
+        self
+    }
+
+    /// Longest time all tries of a request may take together (connects and waits for a
+    /// head); past it the client gets 504. Defaults to 15 seconds.
+    pub fn try_timeout(mut self, timeout: Duration) -> Self {
+        self.config.try_timeout = timeout;
+        self
+    }
+
+    /// Most keep-alive connections kept per upstream and worker. Defaults to 64.
+    pub fn max_idle_per_upstream(mut self, max: usize) -> Self {
+        self.config.pool.max_idle = max;
+        self
+    }
+
+    /// How long an unused pooled connection is kept. Defaults to 30 seconds (below the
+    /// usual upstream keep-alive timeouts would race less; a stale connection is detected
+    /// and the request replayed either way).
+    pub fn pool_idle_timeout(mut self, timeout: Duration) -> Self {
+        self.config.pool.idle_timeout = timeout;
+        self
+    }
+
+    /// Largest upstream response head (status line and fields); larger is a 502.
+    /// Defaults to 64 KiB.
+    pub fn max_response_head(mut self, bytes: usize) -> Self {
+        self.config.pool.max_response_head = bytes;
+        self
+    }
+
+    /// The proxy.
+    ///
+    /// # Errors
+    ///
+    /// [`BuildError::NoUpstreams`] for an empty upstream list.
+    pub fn build(self) -> Result<ReverseProxy, BuildError> {
+        if self.upstreams.is_empty() {
+            return Err(BuildError::NoUpstreams);
+        }
+        if let Some(active) = &self.active
+            && !active.path.starts_with('/')
+        {
+            return Err(BuildError::HealthPath(active.path.clone()));
+        }
+        let upstreams: Arc<[UpstreamState]> =
+            self.upstreams.into_iter().map(UpstreamState::new).collect();
+        let balancer = Balancer::new(self.balance, &upstreams);
+        let pool = Pool::new(upstreams.len(), self.config.pool);
+        Ok(ReverseProxy::from_parts(
+            Arc::new(Shared {
+                upstreams,
+                balancer,
+                config: self.config,
+                active: self.active,
+                active_started: AtomicBool::new(false),
+                active_task: std::sync::OnceLock::new(),
+            }),
+            Arc::new(pool),
+        ))
+    }
+}

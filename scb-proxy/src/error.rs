@@ -1,0 +1,88 @@
+//! Every way a proxied request can fail, and the one place each becomes a status.
+
+use http::header::{self, HeaderValue};
+use http::{Response, StatusCode};
+use scb_core::Body;
+
+use crate::metrics::ErrorKind;
+
+/// Why the proxy answered instead of an upstream.
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    /// Every upstream is down (or was tried already).
+    #[error("no upstream available")]
+    NoUpstream,
+    /// Connecting failed (refused, unreachable).
+    #[error("connecting to the upstream failed: {0}")]
+    Connect(#[source] std::io::Error),
+    /// Connecting took longer than `connect_timeout`.
+    #[error("connecting to the upstream timed out")]
+    ConnectTimeout,
+    /// No response head within `response_timeout`.
+    #[error("the upstream did not answer in time")]
+    ResponseTimeout,
+    /// The tries together took longer than `try_timeout`.
+    #[error("the upstream tries ran out of time")]
+    TryTimeout,
+    /// The connection broke before a response head.
+    #[error("the upstream connection broke: {0}")]
+    Reset(#[source] hyper::Error),
+    /// The upstream's answer is not a valid HTTP/1.1 response, or one scb refuses to pass
+    /// on (both Content-Length and Transfer-Encoding, oversized head).
+    #[error("invalid upstream response: {0}")]
+    Protocol(String),
+    /// The request body is larger than `max_body`.
+    #[error("request body too large")]
+    BodyTooLarge,
+    /// The client's request body broke off or stalled.
+    #[error("the request body failed")]
+    RequestBody,
+}
+
+impl ProxyError {
+    /// The status the client gets.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::ConnectTimeout | Self::ResponseTimeout | Self::TryTimeout => {
+                StatusCode::GATEWAY_TIMEOUT
+            }
+            Self::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::RequestBody => StatusCode::BAD_REQUEST,
+            Self::NoUpstream | Self::Connect(_) | Self::Reset(_) | Self::Protocol(_) => {
+                StatusCode::BAD_GATEWAY
+            }
+        }
+    }
+
+    /// The kind counted in `scb_upstream_errors_total`, for failures of an upstream (not
+    /// of the client or of the proxy's own budget).
+    pub(crate) fn kind(&self) -> Option<ErrorKind> {
+        match self {
+            Self::Connect(_) => Some(ErrorKind::Connect),
+            Self::ConnectTimeout => Some(ErrorKind::ConnectTimeout),
+            Self::ResponseTimeout => Some(ErrorKind::ResponseTimeout),
+            Self::Reset(_) => Some(ErrorKind::Reset),
+            Self::Protocol(_) => Some(ErrorKind::Protocol),
+            Self::NoUpstream | Self::TryTimeout | Self::BodyTooLarge | Self::RequestBody => None,
+        }
+    }
+
+    /// The response for this error: its status and a one-line reason. The request-id
+    /// layer outside adds the id.
+    pub fn into_response(self) -> Response<Body> {
+        let status = self.status();
+        let text = format!("{}\n", status.canonical_reason().unwrap_or("error"));
+        let mut res = Response::new(Body::from(text));
+        *res.status_mut() = status;
+        res.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+        if status == StatusCode::PAYLOAD_TOO_LARGE || status == StatusCode::BAD_REQUEST {
+            // The rest of the body is unread: the connection cannot carry another request.
+            res.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
+        res
+    }
+}

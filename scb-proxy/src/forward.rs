@@ -1,0 +1,363 @@
+//! What changes in a request on its way up and in a response on its way down.
+//!
+//! - Hop-by-hop fields (RFC 9110 §7.6.1) are removed in both directions: `Connection`,
+//!   every field `Connection` names, `Keep-Alive`, `Proxy-Connection`, `TE`, `Trailer`,
+//!   `Transfer-Encoding` and `Upgrade`. The framing of each hop is its own: the upstream
+//!   connection and scb's server each write theirs. A WebSocket upgrade keeps `Upgrade`
+//!   and gets `Connection: upgrade`, since the upgrade is what is being forwarded.
+//! - `X-Forwarded-For` gets the client's address appended. What came before is kept only
+//!   when the client itself is a trusted proxy (`trusted_proxies`); otherwise a client
+//!   could claim any address, so the field is replaced. `X-Forwarded-Proto` and
+//!   `X-Forwarded-Host` follow the same rule: kept from a trusted proxy, else set from this
+//!   hop.
+//! - `Host` is kept as the client sent it (the upstream sees the site's name), or set to
+//!   the upstream's `host:port` when `preserve_host` is off.
+//! - The target is sent in origin form, path and query unchanged unless `strip_prefix`.
+
+use std::net::IpAddr;
+
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::uri::{Authority, PathAndQuery};
+use ipnet::IpNet;
+
+/// The hop-by-hop fields removed in both directions, besides those `Connection` names.
+const HOP_BY_HOP: [HeaderName; 7] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+];
+
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+
+/// Removes the hop-by-hop fields, and those `Connection` names, from `headers`.
+pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    if let Some(named) = connection_tokens(headers) {
+        for name in named {
+            headers.remove(name);
+        }
+    }
+    for name in &HOP_BY_HOP {
+        // `remove` on an absent name is a hash and a probe; most requests carry none.
+        if headers.contains_key(name) {
+            headers.remove(name);
+        }
+    }
+}
+
+/// The field names listed in `Connection`, when there are any besides `close` and
+/// `keep-alive` (which name no field a client would send).
+fn connection_tokens(headers: &HeaderMap) -> Option<Vec<HeaderName>> {
+    let mut names = Vec::new();
+    for value in headers.get_all(header::CONNECTION) {
+        let Ok(value) = value.to_str() else { continue };
+        for token in value.split(',') {
+            let token = token.trim();
+            if token.is_empty()
+                || token.eq_ignore_ascii_case("close")
+                || token.eq_ignore_ascii_case("keep-alive")
+            {
+                continue;
+            }
+            if let Ok(name) = HeaderName::from_bytes(token.as_bytes()) {
+                names.push(name);
+            }
+        }
+    }
+    (!names.is_empty()).then_some(names)
+}
+
+/// Whether `headers` ask to upgrade the connection (`Connection: upgrade` and `Upgrade`).
+pub(crate) fn wants_upgrade(headers: &HeaderMap) -> bool {
+    headers.contains_key(header::UPGRADE)
+        && headers.get_all(header::CONNECTION).iter().any(|value| {
+            value
+                .as_bytes()
+                .split(|&b| b == b',')
+                .any(|token| token.trim_ascii().eq_ignore_ascii_case(b"upgrade"))
+        })
+}
+
+/// Which clients may tell us who *their* client was.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TrustedProxies(Vec<IpNet>);
+
+impl TrustedProxies {
+    /// Trust the given networks (`10.0.0.0/8`, `::1/128`, a bare address is a /32 or
+    /// /128). Defaults to none.
+    ///
+    /// # Errors
+    ///
+    /// The first entry that is neither a network nor an address.
+    pub fn new<'a>(nets: impl IntoIterator<Item = &'a str>) -> Result<Self, String> {
+        nets.into_iter()
+            .map(|net| {
+                net.parse::<IpNet>()
+                    .or_else(|_| net.parse::<IpAddr>().map(IpNet::from))
+                    .map_err(|_| net.to_owned())
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(Self)
+    }
+
+    fn trusts(&self, ip: IpAddr) -> bool {
+        let ip = ip.to_canonical();
+        self.0.iter().any(|net| net.contains(&ip))
+    }
+}
+
+/// What the request's own hop looked like.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Hop<'a> {
+    /// The client's address, when the server told us (scb's `ConnectInfo`).
+    pub(crate) client: Option<IpAddr>,
+    /// `http` or `https`.
+    pub(crate) proto: &'static str,
+    pub(crate) trusted: &'a TrustedProxies,
+}
+
+/// Sets `X-Forwarded-For`, `-Proto` and `-Host` on a request's `headers`.
+pub(crate) fn add_forwarded(headers: &mut HeaderMap, hop: Hop<'_>) {
+    let trusted = hop.client.is_some_and(|ip| hop.trusted.trusts(ip));
+    if !trusted {
+        headers.remove(&X_FORWARDED_PROTO);
+        headers.remove(&X_FORWARDED_HOST);
+    }
+    if let Some(ip) = hop.client {
+        let ip = ip.to_canonical();
+        let prior = if trusted {
+            joined(headers.get_all(&X_FORWARDED_FOR))
+        } else {
+            None
+        };
+        let value = match prior {
+            Some(prior) => format!("{prior}, {ip}"),
+            None => ip.to_string(),
+        };
+        if let Ok(value) = HeaderValue::try_from(value) {
+            headers.insert(X_FORWARDED_FOR, value);
+        }
+    } else if !trusted {
+        headers.remove(&X_FORWARDED_FOR);
+    }
+    if !headers.contains_key(&X_FORWARDED_PROTO) {
+        headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(hop.proto));
+    }
+    if !headers.contains_key(&X_FORWARDED_HOST)
+        && let Some(host) = headers.get(header::HOST).cloned()
+    {
+        headers.insert(X_FORWARDED_HOST, host);
+    }
+}
+
+/// The values of a repeated field joined with `, ` (one field may be sent as several
+/// lines), `None` when absent or not text.
+fn joined(values: header::GetAll<'_, HeaderValue>) -> Option<String> {
+    let mut out: Option<String> = None;
+    for value in values {
+        let value = value.to_str().ok()?.trim();
+        if value.is_empty() {
+            continue;
+        }
+        match &mut out {
+            Some(out) => {
+                out.push_str(", ");
+                out.push_str(value);
+            }
+            None => out = Some(value.to_owned()),
+        }
+    }
+    out
+}
+
+/// Sets `Host` to the upstream's `host:port` when `preserve_host` is off or the request
+/// has none (HTTP/1.0): HTTP/1.1 requires it.
+pub(crate) fn set_host(headers: &mut HeaderMap, upstream: &Authority, preserve_host: bool) {
+    if preserve_host && headers.contains_key(header::HOST) {
+        return;
+    }
+    if let Ok(value) = HeaderValue::from_str(upstream.as_str()) {
+        headers.insert(header::HOST, value);
+    }
+}
+
+/// The origin-form target sent upstream: `path?query`, with `strip` removed from the
+/// front of the path when it is a prefix of it at a segment boundary.
+pub(crate) fn target(path_and_query: Option<&PathAndQuery>, strip: Option<&str>) -> PathAndQuery {
+    let Some(pq) = path_and_query else {
+        return PathAndQuery::from_static("/");
+    };
+    let Some(strip) = strip
+        .map(|s| s.trim_end_matches('/'))
+        .filter(|s| !s.is_empty())
+    else {
+        return pq.clone();
+    };
+    let path = pq.path();
+    let Some(rest) = path.strip_prefix(strip) else {
+        return pq.clone();
+    };
+    if !(rest.is_empty() || rest.starts_with('/')) {
+        // `/apifoo` is not beneath `/api`.
+        return pq.clone();
+    }
+    let mut out = String::with_capacity(pq.as_str().len());
+    if !rest.starts_with('/') {
+        out.push('/');
+    }
+    out.push_str(rest);
+    if let Some(query) = pq.query() {
+        out.push('?');
+        out.push_str(query);
+    }
+    out.parse().unwrap_or_else(|_| pq.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (name, value) in pairs {
+            h.append(
+                HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                HeaderValue::from_str(value).unwrap(),
+            );
+        }
+        h
+    }
+
+    #[test]
+    fn hop_by_hop_fields_and_those_connection_names_are_removed() {
+        let mut h = headers(&[
+            ("connection", "keep-alive, X-Secret, close"),
+            ("connection", "x-other"),
+            ("keep-alive", "timeout=5"),
+            ("proxy-connection", "keep-alive"),
+            ("te", "trailers"),
+            ("trailer", "x-checksum"),
+            ("transfer-encoding", "chunked"),
+            ("upgrade", "h2c"),
+            ("x-secret", "1"),
+            ("x-other", "2"),
+            ("x-kept", "3"),
+            ("cookie", "a=b"),
+        ]);
+        strip_hop_by_hop(&mut h);
+        let left: Vec<_> = h.keys().map(HeaderName::as_str).collect();
+        assert_eq!(left, ["x-kept", "cookie"]);
+    }
+
+    #[test]
+    fn upgrade_requests_are_recognised() {
+        assert!(wants_upgrade(&headers(&[
+            ("connection", "keep-alive, Upgrade"),
+            ("upgrade", "websocket")
+        ])));
+        assert!(!wants_upgrade(&headers(&[("upgrade", "websocket")])));
+        assert!(!wants_upgrade(&headers(&[("connection", "upgrade")])));
+    }
+
+    fn trusted() -> TrustedProxies {
+        TrustedProxies::new(["10.0.0.0/8", "::1"]).unwrap()
+    }
+
+    #[test]
+    fn an_untrusted_clients_forwarded_fields_are_replaced() {
+        let mut h = headers(&[
+            ("host", "example.com"),
+            ("x-forwarded-for", "1.2.3.4"),
+            ("x-forwarded-proto", "https"),
+            ("x-forwarded-host", "evil.example"),
+        ]);
+        let trusted = trusted();
+        let hop = Hop {
+            client: Some("192.0.2.7".parse().unwrap()),
+            proto: "http",
+            trusted: &trusted,
+        };
+        add_forwarded(&mut h, hop);
+        assert_eq!(h["x-forwarded-for"], "192.0.2.7");
+        assert_eq!(h["x-forwarded-proto"], "http");
+        assert_eq!(h["x-forwarded-host"], "example.com");
+    }
+
+    #[test]
+    fn a_trusted_proxys_forwarded_fields_are_kept_and_appended_to() {
+        let mut h = headers(&[
+            ("host", "internal:8080"),
+            ("x-forwarded-for", "1.2.3.4"),
+            ("x-forwarded-for", "5.6.7.8"),
+            ("x-forwarded-proto", "https"),
+            ("x-forwarded-host", "example.com"),
+        ]);
+        let trusted = trusted();
+        let hop = Hop {
+            client: Some("10.1.2.3".parse().unwrap()),
+            proto: "http",
+            trusted: &trusted,
+        };
+        add_forwarded(&mut h, hop);
+        assert_eq!(h["x-forwarded-for"], "1.2.3.4, 5.6.7.8, 10.1.2.3");
+        assert_eq!(h.get_all("x-forwarded-for").iter().count(), 1);
+        assert_eq!(h["x-forwarded-proto"], "https");
+        assert_eq!(h["x-forwarded-host"], "example.com");
+
+        // An IPv4-mapped IPv6 peer is its IPv4 address.
+        let mut h = headers(&[("x-forwarded-for", "1.2.3.4")]);
+        let hop = Hop {
+            client: Some("::ffff:10.0.0.1".parse().unwrap()),
+            proto: "http",
+            trusted: &trusted,
+        };
+        add_forwarded(&mut h, hop);
+        assert_eq!(h["x-forwarded-for"], "1.2.3.4, 10.0.0.1");
+    }
+
+    #[test]
+    fn trusted_proxies_parse_networks_and_addresses() {
+        assert!(TrustedProxies::new(["10.0.0.0/8", "192.168.1.1", "fd00::/8"]).is_ok());
+        assert_eq!(
+            TrustedProxies::new(["10.0.0.0/8", "nonsense"]),
+            Err("nonsense".to_owned())
+        );
+    }
+
+    #[test]
+    fn host_is_kept_or_set_to_the_upstream() {
+        let upstream: Authority = "10.0.0.2:8081".parse().unwrap();
+        let mut h = headers(&[("host", "example.com")]);
+        set_host(&mut h, &upstream, true);
+        assert_eq!(h["host"], "example.com");
+        set_host(&mut h, &upstream, false);
+        assert_eq!(h["host"], "10.0.0.2:8081");
+        let mut h = HeaderMap::new();
+        set_host(&mut h, &upstream, true);
+        assert_eq!(h["host"], "10.0.0.2:8081");
+    }
+
+    #[test]
+    fn targets_keep_path_and_query_unless_a_prefix_is_stripped() {
+        let pq = |s: &str| s.parse::<PathAndQuery>().unwrap();
+        assert_eq!(
+            target(Some(&pq("/api/users?id=1")), None),
+            "/api/users?id=1"
+        );
+        assert_eq!(
+            target(Some(&pq("/api/users?id=1")), Some("/api/")),
+            "/users?id=1"
+        );
+        assert_eq!(target(Some(&pq("/api")), Some("/api")), "/");
+        assert_eq!(target(Some(&pq("/api?x")), Some("/api/")), "/?x");
+        assert_eq!(target(Some(&pq("/apifoo")), Some("/api")), "/apifoo");
+        assert_eq!(target(Some(&pq("/other")), Some("/api")), "/other");
+        assert_eq!(target(Some(&pq("/a/%2e%2e/b")), None), "/a/%2e%2e/b");
+        assert_eq!(target(None, None), "/");
+    }
+}

@@ -1,0 +1,475 @@
+//! [`ReverseProxy`]: the tower service that forwards a request to an upstream.
+
+use std::convert::Infallible;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use bytes::Bytes;
+use http::header::{self, HeaderMap, HeaderValue};
+use http::request::Parts;
+use http::{Method, Request, Response, StatusCode, Uri, Version};
+use http_body::Body as _;
+use hyper::body::Incoming;
+use hyper::upgrade::OnUpgrade;
+use hyper_util::rt::TokioIo;
+use scb_core::server::ConnectInfo;
+use scb_core::{Body, BoxError};
+use tower::Service;
+
+use crate::balance::Balancer;
+use crate::body::{Guarded, IdleTimeout, TooLarge};
+use crate::builder::{Config, MAX_TRIES, ReverseProxyBuilder};
+use crate::error::ProxyError;
+use crate::forward::{self, Hop};
+use crate::health::{self, ActiveHealth};
+use crate::pool::{Conn, Pool};
+use crate::upstream::{InFlight, Upstream, UpstreamState};
+
+/// The client's address, for servers other than scb's (which sets
+/// [`ConnectInfo`](scb_core::server::ConnectInfo)): insert it into a request's extensions
+/// and the proxy uses it for `X-Forwarded-For` and client-address hashing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClientIp(pub std::net::IpAddr);
+
+/// Forwards requests to a set of upstream HTTP/1.1 servers.
+///
+/// Cloning is cheap and clones share everything, the connection pool included (what an
+/// axum app on a multi-threaded runtime wants). Under scb's per-core server each worker
+/// takes [`with_own_pool`](Self::with_own_pool): the upstream state (health, in-flight
+/// counts, balancing) stays shared across workers, the connections do not, so a worker
+/// never waits on another's lock or wakes another's thread.
+#[derive(Clone)]
+pub struct ReverseProxy {
+    shared: Arc<Shared>,
+    pool: Arc<Pool>,
+}
+
+/// What every worker shares.
+pub(crate) struct Shared {
+    pub(crate) upstreams: Arc<[UpstreamState]>,
+    pub(crate) balancer: Balancer,
+    pub(crate) config: Config,
+    pub(crate) active: Option<ActiveHealth>,
+    pub(crate) active_started: AtomicBool,
+    /// The active checks' task, stopped when the last clone of the proxy goes.
+    pub(crate) active_task: std::sync::OnceLock<tokio::task::AbortHandle>,
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        if let Some(task) = self.active_task.get() {
+            task.abort();
+        }
+    }
+}
+
+impl fmt::Debug for ReverseProxy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReverseProxy")
+            .field(
+                "upstreams",
+                &self
+                    .shared
+                    .upstreams
+                    .iter()
+                    .map(|u| u.upstream.to_string())
+                    .collect::<Vec<_>>(),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+impl ReverseProxy {
+    /// A builder for a proxy to `upstreams`.
+    ///
+    /// ```no_run
+    /// use scb_proxy::{Balance, ReverseProxy, Upstream};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let proxy = ReverseProxy::builder([Upstream::new("127.0.0.1:8081")?, Upstream::new("127.0.0.1:8082")?])
+    ///     .balance(Balance::LeastConn)
+    ///     .build()?;
+    /// # let _ = proxy;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn builder(upstreams: impl IntoIterator<Item = Upstream>) -> ReverseProxyBuilder {
+        ReverseProxyBuilder::new(upstreams.into_iter().collect())
+    }
+
+    pub(crate) fn from_parts(shared: Arc<Shared>, pool: Arc<Pool>) -> Self {
+        Self { shared, pool }
+    }
+
+    /// A proxy sharing this one's upstream state (health, balancing, in-flight counts)
+    /// with a connection pool of its own: one per worker of a per-core server.
+    #[must_use]
+    pub fn with_own_pool(&self) -> Self {
+        let config = &self.shared.config;
+        Self {
+            shared: Arc::clone(&self.shared),
+            pool: Arc::new(Pool::new(self.shared.upstreams.len(), config.pool)),
+        }
+    }
+
+    /// Starts the active health checks the first time a request comes through, on the
+    /// runtime serving it (the checks need a runtime; the builder may run before one).
+    fn start_active_checks(&self) {
+        let Some(active) = &self.shared.active else {
+            return;
+        };
+        if self.shared.active_started.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        let task = tokio::spawn(health::run_active(
+            Arc::clone(&self.shared.upstreams),
+            active.clone(),
+        ));
+        let _ = self.shared.active_task.set(task.abort_handle());
+    }
+
+    async fn forward<B>(self, mut req: Request<B>) -> Result<Response<Body>, ProxyError>
+    where
+        B: http_body::Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<BoxError>,
+    {
+        self.start_active_checks();
+        let shared = &*self.shared;
+        let config = &shared.config;
+        if let Some(max) = config.max_body
+            && declared_length(req.headers()).is_some_and(|len| len > max)
+        {
+            return Err(ProxyError::BodyTooLarge);
+        }
+        let upgrade = forward::wants_upgrade(req.headers())
+            .then(|| req.headers().get(header::UPGRADE).cloned())
+            .flatten();
+        let client_upgrade = upgrade.is_some().then(|| hyper::upgrade::on(&mut req));
+
+        let (mut parts, body) = req.into_parts();
+        let client = parts
+            .extensions
+            .get::<ConnectInfo>()
+            .map(|info| info.remote.ip())
+            .or_else(|| parts.extensions.get::<ClientIp>().map(|ip| ip.0));
+        let key = shared.balancer.key(&parts.headers, client);
+        prepare(&mut parts, config, client, upgrade);
+        let body_empty = body.is_end_stream();
+        let body = if body_empty {
+            Body::empty()
+        } else {
+            Body::new(Guarded::new(body, config.idle_timeout, config.max_body))
+        };
+        let replayable = body_empty && is_idempotent(&parts.method);
+        let mut request = Some(Request::from_parts(parts, body));
+        // A copy to replay, made only when a reused connection is about to be used.
+        let mut replay: Option<(Method, Uri, HeaderMap)> = None;
+        let mut replayed = false;
+
+        let deadline = tokio::time::Instant::now() + config.try_timeout;
+        let mut tried = [usize::MAX; MAX_TRIES];
+        let mut tries = 0;
+        let mut last = ProxyError::NoUpstream;
+        while tries < config.max_tries {
+            let Some(index) =
+                shared
+                    .balancer
+                    .pick(&shared.upstreams, key, &tried[..tries], Instant::now())
+            else {
+                break;
+            };
+            tried[tries] = index;
+            tries += 1;
+            let state = &shared.upstreams[index];
+
+            let mut conn = match self.pool.checkout(index) {
+                Some(conn) => conn,
+                None => match tokio::time::timeout_at(deadline, self.pool.connect(&state.upstream))
+                    .await
+                {
+                    Err(_) => return Err(ProxyError::TryTimeout),
+                    Ok(Ok(conn)) => conn,
+                    Ok(Err(e)) => {
+                        // Nothing was sent: another upstream may take it.
+                        self.failed(state, &e);
+                        last = e;
+                        continue;
+                    }
+                },
+            };
+            let Some(mut req) = request.take().or_else(|| rebuild(replay.as_ref())) else {
+                break;
+            };
+            if conn.reused && replayable && !replayed && replay.is_none() {
+                replay = Some((
+                    req.method().clone(),
+                    req.uri().clone(),
+                    req.headers().clone(),
+                ));
+            }
+            forward::set_host(
+                req.headers_mut(),
+                state.upstream.authority(),
+                config.preserve_host,
+            );
+            state.metrics.request();
+            let in_flight = InFlight::start(&shared.upstreams, index);
+            let sent = Instant::now();
+            let limit = deadline.min(tokio::time::Instant::now() + config.response_timeout);
+            let answer = tokio::time::timeout_at(limit, conn.sender.try_send_request(req)).await;
+            drop(in_flight);
+            match answer {
+                Err(_) if limit == deadline => {
+                    self.failed(state, &ProxyError::ResponseTimeout);
+                    return Err(ProxyError::TryTimeout);
+                }
+                Err(_) => {
+                    let e = ProxyError::ResponseTimeout;
+                    self.failed(state, &e);
+                    return Err(e);
+                }
+                Ok(Ok(res)) => {
+                    state.metrics.response(sent.elapsed());
+                    state.health.record_success(&state.metrics);
+                    return self.respond(index, conn, res, client_upgrade);
+                }
+                Ok(Err(mut e)) => {
+                    if let Some(unsent) = e.take_message() {
+                        request = Some(unsent);
+                        if conn.reused {
+                            // A pooled connection found closed before the request was
+                            // written (the upstream closed it while idle): not the
+                            // upstream's failure, and the try does not count. Each such
+                            // connection leaves the pool, so this ends.
+                            tries -= 1;
+                            continue;
+                        }
+                        // A fresh connection closed at once: the upstream is failing.
+                        let e = ProxyError::Reset(e.into_error());
+                        self.failed(state, &e);
+                        last = e;
+                        continue;
+                    }
+                    let e = e.into_error();
+                    if let Some(client_side) = client_body_error(&e) {
+                        return Err(client_side);
+                    }
+                    if e.is_parse() || e.is_parse_too_large() {
+                        let e = ProxyError::Protocol(e.to_string());
+                        self.failed(state, &e);
+                        return Err(e);
+                    }
+                    if conn.reused && replay.is_some() && !replayed {
+                        // Failed on a reused connection before any response byte: most
+                        // likely the upstream closed it as the request went out. An
+                        // idempotent request without a body is safe to send once more.
+                        replayed = true;
+                        tries -= 1;
+                        continue;
+                    }
+                    let e = ProxyError::Reset(e);
+                    self.failed(state, &e);
+                    return Err(e);
+                }
+            }
+        }
+        Err(last)
+    }
+
+    /// Counts a failed try against `state`'s health and metrics.
+    fn failed(&self, state: &UpstreamState, e: &ProxyError) {
+        if let Some(kind) = e.kind() {
+            state.metrics.error(kind);
+        }
+        state
+            .health
+            .record_failure(Instant::now(), &self.shared.config.passive, &state.metrics);
+        tracing::warn!(upstream = %state.upstream, error = %e, "upstream try failed");
+    }
+
+    /// The client's response from the upstream's: validated, hop-by-hop fields removed,
+    /// the body streamed with the idle timeout; a 101 joins the two upgraded connections.
+    fn respond(
+        &self,
+        index: usize,
+        conn: Conn,
+        mut res: Response<Incoming>,
+        client_upgrade: Option<OnUpgrade>,
+    ) -> Result<Response<Body>, ProxyError> {
+        let state = &self.shared.upstreams[index];
+        if res.headers().contains_key(header::TRANSFER_ENCODING)
+            && res.headers().contains_key(header::CONTENT_LENGTH)
+        {
+            // RFC 9112 §6.3: a sender must not send both; which one the upstream meant is
+            // a guess, and guessing is how responses get smuggled. The connection is
+            // dropped, not pooled.
+            let e = ProxyError::Protocol("both Content-Length and Transfer-Encoding".into());
+            self.failed(state, &e);
+            return Err(e);
+        }
+        if res.status() == StatusCode::SWITCHING_PROTOCOLS {
+            let Some(client) = client_upgrade else {
+                let e = ProxyError::Protocol("101 to a request that asked for no upgrade".into());
+                self.failed(state, &e);
+                return Err(e);
+            };
+            let upstream = hyper::upgrade::on(&mut res);
+            tokio::spawn(join_upgraded(client, upstream));
+            let (parts, _) = res.into_parts();
+            return Ok(Response::from_parts(parts, Body::empty()));
+        }
+        self.pool.checkin(index, conn.sender);
+        let (mut parts, body) = res.into_parts();
+        forward::strip_hop_by_hop(&mut parts.headers);
+        let body = if body.is_end_stream() {
+            Body::empty()
+        } else {
+            Body::new(Guarded::new(body, self.shared.config.idle_timeout, None))
+        };
+        Ok(Response::from_parts(parts, body))
+    }
+}
+
+/// Rewrites a request's head for the upstream: origin-form target, HTTP/1.1, hop-by-hop
+/// fields out (an upgrade's back in), the forwarding fields.
+fn prepare(
+    parts: &mut Parts,
+    config: &Config,
+    client: Option<std::net::IpAddr>,
+    upgrade: Option<HeaderValue>,
+) {
+    parts.uri = Uri::from(forward::target(
+        parts.uri.path_and_query(),
+        config.strip_prefix.as_deref(),
+    ));
+    parts.version = Version::HTTP_11;
+    forward::strip_hop_by_hop(&mut parts.headers);
+    if let Some(upgrade) = upgrade {
+        parts.headers.insert(header::UPGRADE, upgrade);
+        parts
+            .headers
+            .insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+    }
+    forward::add_forwarded(
+        &mut parts.headers,
+        Hop {
+            client,
+            proto: "http",
+            trusted: &config.trusted_proxies,
+        },
+    );
+}
+
+fn rebuild(replay: Option<&(Method, Uri, HeaderMap)>) -> Option<Request<Body>> {
+    let (method, uri, headers) = replay?;
+    let mut req = Request::new(Body::empty());
+    *req.method_mut() = method.clone();
+    *req.uri_mut() = uri.clone();
+    *req.headers_mut() = headers.clone();
+    Some(req)
+}
+
+/// RFC 9110 §9.2.2.
+fn is_idempotent(method: &Method) -> bool {
+    matches!(
+        *method,
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
+    )
+}
+
+/// The request's `Content-Length`, when it has one valid value.
+fn declared_length(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+}
+
+/// When a send failed because of the client's body (too large, stalled, broken), the
+/// error the client gets; `None` for upstream failures.
+fn client_body_error(e: &hyper::Error) -> Option<ProxyError> {
+    if !e.is_user() {
+        return None;
+    }
+    let mut source = std::error::Error::source(e);
+    while let Some(err) = source {
+        if err.is::<TooLarge>() {
+            return Some(ProxyError::BodyTooLarge);
+        }
+        if err.is::<IdleTimeout>() {
+            return Some(ProxyError::RequestBody);
+        }
+        source = err.source();
+    }
+    Some(ProxyError::RequestBody)
+}
+
+/// Copies bytes both ways between an upgraded client connection and the upstream's until
+/// either side closes.
+async fn join_upgraded(client: OnUpgrade, upstream: OnUpgrade) {
+    let (client, upstream) = match tokio::try_join!(client, upstream) {
+        Ok(both) => both,
+        Err(e) => {
+            tracing::debug!(error = %e, "upgrade failed");
+            return;
+        }
+    };
+    let mut client = TokioIo::new(client);
+    let mut upstream = TokioIo::new(upstream);
+    if let Err(e) = tokio::io::copy_bidirectional(&mut client, &mut upstream).await {
+        tracing::debug!(error = %e, "upgraded connection ended");
+    }
+}
+
+impl<B> Service<Request<B>> for ReverseProxy
+where
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    type Response = Response<Body>;
+    type Error = Infallible;
+    type Future = ResponseFuture;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<B>) -> ResponseFuture {
+        let proxy = self.clone();
+        ResponseFuture {
+            inner: Box::pin(async move {
+                Ok(proxy
+                    .forward(req)
+                    .await
+                    .unwrap_or_else(ProxyError::into_response))
+            }),
+        }
+    }
+}
+
+/// Response future of [`ReverseProxy`].
+///
+/// A boxed `async` block: a request's life (pick, connect, send, maybe retry) is a loop
+/// with awaits in it, which a hand-written state machine would spell out at great length
+/// for the price of the one allocation saved.
+pub struct ResponseFuture {
+    inner: Pin<Box<dyn Future<Output = Result<Response<Body>, Infallible>> + Send>>,
+}
+
+impl fmt::Debug for ResponseFuture {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResponseFuture").finish_non_exhaustive()
+    }
+}
+
+impl Future for ResponseFuture {
+    type Output = Result<Response<Body>, Infallible>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.inner.as_mut().poll(cx)
+    }
+}
