@@ -6,6 +6,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::ops::Range;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,8 +18,8 @@ use scb_core::server::{Limits, Server};
 use scb_static::compress::CompressLayer;
 use toml::Spanned;
 
-use crate::config::{Config, ConfigError, Located, RouteConfig};
-use crate::route::Handler;
+use crate::config::{Config, ConfigError, Located, ProxyConfig, RouteConfig};
+use crate::route::{Handler, ProxyHandler, ProxySettings};
 use crate::stack::UNMATCHED;
 
 /// Everything `scb run` needs, checked.
@@ -50,6 +51,18 @@ pub(crate) struct RoutePlan {
     pub(crate) matcher: PathMatch,
     /// What answers, turned into a service on each worker.
     pub(crate) handler: Handler,
+}
+
+impl RoutePlan {
+    /// The same route, its handler's metric handles registered with the recorder installed
+    /// now (see [`Handler::with_current_recorder`]).
+    pub(crate) fn with_current_recorder(&self) -> Self {
+        Self {
+            name: Arc::clone(&self.name),
+            matcher: self.matcher.clone(),
+            handler: self.handler.with_current_recorder(),
+        }
+    }
 }
 
 /// Where the Prometheus endpoint listens.
@@ -347,36 +360,78 @@ fn route(
             format_args!("{UNMATCHED:?} is the name of requests no route matches"),
         ));
     }
-    let handler = match (&route.respond, &route.static_files) {
-        (Some(respond), None) => {
-            Handler::Respond(Respond::try_from(respond.get_ref()).map_err(|e| e.within("respond"))?)
-        }
-        (None, Some(files)) => Handler::Static {
-            files: scb_static::ServeStatic::try_from(files.get_ref())
-                .map_err(|e| e.within("static"))?,
-            compress: files.get_ref().compress.then(CompressLayer::new),
-        },
-        (Some(_), Some(files)) => {
-            return Err(Located::at(
-                files,
-                "static",
-                "a route has exactly one handler: `respond` or `static`, not both",
-            ));
-        }
-        (None, None) => {
-            return Err(Located::at(
-                config,
-                "",
-                "a route needs a handler: `respond = { ... }` or `static = { ... }`",
-            ));
-        }
-    };
+    let handler = handler(config, &matcher)?;
     let plan = RoutePlan {
         name,
         matcher,
         handler,
     };
     Ok((plan, field, path))
+}
+
+/// The route's one handler.
+fn handler(config: &Spanned<RouteConfig>, matcher: &PathMatch) -> Result<Handler, Located> {
+    let route = config.get_ref();
+    let given: Vec<(&str, Range<usize>)> = [
+        ("respond", route.respond.as_ref().map(Spanned::span)),
+        ("static", route.static_files.as_ref().map(Spanned::span)),
+        ("proxy", route.proxy.as_ref().map(Spanned::span)),
+    ]
+    .into_iter()
+    .filter_map(|(key, span)| Some((key, span?)))
+    .collect();
+    if let [(first, _), (second, span), ..] = given.as_slice() {
+        return Err(Located {
+            span: Some(span.clone()),
+            key: (*second).to_owned(),
+            message: format!("a route has exactly one handler: `{first}` or `{second}`, not both"),
+        });
+    }
+    if let Some(respond) = &route.respond {
+        return Ok(Handler::Respond(
+            Respond::try_from(respond.get_ref()).map_err(|e| e.within("respond"))?,
+        ));
+    }
+    if let Some(files) = &route.static_files {
+        return Ok(Handler::Static {
+            files: scb_static::ServeStatic::try_from(files.get_ref())
+                .map_err(|e| e.within("static"))?,
+            compress: files.get_ref().compress.then(CompressLayer::new),
+        });
+    }
+    if let Some(proxy) = &route.proxy {
+        return proxy_handler(proxy.get_ref(), matcher).map_err(|e| e.within("proxy"));
+    }
+    Err(Located::at(
+        config,
+        "",
+        "a route needs a handler: `respond = { ... }`, `static = { ... }` or `proxy = { ... }`",
+    ))
+}
+
+/// A proxy route: the settings, plus `strip_prefix`, which strips the route's own prefix.
+/// On an exact `path` route it is refused rather than read as "strip the whole path" (every
+/// request would go up as `/`): a `path` route with `strip_prefix` is far more likely a
+/// `prefix` route written wrong.
+fn proxy_handler(config: &ProxyConfig, matcher: &PathMatch) -> Result<Handler, Located> {
+    let mut settings = ProxySettings::try_from(config)?;
+    if let Some(strip) = &config.strip_prefix
+        && *strip.get_ref()
+    {
+        match matcher {
+            PathMatch::Prefix(prefix) => settings.strip_prefix = Some(prefix.clone()),
+            PathMatch::Exact(_) => {
+                return Err(Located::at(
+                    strip,
+                    "strip_prefix",
+                    "only a `prefix` route has a prefix to strip",
+                ));
+            }
+        }
+    }
+    let proxy =
+        ProxyHandler::new(settings).map_err(|e| Located::at(&config.upstreams, "upstreams", e))?;
+    Ok(Handler::Proxy(proxy))
 }
 
 #[cfg(test)]
@@ -398,9 +453,14 @@ mod tests {
     #[test]
     fn the_schema_from_the_issue_is_accepted_as_written() {
         let plan = plan(include_str!("../config/example.toml"));
-        assert_eq!(plan.routes.len(), 1);
+        assert_eq!(plan.routes.len(), 2);
         assert_eq!(&*plan.routes[0].name, "hello");
         assert_eq!(plan.routes[0].matcher, PathMatch::Exact("/respond".into()));
+        assert_eq!(&*plan.routes[1].name, "api");
+        let Handler::Proxy(proxy) = &plan.routes[1].handler else {
+            panic!("not a proxy: {:?}", plan.routes[1].handler);
+        };
+        assert_eq!(proxy.settings.upstreams.len(), 2);
         assert_eq!(
             plan.metrics,
             Some(MetricsPlan {
@@ -520,6 +580,213 @@ mod tests {
             let got = error(&source);
             assert!(got.contains(want), "got {got:?}, want {want:?}");
         }
+    }
+
+    #[test]
+    fn proxy_routes_are_built_from_their_table() {
+        let plan = plan(&format!(
+            "{LISTEN}[[route]]\nprefix = \"/api/\"\n\
+             proxy = {{ upstreams = [\"127.0.0.1:8081\", {{ addr = \"[::1]:8082\", weight = 2 }}], \
+             balance = \"hash\", hash_key = \"header:X-User\", strip_prefix = true, \
+             preserve_host = false, trusted_proxies = [\"10.0.0.0/8\", \"::1\"], \
+             connect_timeout = \"2s\", response_timeout = \"30s\", idle_timeout = \"1m\", \
+             try_timeout = \"10s\", max_body = \"1MiB\", max_tries = 2, max_idle = 0, \
+             pool_idle_timeout = \"15s\", max_response_head = \"32KiB\", \
+             passive = {{ max_fails = 0, fail_timeout = \"5s\" }}, \
+             health = {{ path = \"/healthz?full=1\", interval = \"1s\", timeout = \"500ms\", \
+             passes = 3, fails = 1 }} }}\n\
+             [[route]]\npath = \"/one\"\nproxy = {{ upstreams = [\"app.internal:80\"] }}\n"
+        ));
+        let Handler::Proxy(proxy) = &plan.routes[0].handler else {
+            panic!("not a proxy: {:?}", plan.routes[0].handler);
+        };
+        let settings = &proxy.settings;
+        assert_eq!(settings.upstreams.len(), 2);
+        assert_eq!(settings.upstreams[1].to_string(), "[::1]:8082");
+        assert_eq!(
+            settings.balance,
+            scb_proxy::Balance::Hash(scb_proxy::HashKey::Header(HeaderName::from_static(
+                "x-user"
+            )))
+        );
+        assert_eq!(settings.strip_prefix.as_deref(), Some("/api/"));
+        assert_eq!(settings.preserve_host, Some(false));
+        assert_eq!(settings.connect_timeout, Some(Duration::from_secs(2)));
+        assert_eq!(settings.idle_timeout, Some(Duration::from_secs(60)));
+        assert_eq!(settings.max_body, Some(1 << 20));
+        assert_eq!(settings.max_tries, Some(2));
+        assert_eq!(settings.max_idle, Some(0));
+        assert_eq!(settings.max_response_head, Some(32 << 10));
+        assert_eq!(
+            settings.passive,
+            Some(scb_proxy::PassiveHealth {
+                max_fails: 0,
+                fail_timeout: Duration::from_secs(5),
+            })
+        );
+        assert_eq!(
+            settings.active,
+            Some(scb_proxy::ActiveHealth {
+                path: "/healthz?full=1".into(),
+                interval: Duration::from_secs(1),
+                timeout: Duration::from_millis(500),
+                passes: 3,
+                fails: 1,
+            })
+        );
+
+        let Handler::Proxy(proxy) = &plan.routes[1].handler else {
+            panic!("not a proxy: {:?}", plan.routes[1].handler);
+        };
+        let settings = &proxy.settings;
+        assert_eq!(settings.balance, scb_proxy::Balance::RoundRobin);
+        assert_eq!(settings.strip_prefix, None);
+        assert_eq!(settings.active, None);
+        // Built again from the same settings.
+        let Handler::Proxy(again) = plan.routes[1].handler.with_current_recorder() else {
+            panic!("a proxy stays a proxy");
+        };
+        assert!(Arc::ptr_eq(&again.settings, &proxy.settings));
+    }
+
+    #[test]
+    fn hash_balance_hashes_the_client_ip_by_default() {
+        let plan = plan(&format!(
+            "{LISTEN}[[route]]\nprefix = \"/\"\n\
+             proxy = {{ upstreams = [\"127.0.0.1:1\"], balance = \"hash\" }}\n"
+        ));
+        let Handler::Proxy(proxy) = &plan.routes[0].handler else {
+            panic!("not a proxy");
+        };
+        assert_eq!(
+            proxy.settings.balance,
+            scb_proxy::Balance::Hash(scb_proxy::HashKey::ClientIp)
+        );
+    }
+
+    #[test]
+    fn proxy_route_errors_name_their_key() {
+        let route =
+            |proxy: &str| format!("{LISTEN}[[route]]\nprefix = \"/api/\"\nproxy = {proxy}\n");
+        let cases = [
+            (
+                route("{ upstreams = [\"nohost\"] }"),
+                "scb.toml:5:24: route[0].proxy.upstreams[0]: upstream \"nohost\" is not host:port",
+            ),
+            (
+                route("{ upstreams = [\"127.0.0.1:1\", { addr = \"http://a:1\" }] }"),
+                "scb.toml:5:48: route[0].proxy.upstreams[1].addr: upstream \"http://a:1\" is not",
+            ),
+            (
+                route("{ upstreams = [{ addr = \"a:1\", weight = 0 }] }"),
+                "scb.toml:5:49: route[0].proxy.upstreams[0].weight: must be at least 1",
+            ),
+            (
+                route("{ upstreams = [{ addr = \"a:1\", wieght = 2 }] }"),
+                "scb.toml:5:40: route[0].proxy.upstreams[0].wieght: unknown field `wieght`",
+            ),
+            (
+                route("{ upstreams = [8081] }"),
+                "scb.toml:5:24: route[0].proxy.upstreams[0]: invalid type: integer `8081`, expected \"host:port\"",
+            ),
+            (
+                route("{ upstreams = [] }"),
+                "scb.toml:5:23: route[0].proxy.upstreams: at least one upstream is required",
+            ),
+            (
+                route("{ balance = \"least_conn\" }"),
+                "route[0].proxy: missing field `upstreams`",
+            ),
+            (
+                route("{ upstreams = [\"a:1\"], balance = \"fastest\" }"),
+                "scb.toml:5:42: route[0].proxy.balance: must be \"round_robin\", \"least_conn\"",
+            ),
+            (
+                route("{ upstreams = [\"a:1\"], hash_key = \"client_ip\" }"),
+                "scb.toml:5:43: route[0].proxy.hash_key: is only used with balance = \"hash\"",
+            ),
+            (
+                route("{ upstreams = [\"a:1\"], balance = \"hash\", hash_key = \"cookie\" }"),
+                "scb.toml:5:61: route[0].proxy.hash_key: must be \"client_ip\" or \"header:NAME\"",
+            ),
+            (
+                route("{ upstreams = [\"a:1\"], balance = \"hash\", hash_key = \"header:a b\" }"),
+                "scb.toml:5:61: route[0].proxy.hash_key: invalid header name \"a b\"",
+            ),
+            (
+                route("{ upstreams = [\"a:1\"], trusted_proxies = [\"10.0.0.0/8\", \"lan\"] }"),
+                "scb.toml:5:65: route[0].proxy.trusted_proxies[1]: \"lan\" is neither a network",
+            ),
+            (
+                route("{ upstreams = [\"a:1\"], connect_timeout = \"0s\" }"),
+                "scb.toml:5:50: route[0].proxy.connect_timeout: must be greater than zero",
+            ),
+            (
+                route("{ upstreams = [\"a:1\"], response_timeout = \"soon\" }"),
+                "scb.toml:5:51: route[0].proxy.response_timeout: invalid duration \"soon\"",
+            ),
+            (
+                route("{ upstreams = [\"a:1\"], max_tries = 9 }"),
+                "scb.toml:5:44: route[0].proxy.max_tries: must be from 1 to 8",
+            ),
+            (
+                route("{ upstreams = [\"a:1\"], max_tries = 0 }"),
+                "scb.toml:5:44: route[0].proxy.max_tries: must be from 1 to 8",
+            ),
+            (
+                route("{ upstreams = [\"a:1\"], max_body = \"16 parsecs\" }"),
+                "scb.toml:5:43: route[0].proxy.max_body: invalid size \"16 parsecs\"",
+            ),
+            (
+                route("{ upstreams = [\"a:1\"], max_response_head = 0 }"),
+                "scb.toml:5:52: route[0].proxy.max_response_head: must be at least 1",
+            ),
+            (
+                route("{ upstreams = [\"a:1\"], passive = { fail_timeout = \"0s\" } }"),
+                "scb.toml:5:59: route[0].proxy.passive.fail_timeout: must be greater than zero",
+            ),
+            (
+                route("{ upstreams = [\"a:1\"], health = { path = \"healthz\" } }"),
+                "scb.toml:5:50: route[0].proxy.health.path: must start with '/'",
+            ),
+            (
+                route("{ upstreams = [\"a:1\"], health = { path = \"/a b\" } }"),
+                "scb.toml:5:50: route[0].proxy.health.path: must be a URI path and query",
+            ),
+            (
+                route("{ upstreams = [\"a:1\"], health = { interval = \"5s\" } }"),
+                "route[0].proxy.health: missing field `path`",
+            ),
+            (
+                route("{ upstreams = [\"a:1\"], health = { path = \"/h\", fails = 0 } }"),
+                "scb.toml:5:64: route[0].proxy.health.fails: must be at least 1",
+            ),
+            (
+                route("{ upstreams = [\"a:1\"], retries = 2 }"),
+                "scb.toml:5:32: route[0].proxy.retries: unknown field `retries`",
+            ),
+            (
+                format!(
+                    "{LISTEN}[[route]]\npath = \"/a\"\n\
+                     proxy = {{ upstreams = [\"a:1\"], strip_prefix = true }}\n"
+                ),
+                "scb.toml:5:47: route[0].proxy.strip_prefix: only a `prefix` route has a prefix",
+            ),
+            (
+                format!(
+                    "{LISTEN}[[route]]\nprefix = \"/a/\"\nrespond = {{}}\n\
+                     proxy = {{ upstreams = [\"a:1\"] }}\n"
+                ),
+                "scb.toml:6:9: route[0].proxy: a route has exactly one handler: `respond` or `proxy`",
+            ),
+        ];
+        let mismatches: Vec<_> = cases
+            .iter()
+            .map(|(source, want)| (error(source), want, source))
+            .filter(|(got, want, _)| !got.contains(*want))
+            .map(|(got, want, source)| format!(" got: {got}\nwant: {want}…\n  in:\n{source}"))
+            .collect();
+        assert!(mismatches.is_empty(), "\n{}", mismatches.join("\n"));
     }
 
     #[test]

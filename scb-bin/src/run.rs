@@ -2,13 +2,14 @@
 //! shut them down gracefully on SIGTERM or SIGINT.
 
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use scb_core::server::{Server, ServerHandle, WorkerInfo, shutdown_signal};
 
-use crate::plan::Plan;
+use crate::plan::{Plan, RoutePlan};
 use crate::stack;
 
 /// Histogram buckets for request durations, in seconds: from 100 µs (a fixed response or a
@@ -47,6 +48,16 @@ pub(crate) fn run(plan: Plan) -> anyhow::Result<()> {
         .as_ref()
         .map(|_| install_recorder())
         .transpose()?;
+    // A proxy registers its per-upstream metrics when it is built, and the plan built its
+    // proxies before there was a recorder: build them again, into this one.
+    let routes: Arc<[RoutePlan]> = if recorder.is_some() {
+        routes
+            .iter()
+            .map(RoutePlan::with_current_recorder)
+            .collect()
+    } else {
+        routes
+    };
 
     // One stack on this thread first, so that a stack that cannot be built is an error
     // here, not a panic in a worker.
@@ -143,5 +154,6 @@ fn install_recorder() -> anyhow::Result<PrometheusHandle> {
         .install_recorder()
         .context("installing the metrics recorder")?;
     scb_core::metrics::describe();
+    scb_proxy::metrics::describe();
     Ok(handle)
 }

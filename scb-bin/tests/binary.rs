@@ -370,3 +370,72 @@ fn an_unreadable_file_is_403_and_a_missing_one_404() {
     assert_eq!(get(server.addr(), "/absent.txt").status, 404);
     let _ = std::fs::remove_dir_all(&base);
 }
+
+/// A `prefix = "/api/"` route proxying to `upstream` with `strip_prefix = true`.
+fn proxy_config(upstream: std::net::SocketAddr) -> String {
+    format!(
+        "{HELLO}\n[[route]]\nprefix = \"/api/\"\n\
+         proxy = {{ upstreams = [\"{upstream}\"], strip_prefix = true }}\n"
+    )
+}
+
+#[test]
+fn a_proxy_route_forwards_with_the_prefix_stripped_and_the_request_id() {
+    let upstream = support::echo_upstream();
+    let server = Server::start(&proxy_config(upstream));
+
+    let res = get(server.addr(), "/api/users");
+    assert_eq!(res.status, 200, "{}", res.text());
+    let id = res.header("x-request-id").expect("x-request-id");
+    let want = format!(
+        "GET /users HTTP/1.1\nhost: test\nx-forwarded-for: 127.0.0.1\nx-request-id: {id}\n"
+    );
+    assert_eq!(res.text(), want);
+
+    // A client's own valid id goes up as it came.
+    let res = request(
+        server.addr(),
+        "GET /api/users?page=2 HTTP/1.1\r\nHost: example.test\r\nx-request-id: abc-123\r\n\
+         Connection: close\r\n\r\n",
+    );
+    assert_eq!(res.status, 200, "{}", res.text());
+    assert_eq!(res.header("x-request-id"), Some("abc-123"));
+    assert_eq!(
+        res.text(),
+        "GET /users?page=2 HTTP/1.1\nhost: example.test\nx-forwarded-for: 127.0.0.1\n\
+         x-request-id: abc-123\n"
+    );
+
+    // The other routes are untouched.
+    assert_eq!(get(server.addr(), "/respond").text(), "Hello, world!");
+}
+
+#[test]
+fn a_proxy_route_whose_upstream_is_down_answers_502_and_counts_it() {
+    // A port nobody listens on: bound, then closed.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let server = Server::start(&format!("{}{METRICS}", proxy_config(closed)));
+
+    let res = get(server.addr(), "/api/users");
+    assert_eq!(res.status, 502, "{}", res.text());
+    assert!(
+        res.header("x-request-id").is_some_and(|id| !id.is_empty()),
+        "{:?}",
+        res.headers
+    );
+
+    // The per-upstream metrics reach the endpoint: the proxy registered them with the
+    // recorder `scb run` installed, not with none.
+    let scrape = get(server.metrics.expect("metrics address"), "/metrics");
+    let text = scrape.text();
+    let errors = format!(r#"scb_upstream_errors_total{{upstream="{closed}",kind="connect"}}"#);
+    assert!(
+        metric(text, &errors).is_some_and(|n| n >= 1.0),
+        "{errors} in\n{text}"
+    );
+    let api = r#"scb_http_requests_total{route="api",method="GET",status="502"}"#;
+    assert_eq!(metric(text, api), Some(1.0), "{text}");
+}

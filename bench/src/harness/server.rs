@@ -76,7 +76,7 @@ const CAPABILITIES: [(Server, Capabilities); 4] = [
         Capabilities {
             respond: true,
             static_files: true, // issue 4: scb-static
-            proxy: false,       // issue 5: scb-proxy
+            proxy: true,        // issue 5: scb-proxy
             tls_h2: false,      // issue 6: scb-tls
         },
     ),
@@ -257,7 +257,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn scb_serves_respond_and_static_files_until_proxy_and_tls_land() {
+    fn scb_serves_respond_static_files_and_proxy_until_tls_lands() {
         let served: Vec<_> = Scenario::ALL
             .into_iter()
             .filter(|s| Server::Scb.supports(*s))
@@ -268,7 +268,8 @@ mod tests {
                 Scenario::Respond,
                 Scenario::StaticSmall,
                 Scenario::Static1m,
-                Scenario::StaticMany
+                Scenario::StaticMany,
+                Scenario::Proxy
             ]
         );
     }

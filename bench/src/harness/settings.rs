@@ -267,12 +267,15 @@ mod tests {
 
     #[test]
     fn tools_needed_follow_the_capability_table() {
-        // scb alone only serves respond: no TLS tools, no upstream nginx.
+        // scb alone serves respond, static files and proxy: no TLS tools, but the
+        // proxy scenario's upstream nginx; without that scenario, no nginx.
         let exe = std::env::current_exe().unwrap();
         let exe = exe.to_str().unwrap();
         let s = settings(&["--servers", "scb", "--scb", exe]).unwrap();
         assert!(s.needs_wrk());
         assert!(!s.needs_tls());
+        assert!(s.needs_nginx());
+        let s = settings(&["--servers", "scb", "--scb", exe, "--scenarios", "respond"]).unwrap();
         assert!(!s.needs_nginx());
         let s = settings(&["--servers", "caddy", "--scenarios", "proxy"]).unwrap();
         assert!(s.needs_nginx());

@@ -3,12 +3,17 @@
 
 use std::time::Duration;
 
+use http::uri::PathAndQuery;
 use http::{HeaderName, HeaderValue, StatusCode, header};
 use scb_core::respond::Respond;
 use scb_core::server::Limits;
 use toml::Spanned;
 
-use super::{HumanDuration, LimitsConfig, Located, RequestIdConfig, RespondConfig, StaticConfig};
+use super::{
+    ByteSize, HealthConfig, HumanDuration, LimitsConfig, Located, PassiveConfig, ProxyConfig,
+    RequestIdConfig, RespondConfig, StaticConfig, UpstreamConfig,
+};
+use crate::route::ProxySettings;
 
 impl TryFrom<&LimitsConfig> for Limits {
     type Error = Located;
@@ -242,4 +247,242 @@ fn site_file<'a>(value: &'a Spanned<String>, key: &str) -> Result<&'a str, Locat
         return Err(Located::at(value, key, "must name a file beneath root"));
     }
     Ok(name)
+}
+
+/// Tries per request, counting the first: scb-proxy's own ceiling (it clamps, the config
+/// refuses, so that a value is never silently changed).
+const MAX_TRIES: usize = 8;
+
+/// Everything but `strip_prefix`, which needs the route's prefix (see `plan.rs`).
+impl TryFrom<&ProxyConfig> for ProxySettings {
+    type Error = Located;
+
+    fn try_from(config: &ProxyConfig) -> Result<Self, Located> {
+        let upstreams = upstreams(&config.upstreams)?;
+        let balance = balance(config)?;
+        let trusted_proxies = config
+            .trusted_proxies
+            .as_deref()
+            .map(trusted_proxies)
+            .transpose()?;
+        let timeout = |value: Option<&Spanned<HumanDuration>>, key: &str| {
+            value.map(|v| nonzero_duration(v, key)).transpose()
+        };
+        let max_tries = match &config.max_tries {
+            None => None,
+            Some(tries) if (1..=MAX_TRIES).contains(tries.get_ref()) => Some(*tries.get_ref()),
+            Some(tries) => {
+                return Err(Located::at(
+                    tries,
+                    "max_tries",
+                    format_args!("must be from 1 to {MAX_TRIES}"),
+                ));
+            }
+        };
+        let max_response_head = config
+            .max_response_head
+            .as_ref()
+            .map(|head| {
+                let bytes = usize::try_from(head.get_ref().0)
+                    .map_err(|_| Located::at(head, "max_response_head", "too large"))?;
+                nonzero(head, bytes, "max_response_head")
+            })
+            .transpose()?;
+        Ok(Self {
+            upstreams,
+            balance,
+            strip_prefix: None,
+            preserve_host: config.preserve_host,
+            trusted_proxies,
+            connect_timeout: timeout(config.connect_timeout.as_ref(), "connect_timeout")?,
+            response_timeout: timeout(config.response_timeout.as_ref(), "response_timeout")?,
+            idle_timeout: timeout(config.idle_timeout.as_ref(), "idle_timeout")?,
+            try_timeout: timeout(config.try_timeout.as_ref(), "try_timeout")?,
+            // Zero is meaningful here, as in `[limits]`: no request body goes upstream.
+            max_body: config.max_body.map(|ByteSize(bytes)| bytes),
+            max_tries,
+            // Zero too: no connection is kept for reuse.
+            max_idle: config.max_idle,
+            pool_idle_timeout: timeout(config.pool_idle_timeout.as_ref(), "pool_idle_timeout")?,
+            max_response_head,
+            passive: config
+                .passive
+                .as_ref()
+                .map(|p| scb_proxy::PassiveHealth::try_from(p).map_err(|e| e.within("passive")))
+                .transpose()?,
+            active: config
+                .health
+                .as_ref()
+                .map(|h| scb_proxy::ActiveHealth::try_from(h).map_err(|e| e.within("health")))
+                .transpose()?,
+        })
+    }
+}
+
+fn upstreams(
+    list: &Spanned<Vec<Spanned<UpstreamConfig>>>,
+) -> Result<Vec<scb_proxy::Upstream>, Located> {
+    if list.get_ref().is_empty() {
+        return Err(Located::at(
+            list,
+            "upstreams",
+            "at least one upstream is required",
+        ));
+    }
+    list.get_ref()
+        .iter()
+        .enumerate()
+        .map(|(i, entry)| {
+            let key = format!("upstreams[{i}]");
+            match entry.get_ref() {
+                UpstreamConfig::Addr(addr) => {
+                    scb_proxy::Upstream::new(addr).map_err(|e| Located::at(entry, key, e))
+                }
+                UpstreamConfig::Weighted(w) => {
+                    let upstream = scb_proxy::Upstream::new(w.addr.get_ref())
+                        .map_err(|e| Located::at(&w.addr, format!("{key}.addr"), e))?;
+                    match &w.weight {
+                        None => Ok(upstream),
+                        // The builder would take 0 as 1; a config that says 0 likely means
+                        // "off", which is not what it would get.
+                        Some(weight) if *weight.get_ref() == 0 => Err(Located::at(
+                            weight,
+                            format!("{key}.weight"),
+                            "must be at least 1 (remove the upstream to take it out)",
+                        )),
+                        Some(weight) => Ok(upstream.weight(*weight.get_ref())),
+                    }
+                }
+            }
+        })
+        .collect()
+}
+
+fn balance(config: &ProxyConfig) -> Result<scb_proxy::Balance, Located> {
+    use scb_proxy::{Balance, HashKey};
+
+    let policy = match &config.balance {
+        None => Balance::default(),
+        Some(balance) => match balance.get_ref().as_str() {
+            "round_robin" => Balance::RoundRobin,
+            "least_conn" => Balance::LeastConn,
+            "random_two" => Balance::RandomTwo,
+            "hash" => Balance::Hash(match &config.hash_key {
+                None => HashKey::ClientIp,
+                Some(key) => hash_key(key)?,
+            }),
+            _ => {
+                return Err(Located::at(
+                    balance,
+                    "balance",
+                    "must be \"round_robin\", \"least_conn\", \"random_two\" or \"hash\"",
+                ));
+            }
+        },
+    };
+    if let Some(key) = &config.hash_key
+        && !matches!(policy, Balance::Hash(_))
+    {
+        return Err(Located::at(
+            key,
+            "hash_key",
+            "is only used with balance = \"hash\"",
+        ));
+    }
+    Ok(policy)
+}
+
+/// `client_ip` or `header:NAME`.
+fn hash_key(key: &Spanned<String>) -> Result<scb_proxy::HashKey, Located> {
+    let value = key.get_ref();
+    if value == "client_ip" {
+        return Ok(scb_proxy::HashKey::ClientIp);
+    }
+    let Some(name) = value.strip_prefix("header:") else {
+        return Err(Located::at(
+            key,
+            "hash_key",
+            "must be \"client_ip\" or \"header:NAME\"",
+        ));
+    };
+    HeaderName::from_bytes(name.as_bytes())
+        .map(scb_proxy::HashKey::Header)
+        .map_err(|_| {
+            Located::at(
+                key,
+                "hash_key",
+                format_args!("invalid header name {name:?}"),
+            )
+        })
+}
+
+/// Each entry a network (`10.0.0.0/8`) or an address; an error names the first bad one.
+fn trusted_proxies(entries: &[Spanned<String>]) -> Result<scb_proxy::TrustedProxies, Located> {
+    scb_proxy::TrustedProxies::new(entries.iter().map(|e| e.get_ref().as_str())).map_err(|bad| {
+        let (i, entry) = entries
+            .iter()
+            .enumerate()
+            .find(|(_, e)| *e.get_ref() == bad)
+            .expect("the bad entry is one of the entries");
+        Located::at(
+            entry,
+            format!("trusted_proxies[{i}]"),
+            format_args!("{bad:?} is neither a network (10.0.0.0/8) nor an address"),
+        )
+    })
+}
+
+impl TryFrom<&PassiveConfig> for scb_proxy::PassiveHealth {
+    type Error = Located;
+
+    fn try_from(config: &PassiveConfig) -> Result<Self, Located> {
+        let mut passive = Self::default();
+        if let Some(max_fails) = config.max_fails {
+            passive.max_fails = max_fails;
+        }
+        if let Some(timeout) = &config.fail_timeout {
+            passive.fail_timeout = nonzero_duration(timeout, "fail_timeout")?;
+        }
+        Ok(passive)
+    }
+}
+
+impl TryFrom<&HealthConfig> for scb_proxy::ActiveHealth {
+    type Error = Located;
+
+    fn try_from(config: &HealthConfig) -> Result<Self, Located> {
+        let path = &config.path;
+        if !path.get_ref().starts_with('/') {
+            return Err(Located::at(path, "path", "must start with '/'"));
+        }
+        if path.get_ref().contains('#') || path.get_ref().parse::<PathAndQuery>().is_err() {
+            return Err(Located::at(
+                path,
+                "path",
+                "must be a URI path and query (no spaces or fragment)",
+            ));
+        }
+        let mut active = Self::new(path.get_ref().clone());
+        if let Some(interval) = &config.interval {
+            active.interval = nonzero_duration(interval, "interval")?;
+        }
+        if let Some(timeout) = &config.timeout {
+            active.timeout = nonzero_duration(timeout, "timeout")?;
+        }
+        // The proxy takes 0 as 1; refused here so that the file says what happens.
+        if let Some(passes) = &config.passes {
+            active.passes = nonzero_count(passes, "passes")?;
+        }
+        if let Some(fails) = &config.fails {
+            active.fails = nonzero_count(fails, "fails")?;
+        }
+        Ok(active)
+    }
+}
+
+fn nonzero_count(value: &Spanned<u32>, key: &str) -> Result<u32, Located> {
+    match *value.get_ref() {
+        0 => Err(Located::at(value, key, "must be at least 1")),
+        n => Ok(n),
+    }
 }

@@ -103,9 +103,8 @@ pub(crate) struct ListenConfig {
     pub(crate) addr: Spanned<SocketAddr>,
 }
 
-/// One `[[route]]`: a name, exactly one of `path` and `prefix`, and exactly one handler.
-///
-/// Later handlers (`proxy`) are further `Option` fields next to `respond` and `static`.
+/// One `[[route]]`: a name, exactly one of `path` and `prefix`, and exactly one handler
+/// (`respond`, `static` or `proxy`).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RouteConfig {
@@ -119,6 +118,8 @@ pub(crate) struct RouteConfig {
     /// `static = { ... }`: files beneath a directory.
     #[serde(rename = "static")]
     pub(crate) static_files: Option<Spanned<StaticConfig>>,
+    /// `proxy = { ... }`: forwarded to upstream servers.
+    pub(crate) proxy: Option<Spanned<ProxyConfig>>,
 }
 
 /// `static = { ... }`: the files beneath `root`. The request path is looked up beneath the
@@ -161,6 +162,112 @@ pub(crate) struct StaticConfig {
 pub(crate) struct CacheRuleConfig {
     pub(crate) glob: String,
     pub(crate) value: String,
+}
+
+/// `proxy = { ... }`: a reverse proxy to `upstreams`. Every key but `upstreams` is
+/// optional; absent means scb-proxy's default (see `config/example.toml`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ProxyConfig {
+    /// `"host:port"` or `{ addr = "host:port", weight = 2 }`; at least one.
+    pub(crate) upstreams: Spanned<Vec<Spanned<UpstreamConfig>>>,
+    /// `round_robin`, `least_conn`, `random_two` or `hash`.
+    pub(crate) balance: Option<Spanned<String>>,
+    /// With `balance = "hash"`: `client_ip` (absent) or `header:NAME`.
+    pub(crate) hash_key: Option<Spanned<String>>,
+    /// Strip the route's `prefix` from the path sent upstream (only on a `prefix` route).
+    pub(crate) strip_prefix: Option<Spanned<bool>>,
+    /// Send the client's `Host` (true) or the upstream's `host:port`.
+    pub(crate) preserve_host: Option<bool>,
+    /// Networks whose `X-Forwarded-*` fields are kept and appended to.
+    pub(crate) trusted_proxies: Option<Vec<Spanned<String>>>,
+    pub(crate) connect_timeout: Option<Spanned<HumanDuration>>,
+    pub(crate) response_timeout: Option<Spanned<HumanDuration>>,
+    pub(crate) idle_timeout: Option<Spanned<HumanDuration>>,
+    pub(crate) try_timeout: Option<Spanned<HumanDuration>>,
+    /// Largest request body passed upstream.
+    pub(crate) max_body: Option<ByteSize>,
+    /// Tries per request, counting the first: 1 to 8.
+    pub(crate) max_tries: Option<Spanned<usize>>,
+    /// Idle keep-alive connections kept per upstream and worker.
+    pub(crate) max_idle: Option<usize>,
+    pub(crate) pool_idle_timeout: Option<Spanned<HumanDuration>>,
+    /// Largest upstream response head.
+    pub(crate) max_response_head: Option<Spanned<ByteSize>>,
+    /// `passive = { max_fails = 3, fail_timeout = "10s" }`.
+    pub(crate) passive: Option<PassiveConfig>,
+    /// `health = { path = "/healthz", ... }`: active health checks; absent means none.
+    pub(crate) health: Option<HealthConfig>,
+}
+
+/// One entry of `upstreams`: a bare `"host:port"`, or a table with a weight.
+#[derive(Debug)]
+pub(crate) enum UpstreamConfig {
+    /// `"host:port"`, weight 1.
+    Addr(String),
+    /// `{ addr = "host:port", weight = 2 }`.
+    Weighted(WeightedUpstreamConfig),
+}
+
+/// `{ addr = "host:port", weight = 2 }`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct WeightedUpstreamConfig {
+    pub(crate) addr: Spanned<String>,
+    /// Absent means 1.
+    pub(crate) weight: Option<Spanned<u32>>,
+}
+
+/// Deserialized by hand rather than `#[serde(untagged)]`: an untagged enum buffers the
+/// value and reports only "did not match any variant", losing the unknown key or bad type
+/// inside a table (and its position) that the table's own deserializer names.
+impl<'de> Deserialize<'de> for UpstreamConfig {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = UpstreamConfig;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("\"host:port\" or { addr = \"host:port\", weight = N }")
+            }
+
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<UpstreamConfig, E> {
+                Ok(UpstreamConfig::Addr(s.to_owned()))
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<UpstreamConfig, A::Error> {
+                WeightedUpstreamConfig::deserialize(serde::de::value::MapAccessDeserializer::new(
+                    map,
+                ))
+                .map(UpstreamConfig::Weighted)
+            }
+        }
+        deserializer.deserialize_any(V)
+    }
+}
+
+/// `passive = { ... }`: upstreams whose tries keep failing are skipped for a while.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct PassiveConfig {
+    /// Failed tries in a row that take an upstream out; 0 turns passive health off.
+    pub(crate) max_fails: Option<u32>,
+    /// How long it stays out.
+    pub(crate) fail_timeout: Option<Spanned<HumanDuration>>,
+}
+
+/// `health = { ... }`: a `GET path` to every upstream every `interval`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct HealthConfig {
+    pub(crate) path: Spanned<String>,
+    pub(crate) interval: Option<Spanned<HumanDuration>>,
+    pub(crate) timeout: Option<Spanned<HumanDuration>>,
+    pub(crate) passes: Option<Spanned<u32>>,
+    pub(crate) fails: Option<Spanned<u32>>,
 }
 
 /// `respond = { ... }`: a fixed response.

@@ -313,3 +313,60 @@ pub(crate) fn metric(scrape: &str, series: &str) -> Option<f64> {
         Some(value.trim().parse().expect("numeric sample"))
     })
 }
+
+/// A tiny upstream for proxy tests: a thread answering every request, one per
+/// connection, with `200 OK` and a body echoing what it received:
+///
+/// ```text
+/// GET /users HTTP/1.1
+/// host: test
+/// x-forwarded-for: 127.0.0.1
+/// x-request-id: 5c1f...
+/// ```
+///
+/// (a header line for each of those three, `-` when absent). The thread lives as long as
+/// the test process.
+pub(crate) fn echo_upstream() -> SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("binding the upstream");
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { continue };
+            // A broken connection fails the test through the proxy's answer, not here.
+            let _ = echo_one(stream);
+        }
+    });
+    addr
+}
+
+fn echo_one(mut stream: TcpStream) -> std::io::Result<()> {
+    stream.set_read_timeout(Some(TIMEOUT))?;
+    let mut reader = BufReader::new(stream.try_clone()?);
+    let mut request_line = String::new();
+    reader.read_line(&mut request_line)?;
+    let mut headers = Vec::new();
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line)? == 0 || line == "\r\n" {
+            break;
+        }
+        if let Some((name, value)) = line.split_once(':') {
+            headers.push((name.trim().to_ascii_lowercase(), value.trim().to_owned()));
+        }
+    }
+    let mut body = format!("{}\n", request_line.trim_end());
+    for name in ["host", "x-forwarded-for", "x-request-id"] {
+        let value = headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map_or("-", |(_, v)| v.as_str());
+        body.push_str(&format!("{name}: {value}\n"));
+    }
+    write!(
+        stream,
+        "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n{body}",
+        body.len()
+    )?;
+    stream.flush()
+}
