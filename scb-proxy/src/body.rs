@@ -4,6 +4,7 @@
 
 use std::future::Future as _;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
@@ -12,6 +13,9 @@ use http_body::{Frame, SizeHint};
 use pin_project_lite::pin_project;
 use scb_core::BoxError;
 use tokio::time::{Instant, Sleep};
+
+use crate::metrics::ErrorKind;
+use crate::upstream::UpstreamState;
 
 /// A body went longer than its idle timeout without a frame.
 #[derive(Debug, thiserror::Error)]
@@ -35,6 +39,8 @@ pin_project! {
         // Bytes still allowed; `None` for no limit.
         remaining: Option<u64>,
         limit: u64,
+        // For an upstream's response body: whose error counter a failure increments.
+        upstream: Option<(Arc<[UpstreamState]>, usize)>,
     }
 }
 
@@ -46,7 +52,14 @@ impl<B> Guarded<B> {
             sleep: None,
             remaining: limit,
             limit: limit.unwrap_or(u64::MAX),
+            upstream: None,
         }
+    }
+
+    /// Counts a failure of this body as a `body` error of `upstreams[index]`.
+    pub(crate) fn counted(mut self, upstreams: &Arc<[UpstreamState]>, index: usize) -> Self {
+        self.upstream = Some((Arc::clone(upstreams), index));
+        self
     }
 }
 
@@ -59,6 +72,31 @@ where
     type Error = BoxError;
 
     fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let polled = self.as_mut().poll_guarded(cx);
+        if let (Poll::Ready(Some(Err(_))), Some((upstreams, index))) = (&polled, &self.upstream) {
+            upstreams[*index].metrics.error(ErrorKind::Body);
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl<B> Guarded<B>
+where
+    B: http_body::Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
+    fn poll_guarded(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
@@ -91,14 +129,6 @@ where
                 Poll::Ready(Some(Err(IdleTimeout(idle).into())))
             }
         }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
     }
 }
 

@@ -21,6 +21,7 @@ use http::uri::{Authority, PathAndQuery};
 use ipnet::IpNet;
 
 /// The hop-by-hop fields removed in both directions, besides those `Connection` names.
+/// `Connection` first: [`strip_hop_by_hop`] reads bit 0 as "has `Connection`".
 const HOP_BY_HOP: [HeaderName; 7] = [
     header::CONNECTION,
     HeaderName::from_static("keep-alive"),
@@ -37,14 +38,27 @@ const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host")
 
 /// Removes the hop-by-hop fields, and those `Connection` names, from `headers`.
 pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    if let Some(named) = connection_tokens(headers) {
+    // One pass over the names, with no hashing, finds which are there (most messages
+    // carry none, or only `Connection`); only those are removed. Seven `contains_key`
+    // probes per message were 2k instructions of a proxied request.
+    let mut found = 0u8;
+    for name in headers.keys() {
+        if let Some(i) = HOP_BY_HOP.iter().position(|hop| hop == name) {
+            found |= 1 << i;
+        }
+    }
+    if found == 0 {
+        return;
+    }
+    if found & 1 != 0
+        && let Some(named) = connection_tokens(headers)
+    {
         for name in named {
             headers.remove(name);
         }
     }
-    for name in &HOP_BY_HOP {
-        // `remove` on an absent name is a hash and a probe; most requests carry none.
-        if headers.contains_key(name) {
+    for (i, name) in HOP_BY_HOP.iter().enumerate() {
+        if found & (1 << i) != 0 {
             headers.remove(name);
         }
     }
@@ -124,34 +138,63 @@ pub(crate) struct Hop<'a> {
 /// Sets `X-Forwarded-For`, `-Proto` and `-Host` on a request's `headers`.
 pub(crate) fn add_forwarded(headers: &mut HeaderMap, hop: Hop<'_>) {
     let trusted = hop.client.is_some_and(|ip| hop.trusted.trusts(ip));
-    if !trusted {
-        headers.remove(&X_FORWARDED_PROTO);
-        headers.remove(&X_FORWARDED_HOST);
-    }
-    if let Some(ip) = hop.client {
-        let ip = ip.to_canonical();
-        let prior = if trusted {
-            joined(headers.get_all(&X_FORWARDED_FOR))
-        } else {
-            None
-        };
-        let value = match prior {
-            Some(prior) => format!("{prior}, {ip}"),
-            None => ip.to_string(),
-        };
-        if let Ok(value) = HeaderValue::try_from(value) {
-            headers.insert(X_FORWARDED_FOR, value);
+    match hop.client {
+        Some(ip) => {
+            let ip = ip.to_canonical();
+            let prior = trusted
+                .then(|| joined(headers.get_all(&X_FORWARDED_FOR)))
+                .flatten();
+            let mut value = prior.map(|prior| prior + ", ").unwrap_or_default();
+            push_ip(&mut value, ip);
+            if let Ok(value) = HeaderValue::try_from(value) {
+                headers.insert(X_FORWARDED_FOR, value);
+            }
         }
-    } else if !trusted {
-        headers.remove(&X_FORWARDED_FOR);
+        None if !trusted => {
+            headers.remove(&X_FORWARDED_FOR);
+        }
+        None => {}
     }
-    if !headers.contains_key(&X_FORWARDED_PROTO) {
+    let host = headers.get(header::HOST).cloned();
+    if trusted {
+        headers
+            .entry(X_FORWARDED_PROTO)
+            .or_insert(HeaderValue::from_static(hop.proto));
+        if let Some(host) = host {
+            headers.entry(X_FORWARDED_HOST).or_insert(host);
+        }
+    } else {
+        // `insert` replaces whatever the client claimed.
         headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(hop.proto));
+        match host {
+            Some(host) => headers.insert(X_FORWARDED_HOST, host),
+            None => headers.remove(&X_FORWARDED_HOST),
+        };
     }
-    if !headers.contains_key(&X_FORWARDED_HOST)
-        && let Some(host) = headers.get(header::HOST).cloned()
-    {
-        headers.insert(X_FORWARDED_HOST, host);
+}
+
+/// Appends `ip` in its usual text form. IPv4 by hand: `Display` goes through the
+/// formatting machinery, over a thousand instructions per request for four numbers.
+fn push_ip(out: &mut String, ip: IpAddr) {
+    match ip {
+        IpAddr::V4(v4) => {
+            for (i, octet) in v4.octets().into_iter().enumerate() {
+                if i > 0 {
+                    out.push('.');
+                }
+                if octet >= 100 {
+                    out.push(char::from(b'0' + octet / 100));
+                }
+                if octet >= 10 {
+                    out.push(char::from(b'0' + octet / 10 % 10));
+                }
+                out.push(char::from(b'0' + octet % 10));
+            }
+        }
+        IpAddr::V6(v6) => {
+            use std::fmt::Write as _;
+            let _ = write!(out, "{v6}");
+        }
     }
 }
 
@@ -318,6 +361,22 @@ mod tests {
         };
         add_forwarded(&mut h, hop);
         assert_eq!(h["x-forwarded-for"], "1.2.3.4, 10.0.0.1");
+    }
+
+    #[test]
+    fn addresses_are_written_in_their_usual_form() {
+        for ip in [
+            "0.0.0.0",
+            "1.2.3.4",
+            "10.200.9.255",
+            "192.168.100.10",
+            "::1",
+            "2001:db8::7",
+        ] {
+            let mut out = String::new();
+            push_ip(&mut out, ip.parse().unwrap());
+            assert_eq!(out, ip);
+        }
     }
 
     #[test]

@@ -22,6 +22,9 @@
 //! # }
 //! ```
 //!
+//! [`ReverseProxyLayer`] puts the proxy in front of another service for the requests under
+//! a path prefix.
+//!
 //! What it does, and where:
 //!
 //! - **Pools**: keep-alive connections per upstream, per worker
@@ -54,6 +57,7 @@ mod builder;
 mod error;
 mod forward;
 mod health;
+pub mod layer;
 pub mod metrics;
 mod pool;
 mod service;
@@ -64,5 +68,6 @@ pub use builder::{BuildError, ReverseProxyBuilder};
 pub use error::ProxyError;
 pub use forward::TrustedProxies;
 pub use health::{ActiveHealth, PassiveHealth};
+pub use layer::{ReverseProxyLayer, ReverseProxyOr};
 pub use service::{ClientIp, ResponseFuture, ReverseProxy};
 pub use upstream::{InvalidUpstream, Upstream};

@@ -328,7 +328,10 @@ impl ReverseProxy {
         let body = if body.is_end_stream() {
             Body::empty()
         } else {
-            Body::new(Guarded::new(body, self.shared.config.idle_timeout, None))
+            Body::new(
+                Guarded::new(body, self.shared.config.idle_timeout, None)
+                    .counted(&self.shared.upstreams, index),
+            )
         };
         Ok(Response::from_parts(parts, body))
     }
