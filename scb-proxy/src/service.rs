@@ -151,13 +151,13 @@ impl ReverseProxy {
         let client_upgrade = upgrade.is_some().then(|| hyper::upgrade::on(&mut req));
 
         let (mut parts, body) = req.into_parts();
-        let client = parts
-            .extensions
-            .get::<ConnectInfo>()
+        let connect = parts.extensions.get::<ConnectInfo>();
+        let secure = connect.is_some_and(|info| info.secure);
+        let client = connect
             .map(|info| info.remote.ip())
             .or_else(|| parts.extensions.get::<ClientIp>().map(|ip| ip.0));
         let key = shared.balancer.key(&parts.headers, client);
-        prepare(&mut parts, config, client, upgrade);
+        prepare(&mut parts, config, client, secure, upgrade);
         let body_empty = body.is_end_stream();
         let body = if body_empty {
             Body::empty()
@@ -343,6 +343,7 @@ fn prepare(
     parts: &mut Parts,
     config: &Config,
     client: Option<std::net::IpAddr>,
+    secure: bool,
     upgrade: Option<HeaderValue>,
 ) {
     parts.uri = Uri::from(forward::target(
@@ -361,7 +362,7 @@ fn prepare(
         &mut parts.headers,
         Hop {
             client,
-            proto: "http",
+            proto: if secure { "https" } else { "http" },
             trusted: &config.trusted_proxies,
         },
     );

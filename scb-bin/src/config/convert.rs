@@ -47,8 +47,42 @@ impl TryFrom<&LimitsConfig> for Limits {
         if let Some(value) = config.max_body_bytes {
             limits.max_body_bytes = value.0;
         }
+        if let Some(value) = &config.handshake_timeout {
+            limits.handshake_timeout = nonzero_duration(value, "handshake_timeout")?;
+        }
+        if let Some(value) = &config.h2_max_concurrent_streams {
+            limits.h2_max_concurrent_streams =
+                nonzero(value, *value.get_ref(), "h2_max_concurrent_streams")?;
+        }
+        if let Some(value) = &config.h2_stream_window {
+            limits.h2_stream_window = h2_window(value, "h2_stream_window")?;
+        }
+        if let Some(value) = &config.h2_connection_window {
+            limits.h2_connection_window = h2_window(value, "h2_connection_window")?;
+        }
+        if let Some(value) = &config.h2_max_pending_reset_streams {
+            limits.h2_max_pending_reset_streams =
+                nonzero(value, *value.get_ref(), "h2_max_pending_reset_streams")?;
+        }
+        if let Some(value) = &config.h2_max_local_error_reset_streams {
+            limits.h2_max_local_error_reset_streams =
+                nonzero(value, *value.get_ref(), "h2_max_local_error_reset_streams")?;
+        }
         Ok(limits)
     }
+}
+
+/// An HTTP/2 flow-control window: RFC 9113 allows 65,535 bytes up to 2^31 - 1.
+fn h2_window(value: &Spanned<ByteSize>, key: &str) -> Result<u32, Located> {
+    let bytes = value.get_ref().0;
+    if !(65_535..=0x7fff_ffff).contains(&bytes) {
+        return Err(Located::at(
+            value,
+            key,
+            "must be between 65535 bytes and 2 GiB - 1 (RFC 9113)",
+        ));
+    }
+    Ok(u32::try_from(bytes).unwrap_or(u32::MAX))
 }
 
 /// A zero timeout would fail every request at once; nobody means that.
@@ -61,8 +95,12 @@ fn nonzero_duration(value: &Spanned<HumanDuration>, key: &str) -> Result<Duratio
 }
 
 /// A limit of zero would refuse everything.
-fn nonzero<T>(at: &Spanned<T>, n: usize, key: &str) -> Result<usize, Located> {
-    if n == 0 {
+fn nonzero<T, N: Copy + PartialEq + From<u8>>(
+    at: &Spanned<T>,
+    n: N,
+    key: &str,
+) -> Result<N, Located> {
+    if n == N::from(0) {
         return Err(Located::at(at, key, "must be at least 1"));
     }
     Ok(n)

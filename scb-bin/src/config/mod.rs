@@ -68,6 +68,12 @@ pub(crate) struct LimitsConfig {
     pub(crate) max_headers: Option<Spanned<usize>>,
     pub(crate) max_body_bytes: Option<ByteSize>,
     pub(crate) max_connections: Option<Spanned<usize>>,
+    pub(crate) handshake_timeout: Option<Spanned<HumanDuration>>,
+    pub(crate) h2_max_concurrent_streams: Option<Spanned<u32>>,
+    pub(crate) h2_stream_window: Option<Spanned<ByteSize>>,
+    pub(crate) h2_connection_window: Option<Spanned<ByteSize>>,
+    pub(crate) h2_max_pending_reset_streams: Option<Spanned<usize>>,
+    pub(crate) h2_max_local_error_reset_streams: Option<Spanned<usize>>,
 }
 
 /// `[request_id]`.

@@ -32,6 +32,24 @@ pub struct Limits {
     /// Most open connections per worker; at the limit the worker stops accepting until
     /// one closes (the kernel's listen backlog holds the rest). Defaults to 10,000.
     pub max_connections: usize,
+    /// Deadline for a TLS handshake on a secure listener, from accept. Defaults to 10
+    /// seconds.
+    pub handshake_timeout: Duration,
+    /// Most concurrent streams one HTTP/2 connection may open (each is a task on the
+    /// worker). Defaults to 128, nginx's `http2_max_concurrent_streams`.
+    pub h2_max_concurrent_streams: u32,
+    /// HTTP/2 flow-control window per stream, in bytes: how much request body a client
+    /// may send before the service reads it. Defaults to 1 MiB.
+    pub h2_stream_window: u32,
+    /// HTTP/2 flow-control window per connection, in bytes. Defaults to 2 MiB.
+    pub h2_connection_window: u32,
+    /// Streams an HTTP/2 client may open and reset before the server has accepted them
+    /// (the "rapid reset" attack, CVE-2023-44487); past it the connection gets GOAWAY.
+    /// Defaults to 20.
+    pub h2_max_pending_reset_streams: usize,
+    /// Streams the server itself may reset for a client's protocol errors (malformed
+    /// requests) before it ends the connection. Defaults to 256.
+    pub h2_max_local_error_reset_streams: usize,
 }
 
 impl Default for Limits {
@@ -45,6 +63,12 @@ impl Default for Limits {
             max_headers: 100,
             max_body_bytes: 16 * 1024 * 1024,
             max_connections: 10_000,
+            handshake_timeout: Duration::from_secs(10),
+            h2_max_concurrent_streams: 128,
+            h2_stream_window: 1024 * 1024,
+            h2_connection_window: 2 * 1024 * 1024,
+            h2_max_pending_reset_streams: 20,
+            h2_max_local_error_reset_streams: 256,
         }
     }
 }

@@ -30,6 +30,7 @@
 
 // `pub(crate)` so that `crate::fuzzing` can reach the parsers; nothing outside the crate can.
 pub(crate) mod conn;
+mod handshake;
 mod io;
 mod limits;
 mod shutdown;
@@ -45,6 +46,7 @@ use bytes::Bytes;
 use http::{HeaderName, Request, Response};
 use tower::Service;
 
+pub use handshake::{Handshake, HandshakeFuture, Protocol, SecureIo, Secured};
 pub use limits::Limits;
 pub use shutdown::shutdown_signal;
 
@@ -59,6 +61,9 @@ pub struct ConnectInfo {
     pub remote: SocketAddr,
     /// The address of the listener that accepted the connection.
     pub local: SocketAddr,
+    /// Whether the connection is secured (a listener added with
+    /// [`Server::listen_secure`]): `https` rather than `http`.
+    pub secure: bool,
 }
 
 /// What a worker tells `make_service` about itself.
@@ -77,7 +82,17 @@ pub struct Server {
     grace_period: Duration,
     limits: Limits,
     request_id_header: HeaderName,
-    addrs: Vec<SocketAddr>,
+    addrs: Vec<(SocketAddr, Option<Secure>)>,
+}
+
+/// A listener's handshake.
+#[derive(Clone)]
+pub(crate) struct Secure(pub(crate) Arc<dyn Handshake>);
+
+impl fmt::Debug for Secure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secure")
+    }
 }
 
 impl Default for Server {
@@ -130,7 +145,17 @@ impl Server {
     /// Adds an address to listen on. Port 0 picks a free port (the same one for every
     /// worker); see [`BoundServer::local_addrs`].
     pub fn listen(mut self, addr: SocketAddr) -> Self {
-        self.addrs.push(addr);
+        self.addrs.push((addr, None));
+        self
+    }
+
+    /// Adds an address whose connections are secured by `handshake` (TLS, from
+    /// `scb-tls`) before HTTP is spoken: HTTP/2 when the handshake's ALPN chose it,
+    /// HTTP/1.1 otherwise, with the same limits, service and graceful shutdown as plain
+    /// listeners. A handshake that takes longer than
+    /// [`Limits::handshake_timeout`] closes the connection.
+    pub fn listen_secure(mut self, addr: SocketAddr, handshake: Arc<dyn Handshake>) -> Self {
+        self.addrs.push((addr, Some(Secure(handshake))));
         self
     }
 
@@ -149,15 +174,18 @@ impl Server {
         }
         sys::raise_nofile_limit();
         let mut local_addrs = Vec::with_capacity(self.addrs.len());
-        let mut per_worker: Vec<Vec<std::net::TcpListener>> =
+        let mut per_worker: Vec<Vec<worker::Listener>> =
             (0..self.workers).map(|_| Vec::new()).collect();
-        for addr in &self.addrs {
+        for (addr, secure) in &self.addrs {
             let mut addr = *addr;
             for listeners in &mut per_worker {
                 let listener = worker::reuseport_listener(addr)?;
                 // Port 0: the first bind picks the port, the others must share it.
                 addr = listener.local_addr()?;
-                listeners.push(listener);
+                listeners.push(worker::Listener {
+                    socket: listener,
+                    secure: secure.clone(),
+                });
             }
             local_addrs.push(addr);
         }
@@ -174,7 +202,7 @@ impl Server {
 pub struct BoundServer {
     config: Arc<Server>,
     local_addrs: Vec<SocketAddr>,
-    per_worker: Vec<Vec<std::net::TcpListener>>,
+    per_worker: Vec<Vec<worker::Listener>>,
 }
 
 impl BoundServer {

@@ -35,6 +35,13 @@ pub(super) fn reuseport_listener(addr: SocketAddr) -> std::io::Result<std::net::
     Ok(socket.into())
 }
 
+/// One of a worker's listening sockets, and its handshake if it is secure.
+#[derive(Debug)]
+pub(super) struct Listener {
+    pub(super) socket: std::net::TcpListener,
+    pub(super) secure: Option<super::Secure>,
+}
+
 /// Counts a worker's open connections and wakes whoever waits for a change.
 #[derive(Debug, Default)]
 struct Connections {
@@ -56,7 +63,7 @@ impl Drop for ConnGuard {
 pub(super) fn run<S, B>(
     info: WorkerInfo,
     config: &Server,
-    listeners: Vec<std::net::TcpListener>,
+    listeners: Vec<Listener>,
     shutdown: &Trigger,
     make_service: impl FnOnce(&WorkerInfo) -> S,
 ) where
@@ -88,8 +95,8 @@ pub(super) fn run<S, B>(
 
     local.block_on(&runtime, async {
         let svc = make_service(&info);
-        for listener in listeners {
-            let listener = match TcpListener::from_std(listener) {
+        for Listener { socket, secure } in listeners {
+            let listener = match TcpListener::from_std(socket) {
                 Ok(l) => l,
                 Err(e) => {
                     tracing::error!(worker = info.index, error = %e, "cannot register listener");
@@ -98,6 +105,7 @@ pub(super) fn run<S, B>(
             };
             tokio::task::spawn_local(accept_loop(
                 listener,
+                secure,
                 svc.clone(),
                 Rc::clone(&ctx),
                 Rc::clone(&connections),
@@ -127,6 +135,7 @@ pub(super) fn run<S, B>(
 
 async fn accept_loop<S, B>(
     listener: TcpListener,
+    secure: Option<super::Secure>,
     svc: S,
     ctx: Rc<ConnCtx>,
     connections: Rc<Connections>,
@@ -164,9 +173,15 @@ async fn accept_loop<S, B>(
                 let guard = ConnGuard(Rc::clone(&connections));
                 let svc = svc.clone();
                 let ctx = Rc::clone(&ctx);
+                let secure = secure.clone();
                 tokio::task::spawn_local(async move {
                     let _guard = guard;
-                    conn::serve(stream, remote, local, svc, ctx).await;
+                    match secure {
+                        None => conn::serve(stream, remote, local, svc, ctx).await,
+                        Some(secure) => {
+                            conn::serve_secure(stream, remote, local, &*secure.0, svc, ctx).await;
+                        }
+                    }
                 });
             }
             Err(e) => {

@@ -360,6 +360,7 @@ pub(crate) fn get_from(path: &str, client: SocketAddr) -> Request<Body> {
     req.extensions_mut().insert(ConnectInfo {
         remote: client,
         local: "127.0.0.1:80".parse().unwrap(),
+        secure: false,
     });
     req
 }

@@ -1,4 +1,5 @@
-//! The hand-off to hyper: HTTP/2 with prior knowledge (h2c) and HTTP/1.1 upgrades.
+//! The hand-off to hyper: HTTP/2 with prior knowledge (h2c), HTTP/1.1 upgrades, and every
+//! connection of a secure (TLS) listener.
 //!
 //! hyper runs on the worker's own thread: its HTTP/2 stream tasks are spawned with
 //! `spawn_local`, so services need not be `Send`.
@@ -15,19 +16,15 @@ use http_body::{Body as _, Frame, SizeHint};
 use http_body_util::Either;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::time::Instant;
 use tower::Service;
 
 use super::body::BodyError;
 use super::{ConnCtx, call_service, error_response};
 use crate::server::ConnectInfo;
-use crate::server::io::{Activity, Rewind, TimedIo};
+use crate::server::io::{Activity, TimedIo};
 use crate::{Body, BoxError};
-
-/// Most concurrent streams one HTTP/2 client may open; hyper's default is unbounded-ish,
-/// and each stream is a task on this worker.
-const H2_MAX_CONCURRENT_STREAMS: u32 = 256;
 
 /// Spawns hyper's HTTP/2 stream tasks on the current worker thread.
 #[derive(Clone, Copy, Debug)]
@@ -42,12 +39,9 @@ where
     }
 }
 
-pub(crate) async fn serve_h2<S, B>(
-    io: Rewind<TcpStream>,
-    info: ConnectInfo,
-    svc: S,
-    ctx: &Rc<ConnCtx>,
-) where
+pub(crate) async fn serve_h2<I, S, B>(io: I, info: ConnectInfo, svc: S, ctx: &Rc<ConnCtx>)
+where
+    I: AsyncRead + AsyncWrite + Unpin + 'static,
     S: Service<Request<Body>, Response = Response<B>> + Clone + 'static,
     S::Error: Into<BoxError>,
     S::Future: 'static,
@@ -60,8 +54,12 @@ pub(crate) async fn serve_h2<S, B>(
     let io = TimedIo::new(io, limits.send_timeout, activity.clone());
     let conn = hyper::server::conn::http2::Builder::new(LocalExec)
         .timer(TokioTimer::new())
-        .max_concurrent_streams(H2_MAX_CONCURRENT_STREAMS)
+        .max_concurrent_streams(limits.h2_max_concurrent_streams)
         .max_header_list_size(max_header_list)
+        .initial_stream_window_size(limits.h2_stream_window)
+        .initial_connection_window_size(limits.h2_connection_window)
+        .max_pending_accept_reset_streams(limits.h2_max_pending_reset_streams)
+        .max_local_error_reset_streams(limits.h2_max_local_error_reset_streams)
         .serve_connection(TokioIo::new(io), adapter(svc, info, ctx));
     let mut conn = pin!(conn);
     let result = tokio::select! {
@@ -76,12 +74,9 @@ pub(crate) async fn serve_h2<S, B>(
     }
 }
 
-pub(crate) async fn serve_h1<S, B>(
-    io: Rewind<TcpStream>,
-    info: ConnectInfo,
-    svc: S,
-    ctx: &Rc<ConnCtx>,
-) where
+pub(crate) async fn serve_h1<I, S, B>(io: I, info: ConnectInfo, svc: S, ctx: &Rc<ConnCtx>)
+where
+    I: AsyncRead + AsyncWrite + Send + Unpin + 'static,
     S: Service<Request<Body>, Response = Response<B>> + Clone + 'static,
     S::Error: Into<BoxError>,
     S::Future: 'static,

@@ -19,7 +19,7 @@ use tokio::net::TcpStream;
 use tower::Service;
 
 use super::shutdown::Trigger;
-use super::{ConnectInfo, Limits};
+use super::{ConnectInfo, Handshake, Limits, Protocol};
 use crate::{Body, BoxError};
 
 /// What every connection of one worker shares.
@@ -44,12 +44,60 @@ pub(crate) async fn serve<S, B>(
     B: http_body::Body<Data = Bytes> + 'static,
     B::Error: Into<BoxError>,
 {
-    let info = ConnectInfo { remote, local };
+    let info = ConnectInfo {
+        remote,
+        local,
+        secure: false,
+    };
     match h1::serve(stream, info, svc.clone(), &ctx).await {
         Ok(h1::Outcome::Closed) => {}
         Ok(h1::Outcome::Http2(io)) => hyper::serve_h2(io, info, svc, &ctx).await,
         Ok(h1::Outcome::Upgrade(io)) => hyper::serve_h1(io, info, svc, &ctx).await,
         Err(e) => tracing::debug!(peer = %remote, error = %e, "connection ended with an error"),
+    }
+}
+
+/// Serves one connection of a secure listener: the handshake (bounded by the handshake
+/// timeout), then HTTP/2 or HTTP/1.1 through hyper, as ALPN chose.
+pub(crate) async fn serve_secure<S, B>(
+    stream: TcpStream,
+    remote: SocketAddr,
+    local: SocketAddr,
+    handshake: &dyn Handshake,
+    svc: S,
+    ctx: Rc<ConnCtx>,
+) where
+    S: Service<Request<Body>, Response = Response<B>> + Clone + 'static,
+    S::Error: Into<BoxError>,
+    S::Future: 'static,
+    B: http_body::Body<Data = Bytes> + 'static,
+    B::Error: Into<BoxError>,
+{
+    let handshake = handshake.handshake(stream);
+    let secured = tokio::select! {
+        biased;
+        () = ctx.shutdown.fired() => return,
+        r = tokio::time::timeout(ctx.limits.handshake_timeout, handshake) => r,
+    };
+    let secured = match secured {
+        Ok(Ok(secured)) => secured,
+        Ok(Err(e)) => {
+            tracing::debug!(peer = %remote, error = %e, "handshake failed");
+            return;
+        }
+        Err(_) => {
+            tracing::debug!(peer = %remote, "handshake timed out");
+            return;
+        }
+    };
+    let info = ConnectInfo {
+        remote,
+        local,
+        secure: true,
+    };
+    match secured.protocol {
+        Protocol::Http2 => hyper::serve_h2(secured.io, info, svc, &ctx).await,
+        Protocol::Http1 => hyper::serve_h1(secured.io, info, svc, &ctx).await,
     }
 }
 

@@ -1,0 +1,59 @@
+//! The hook a TLS implementation plugs into: [`Handshake`] turns an accepted TCP
+//! connection into the stream HTTP is spoken on.
+//!
+//! scb-core names no TLS library (the dependency runs the other way: `scb-tls` implements
+//! this trait with rustls). A listener added with
+//! [`Server::listen_secure`](super::Server::listen_secure) runs the handshake on the
+//! worker, bounded by [`Limits::handshake_timeout`](super::Limits::handshake_timeout),
+//! then serves HTTP/2 when ALPN chose `h2` and HTTP/1.1 otherwise, both through hyper
+//! (there is no `sendfile` through TLS: file bodies are read and encrypted).
+
+use std::fmt;
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
+
+/// A byte stream HTTP can be spoken on, of whatever type the handshake produced.
+pub trait SecureIo: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
+
+impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> SecureIo for T {}
+
+/// The protocol the handshake agreed on (ALPN).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    /// HTTP/2 (`h2`).
+    Http2,
+    /// HTTP/1.1 (`http/1.1`, or no ALPN at all).
+    Http1,
+}
+
+/// A finished handshake.
+pub struct Secured {
+    /// The stream to speak HTTP on.
+    pub io: Box<dyn SecureIo>,
+    /// What ALPN chose.
+    pub protocol: Protocol,
+}
+
+impl fmt::Debug for Secured {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Secured")
+            .field("protocol", &self.protocol)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The future of a [`Handshake`].
+pub type HandshakeFuture = Pin<Box<dyn Future<Output = io::Result<Secured>> + Send>>;
+
+/// Turns an accepted TCP connection into a secured stream (a TLS handshake).
+///
+/// One value serves every worker (`Send + Sync`); it may change what later handshakes
+/// use (a certificate reload) while earlier connections keep what they got.
+pub trait Handshake: Send + Sync + 'static {
+    /// Runs the handshake on `tcp`. The server bounds it with its handshake timeout.
+    fn handshake(&self, tcp: TcpStream) -> HandshakeFuture;
+}
