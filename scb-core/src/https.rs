@@ -216,12 +216,24 @@ where
 #[derive(Clone, Debug)]
 pub struct HstsLayer {
     value: HeaderValue,
+    listeners: Option<Arc<[SocketAddr]>>,
 }
 
 impl HstsLayer {
     /// The header with `value`, e.g. `max-age=31536000; includeSubDomains`.
     pub fn new(value: HeaderValue) -> Self {
-        Self { value }
+        Self {
+            value,
+            listeners: None,
+        }
+    }
+
+    /// Adds the header only to responses to requests that arrived on these listener
+    /// addresses ([`ConnectInfo::local`]). Defaults to every secure request.
+    #[must_use]
+    pub fn only_on(mut self, listeners: impl IntoIterator<Item = SocketAddr>) -> Self {
+        self.listeners = Some(listeners.into_iter().collect());
+        self
     }
 }
 
@@ -231,7 +243,7 @@ impl<S> Layer<S> for HstsLayer {
     fn layer(&self, inner: S) -> Hsts<S> {
         Hsts {
             inner,
-            value: self.value.clone(),
+            layer: self.clone(),
         }
     }
 }
@@ -240,7 +252,7 @@ impl<S> Layer<S> for HstsLayer {
 #[derive(Clone, Debug)]
 pub struct Hsts<S> {
     inner: S,
-    value: HeaderValue,
+    layer: HstsLayer,
 }
 
 impl<S, B, ResB> Service<Request<B>> for Hsts<S>
@@ -256,13 +268,17 @@ where
     }
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
-        let secure = req
-            .extensions()
-            .get::<ConnectInfo>()
-            .is_some_and(|info| info.secure);
+        let applies = req.extensions().get::<ConnectInfo>().is_some_and(|info| {
+            info.secure
+                && self
+                    .layer
+                    .listeners
+                    .as_ref()
+                    .is_none_or(|listeners| listeners.contains(&info.local))
+        });
         HstsFuture {
             future: self.inner.call(req),
-            value: secure.then(|| self.value.clone()),
+            value: applies.then(|| self.layer.value.clone()),
         }
     }
 }

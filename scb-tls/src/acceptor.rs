@@ -1,0 +1,155 @@
+//! [`TlsAcceptor`]: the handshake, over the certificates a reload can replace.
+
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use rustls::ServerConfig;
+use scb_core::server::{Handshake, HandshakeFuture, Protocol, Secured};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
+use tokio_rustls::Accept;
+use tokio_rustls::server::TlsStream;
+
+use crate::certs::{self, CertInfo};
+use crate::config;
+use crate::error::TlsError;
+use crate::resolver::{CertSet, Resolver};
+use crate::settings::TlsSettings;
+
+/// Runs TLS handshakes with the certificates of a [`TlsSettings`], and reloads them.
+///
+/// Cheap to clone (one `Arc`); every clone shares the certificates, the session-ticket
+/// keys and the session cache, so one acceptor serves every worker of a process and a
+/// ticket issued by one worker resumes on another.
+#[derive(Clone)]
+pub struct TlsAcceptor {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    settings: TlsSettings,
+    resolver: Arc<Resolver>,
+    config: Arc<ServerConfig>,
+    acceptor: tokio_rustls::TlsAcceptor,
+    /// Serialises reloads, so that two racing ones cannot install an older read last.
+    reloading: Mutex<()>,
+}
+
+impl fmt::Debug for TlsAcceptor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TlsAcceptor")
+            .field("settings", &self.inner.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TlsAcceptor {
+    /// Loads and validates every certificate of `settings` and builds the server.
+    ///
+    /// Reads the files synchronously: call it at start-up (or from a blocking context).
+    ///
+    /// # Errors
+    ///
+    /// The first problem found, naming its file (see [`TlsError`]): unreadable or missing,
+    /// not PEM, no certificate, no or unsupported key, a key that does not match its
+    /// certificate, a certificate expired or not yet valid.
+    pub fn new(settings: TlsSettings) -> Result<Self, TlsError> {
+        let provider = Arc::new(config::provider());
+        let set = CertSet::new(certs::load_all(&settings, &provider)?);
+        let resolver = Arc::new(Resolver::new(set));
+        let config = Arc::new(config::server_config(
+            provider,
+            Arc::clone(&resolver),
+            &settings,
+        )?);
+        Ok(Self {
+            inner: Arc::new(Inner {
+                acceptor: tokio_rustls::TlsAcceptor::from(Arc::clone(&config)),
+                settings,
+                resolver,
+                config,
+                reloading: Mutex::new(()),
+            }),
+        })
+    }
+
+    /// Re-reads every certificate and key file of the settings and, if all of them are
+    /// good, serves them to every handshake from now on.
+    ///
+    /// Connections already open are untouched: each keeps the session it negotiated.
+    /// Session tickets issued before stay valid. It applies to everything using this
+    /// acceptor, including an axum-server listener built from
+    /// [`server_config`](Self::server_config) (the certificates are swapped inside that
+    /// same config).
+    ///
+    /// Reads the files synchronously; from async code, call it in `spawn_blocking` (or from
+    /// the signal-handling thread).
+    ///
+    /// # Errors
+    ///
+    /// As [`new`](Self::new). On error nothing changes: the certificates loaded before keep
+    /// serving. Logging the error is the caller's business.
+    pub fn reload(&self) -> Result<(), TlsError> {
+        let _serial = self
+            .inner
+            .reloading
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let loaded = certs::load_all(&self.inner.settings, self.inner.config.crypto_provider())?;
+        self.inner.resolver.replace(CertSet::new(loaded));
+        Ok(())
+    }
+
+    /// What the certificates being served cover, in the order of the settings.
+    pub fn certificates(&self) -> Vec<CertInfo> {
+        self.inner.resolver.current().infos()
+    }
+
+    /// The settings this acceptor loads from.
+    pub fn settings(&self) -> &TlsSettings {
+        &self.inner.settings
+    }
+
+    /// The rustls server configuration, for servers that take one (axum-server's
+    /// `RustlsConfig::from_config`, hyper-based servers of your own). Its certificates
+    /// follow [`reload`](Self::reload).
+    pub fn server_config(&self) -> Arc<ServerConfig> {
+        Arc::clone(&self.inner.config)
+    }
+
+    /// Runs the server side of a TLS handshake on `io` (usually a `TcpStream`).
+    ///
+    /// The future has no timeout of its own; bound it (scb's server applies its handshake
+    /// timeout). The protocol ALPN chose is on the stream:
+    /// `stream.get_ref().1.alpn_protocol()`.
+    pub fn accept<IO>(&self, io: IO) -> Accept<IO>
+    where
+        IO: AsyncRead + AsyncWrite + Unpin,
+    {
+        self.inner.acceptor.accept(io)
+    }
+}
+
+/// The hook scb's server runs on each connection of a `listen_secure` listener: the
+/// handshake, then HTTP/2 if ALPN chose `h2`, HTTP/1.1 otherwise (`http/1.1` or no ALPN).
+impl Handshake for TlsAcceptor {
+    fn handshake(&self, tcp: TcpStream) -> HandshakeFuture {
+        let accept = self.accept(tcp);
+        Box::pin(async move {
+            let stream: TlsStream<TcpStream> = accept.await?;
+            let protocol = protocol(&stream);
+            Ok(Secured {
+                io: Box::new(stream),
+                protocol,
+            })
+        })
+    }
+}
+
+/// The protocol ALPN agreed on for `stream`.
+pub fn protocol<IO>(stream: &TlsStream<IO>) -> Protocol {
+    match stream.get_ref().1.alpn_protocol() {
+        Some(b"h2") => Protocol::Http2,
+        _ => Protocol::Http1,
+    }
+}

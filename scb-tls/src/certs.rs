@@ -1,0 +1,172 @@
+//! Loading a certificate and its key from PEM files, and validating them.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::{self, PemObject};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::sign::CertifiedKey;
+use rustls::{Error as RustlsError, InconsistentKeys};
+
+use crate::der;
+use crate::error::TlsError;
+use crate::settings::{CertFiles, TlsSettings};
+
+/// What one loaded certificate covers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CertInfo {
+    /// The certificate file it came from.
+    pub cert: PathBuf,
+    /// The DNS names of its subject alternative names, lower-case, in certificate order
+    /// (wildcards as `*.example.com`). Empty if it has none: then it can only be served as
+    /// the default certificate.
+    pub names: Vec<String>,
+    /// `notBefore` of the leaf.
+    pub not_before: SystemTime,
+    /// `notAfter` of the leaf.
+    pub not_after: SystemTime,
+}
+
+/// A certificate ready to serve.
+#[derive(Debug)]
+pub(crate) struct Loaded {
+    pub(crate) key: Arc<CertifiedKey>,
+    pub(crate) info: CertInfo,
+}
+
+/// Loads every certificate of `settings`, in order; fails on the first bad one.
+pub(crate) fn load_all(
+    settings: &TlsSettings,
+    provider: &CryptoProvider,
+) -> Result<Vec<Loaded>, TlsError> {
+    if settings.certs().is_empty() {
+        return Err(TlsError::NoCertificates);
+    }
+    let now = unix_now();
+    settings
+        .certs()
+        .iter()
+        .map(|files| load(files, provider, now))
+        .collect()
+}
+
+fn load(files: &CertFiles, provider: &CryptoProvider, now: i64) -> Result<Loaded, TlsError> {
+    let cert_path = &files.cert;
+    let chain = read_chain(cert_path)?;
+    let leaf = &chain[0];
+
+    let parsed = webpki::EndEntityCert::try_from(leaf).map_err(|e| TlsError::BadCertificate {
+        path: cert_path.clone(),
+        reason: e.to_string(),
+    })?;
+    let mut names: Vec<String> = Vec::new();
+    for name in parsed.valid_dns_names() {
+        let name = name.to_ascii_lowercase();
+        if !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    let validity = der::validity(leaf).ok_or_else(|| TlsError::BadCertificate {
+        path: cert_path.clone(),
+        reason: "no readable validity period".to_owned(),
+    })?;
+    if now > validity.not_after {
+        return Err(TlsError::Expired {
+            path: cert_path.clone(),
+            not_after: der::format_time(validity.not_after),
+        });
+    }
+    if now < validity.not_before {
+        return Err(TlsError::NotYetValid {
+            path: cert_path.clone(),
+            not_before: der::format_time(validity.not_before),
+        });
+    }
+
+    let key_der = read_key(&files.key)?;
+    let signing_key = provider
+        .key_provider
+        .load_private_key(key_der)
+        .map_err(|source| TlsError::UnsupportedKey {
+            path: files.key.clone(),
+            source,
+        })?;
+    let key = CertifiedKey::new(chain, signing_key);
+    match key.keys_match() {
+        // `Unknown`: the key cannot tell its public half (no key of aws-lc-rs is like
+        // that); rustls' own `CertifiedKey::from_der` lets it through too.
+        Ok(()) | Err(RustlsError::InconsistentKeys(InconsistentKeys::Unknown)) => {}
+        Err(RustlsError::InconsistentKeys(InconsistentKeys::KeyMismatch)) => {
+            return Err(TlsError::KeyMismatch {
+                cert: cert_path.clone(),
+                key: files.key.clone(),
+            });
+        }
+        Err(other) => {
+            return Err(TlsError::BadCertificate {
+                path: cert_path.clone(),
+                reason: other.to_string(),
+            });
+        }
+    }
+
+    Ok(Loaded {
+        key: Arc::new(key),
+        info: CertInfo {
+            cert: cert_path.clone(),
+            names,
+            not_before: der::system_time(validity.not_before),
+            not_after: der::system_time(validity.not_after),
+        },
+    })
+}
+
+/// Every `CERTIFICATE` section of the file, at least one.
+fn read_chain(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let pem = read(path)?;
+    let chain = CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| pem_error(path, &e))?;
+    if chain.is_empty() {
+        return Err(TlsError::NoCertificate {
+            path: path.to_owned(),
+        });
+    }
+    Ok(chain)
+}
+
+/// The first private key section of the file (PKCS#8, SEC1 or PKCS#1).
+fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
+    let pem = read(path)?;
+    PrivateKeyDer::from_pem_slice(&pem).map_err(|e| match e {
+        pem::Error::NoItemsFound => TlsError::NoKey {
+            path: path.to_owned(),
+        },
+        other => pem_error(path, &other),
+    })
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
+    fs::read(path).map_err(|source| TlsError::Read {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+fn pem_error(path: &Path, error: &pem::Error) -> TlsError {
+    TlsError::Pem {
+        path: path.to_owned(),
+        reason: error.to_string(),
+    }
+}
+
+fn unix_now() -> i64 {
+    match SystemTime::now().duration_since(UNIX_EPOCH) {
+        Ok(since) => i64::try_from(since.as_secs()).unwrap_or(i64::MAX),
+        Err(before) => i64::try_from(before.duration().as_secs()).map_or(i64::MIN, |s| -s),
+    }
+}

@@ -1,0 +1,125 @@
+//! [`TlsSettings`]: which certificate files to serve, and what to offer in ALPN.
+
+use std::path::PathBuf;
+
+use crate::certs::{self, CertInfo};
+use crate::config;
+use crate::error::TlsError;
+
+/// One certificate: a PEM file with the chain (leaf first, then intermediates) and a PEM
+/// file with its private key. Both may be the same file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CertFiles {
+    /// The certificate chain, PEM `CERTIFICATE` sections, leaf first.
+    pub cert: PathBuf,
+    /// The private key: PEM `PRIVATE KEY` (PKCS#8), `EC PRIVATE KEY` (SEC1) or
+    /// `RSA PRIVATE KEY` (PKCS#1); RSA, ECDSA (P-256, P-384) or Ed25519.
+    pub key: PathBuf,
+}
+
+impl CertFiles {
+    /// The certificate chain at `cert`, its key at `key`.
+    pub fn new(cert: impl Into<PathBuf>, key: impl Into<PathBuf>) -> Self {
+        Self {
+            cert: cert.into(),
+            key: key.into(),
+        }
+    }
+}
+
+/// The application protocols offered in ALPN.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Alpn {
+    /// `h2`, then `http/1.1`: HTTP/2 for every client that offers it.
+    #[default]
+    H2AndHttp1,
+    /// `http/1.1` only. A client that offers only `h2` is refused (RFC 7301
+    /// `no_application_protocol`); one that sends no ALPN speaks HTTP/1.1 either way.
+    Http1Only,
+}
+
+/// The number of TLS sessions the server-side cache keeps, per [`TlsAcceptor`](crate::TlsAcceptor)
+/// (one per process in scb). Clients that take session tickets (all browsers) never use
+/// it; it serves TLS 1.2 clients that resume by session id only. An entry is a few hundred
+/// bytes, so 4096 bound it to about 1-2 MiB.
+const SESSION_CACHE: usize = 4096;
+
+/// What a [`TlsAcceptor`](crate::TlsAcceptor) serves.
+///
+/// ```
+/// use scb_tls::{Alpn, CertFiles, TlsSettings};
+///
+/// let settings = TlsSettings::new([
+///     CertFiles::new("/etc/scb/example.com.pem", "/etc/scb/example.com.key"),
+///     CertFiles::new("/etc/scb/example.org.pem", "/etc/scb/example.org.key"),
+/// ])
+/// .cert(CertFiles::new("/etc/scb/example.net.pem", "/etc/scb/example.net.key"))
+/// .alpn(Alpn::Http1Only);
+/// assert_eq!(settings.certs().len(), 3);
+/// ```
+#[derive(Clone, Debug)]
+pub struct TlsSettings {
+    certs: Vec<CertFiles>,
+    pub(crate) alpn: Alpn,
+    pub(crate) session_cache: usize,
+}
+
+impl TlsSettings {
+    /// Settings serving `certs` (more can be added with [`cert`](Self::cert)); the first is
+    /// the default certificate. Loading fails with [`TlsError::NoCertificates`] if there
+    /// is none.
+    pub fn new(certs: impl IntoIterator<Item = CertFiles>) -> Self {
+        Self {
+            certs: certs.into_iter().collect(),
+            alpn: Alpn::default(),
+            session_cache: SESSION_CACHE,
+        }
+    }
+
+    /// Adds a certificate after those already listed.
+    ///
+    /// A client is served the certificate whose subject alternative names (DNS names;
+    /// `*.example.com` matches exactly one label) match the name it sent in SNI; an exact
+    /// name wins over a wildcard, and among certificates with the same name the first one
+    /// listed whose key type the client accepts (e.g. ECDSA and RSA for the same names). A
+    /// client that sends no SNI (one connecting by IP address) or a name no certificate
+    /// has gets the first certificate added, like nginx's default server.
+    pub fn cert(mut self, files: CertFiles) -> Self {
+        self.certs.push(files);
+        self
+    }
+
+    /// The protocols offered in ALPN. Defaults to [`Alpn::H2AndHttp1`].
+    pub fn alpn(mut self, alpn: Alpn) -> Self {
+        self.alpn = alpn;
+        self
+    }
+
+    /// The number of sessions kept in the server-side session cache (0 turns it off;
+    /// session tickets work either way). Defaults to 4096.
+    pub fn session_cache(mut self, entries: usize) -> Self {
+        self.session_cache = entries;
+        self
+    }
+
+    /// The certificates, in the order they were added.
+    pub fn certs(&self) -> &[CertFiles] {
+        &self.certs
+    }
+
+    /// Loads and validates every file, as [`TlsAcceptor::new`](crate::TlsAcceptor::new)
+    /// does, without building a server: for `scb check`. Returns what each certificate
+    /// covers, in order.
+    ///
+    /// # Errors
+    ///
+    /// The first problem found, naming its file: unreadable or missing, not PEM, no
+    /// certificate, no or unsupported key, a key that does not match its certificate,
+    /// a certificate expired or not yet valid.
+    pub fn check(&self) -> Result<Vec<CertInfo>, TlsError> {
+        let provider = config::provider();
+        let loaded = certs::load_all(self, &provider)?;
+        Ok(loaded.into_iter().map(|cert| cert.info).collect())
+    }
+}
