@@ -3,6 +3,7 @@
 //! ```text
 //! scb run   --config scb.toml     serve until SIGTERM/SIGINT, then drain and exit 0
 //! scb check --config scb.toml     validate: "scb.toml: ok", or file:line:column: key: error
+//! scb reload --config scb.toml    SIGHUP to the running server ([server] pid_file): new TLS certificates
 //! scb --version
 //! ```
 //!
@@ -50,6 +51,13 @@ enum Command {
     /// Run the server until SIGTERM or SIGINT.
     Run {
         /// The config file (TOML).
+        #[arg(long, short)]
+        config: PathBuf,
+    },
+    /// Tell the running `scb run` of a config (found by its `[server] pid_file`) to re-read
+    /// its TLS certificates, as SIGHUP does.
+    Reload {
+        /// The config file (TOML) the server runs with.
         #[arg(long, short)]
         config: PathBuf,
     },
@@ -120,6 +128,38 @@ fn main() -> ExitCode {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!("{e:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Reload { config } => {
+            let plan = match Plan::load(&config) {
+                Ok(plan) => plan,
+                Err(e) => return config_error(&e),
+            };
+            let Some(pid_file) = plan.pid_file else {
+                #[allow(clippy::print_stderr, reason = "the error is the command's output")]
+                {
+                    eprintln!(
+                        "scb reload: {} sets no [server] pid_file; send SIGHUP to the server instead",
+                        config.display()
+                    );
+                }
+                return ExitCode::FAILURE;
+            };
+            match run::signal_reload(&pid_file) {
+                Ok(pid) => {
+                    #[allow(clippy::print_stdout, reason = "the result is the command's output")]
+                    {
+                        println!("signalled scb (pid {pid}) to reload its certificates");
+                    }
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    #[allow(clippy::print_stderr, reason = "the error is the command's output")]
+                    {
+                        eprintln!("scb reload: {e:#}");
+                    }
                     ExitCode::FAILURE
                 }
             }

@@ -40,6 +40,25 @@ pub(crate) struct Plan {
     pub(crate) grace_period: Option<Duration>,
     /// The limits, for the metrics server, which shares them with the main server.
     pub(crate) limits: Limits,
+    /// The TLS listeners' acceptors, re-read on SIGHUP (`scb reload`).
+    pub(crate) tls: Vec<scb_tls::TlsAcceptor>,
+    /// Redirects to `https` and `Strict-Transport-Security`, by listener.
+    pub(crate) https: HttpsPlan,
+    /// Where `scb run` writes its process id.
+    pub(crate) pid_file: Option<std::path::PathBuf>,
+}
+
+/// What the plain and TLS listeners add to the stack, by `[[listen]]` index (the order of
+/// the bound addresses).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct HttpsPlan {
+    /// Plain listeners whose requests get a 308 to `https`.
+    pub(crate) redirect: Vec<usize>,
+    /// The listener whose port those redirects name: the first TLS listener (port 443
+    /// when there is none).
+    pub(crate) https_listener: Option<usize>,
+    /// The `Strict-Transport-Security` value, and the TLS listeners that send it.
+    pub(crate) hsts: Option<(http::HeaderValue, Vec<usize>)>,
 }
 
 /// One route: its name, how it matches, and what answers.
@@ -112,6 +131,9 @@ impl Plan {
             access_log: true,
             grace_period: None,
             limits,
+            tls: Vec::new(),
+            https: HttpsPlan::default(),
+            pid_file: None,
         })
     }
 
@@ -143,9 +165,7 @@ impl Plan {
         }
 
         let listen = listen_addrs(config)?;
-        for addr in &listen {
-            server = server.listen(*addr.get_ref());
-        }
+        let (server, tls, https) = listeners(config, server)?;
         let metrics = metrics(config, &listen)?;
         let routes = routes(&config.route)?;
 
@@ -157,8 +177,106 @@ impl Plan {
             access_log: config.log.access,
             grace_period,
             limits,
+            tls,
+            https,
+            pid_file: config.server.pid_file.clone(),
         })
     }
+}
+
+/// Adds every `[[listen]]` to `server`: plain, or secured by a TLS acceptor loaded (and
+/// so checked: files, key match, validity dates) here.
+fn listeners(
+    config: &Config,
+    mut server: Server,
+) -> Result<(Server, Vec<scb_tls::TlsAcceptor>, HttpsPlan), Located> {
+    let mut tls = Vec::new();
+    let mut https = HttpsPlan::default();
+    for (i, listen) in config.listen.iter().enumerate() {
+        let addr = *listen.addr.get_ref();
+        let redirect = listen.redirect_https.as_ref();
+        match &listen.tls {
+            None => {
+                server = server.listen(addr);
+                if redirect.is_some_and(|r| *r.get_ref()) {
+                    https.redirect.push(i);
+                }
+            }
+            Some(config_tls) => {
+                if let Some(redirect) = redirect.filter(|r| *r.get_ref()) {
+                    return Err(Located::at(
+                        redirect,
+                        format!("listen[{i}].redirect_https"),
+                        "is for plain listeners; this one has `tls`",
+                    ));
+                }
+                let acceptor =
+                    tls_acceptor(config_tls).map_err(|e| e.within(&format!("listen[{i}]")))?;
+                server = server.listen_secure(addr, Arc::new(acceptor.clone()));
+                tls.push(acceptor);
+                https.https_listener.get_or_insert(i);
+                if let Some(hsts) = &config_tls.get_ref().hsts {
+                    let value = http::HeaderValue::from_str(hsts.get_ref()).map_err(|_| {
+                        Located::at(
+                            hsts,
+                            format!("listen[{i}].tls.hsts"),
+                            "invalid header value",
+                        )
+                    })?;
+                    match &mut https.hsts {
+                        None => https.hsts = Some((value, vec![i])),
+                        Some((first, listeners)) if *first == value => listeners.push(i),
+                        Some(_) => {
+                            return Err(Located::at(
+                                hsts,
+                                format!("listen[{i}].tls.hsts"),
+                                "differs from an earlier listener's: HSTS is a property of \
+                                 the site, give every TLS listener the same value",
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok((server, tls, https))
+}
+
+/// Loads a listener's certificates.
+fn tls_acceptor(
+    config: &Spanned<crate::config::TlsConfig>,
+) -> Result<scb_tls::TlsAcceptor, Located> {
+    let tls = config.get_ref();
+    let mut files = Vec::new();
+    match (&tls.cert, &tls.key) {
+        (Some(cert), Some(key)) => files.push(scb_tls::CertFiles {
+            cert: cert.get_ref().clone(),
+            key: key.get_ref().clone(),
+        }),
+        (None, None) => {}
+        (Some(cert), None) => {
+            return Err(Located::at(cert, "tls.key", "`cert` needs its `key`"));
+        }
+        (None, Some(key)) => {
+            return Err(Located::at(key, "tls.cert", "`key` needs its `cert`"));
+        }
+    }
+    for cert in &tls.certs {
+        let c = cert.get_ref();
+        files.push(scb_tls::CertFiles {
+            cert: c.cert.clone(),
+            key: c.key.clone(),
+        });
+    }
+    if files.is_empty() {
+        return Err(Located::at(
+            config,
+            "tls",
+            "needs `cert` and `key`, or `certs = [{ cert, key }, ...]`",
+        ));
+    }
+    scb_tls::TlsAcceptor::new(scb_tls::TlsSettings::new(files))
+        .map_err(|e| Located::at(config, "tls", e))
 }
 
 /// Whether two listen addresses would share connections. With `SO_REUSEPORT` on every

@@ -41,6 +41,9 @@ pub(crate) fn run(plan: Plan) -> anyhow::Result<()> {
         access_log: _,
         grace_period,
         limits,
+        tls,
+        https,
+        pid_file,
     } = plan;
     // Before any stack is built: metric handles bind to the recorder in effect when the
     // layers are constructed.
@@ -61,7 +64,7 @@ pub(crate) fn run(plan: Plan) -> anyhow::Result<()> {
 
     // One stack on this thread first, so that a stack that cannot be built is an error
     // here, not a panic in a worker.
-    stack::app(&routes, &header).context("building the service stack")?;
+    stack::app(&routes, &header, &stack::Https::default()).context("building the service stack")?;
     let metrics_stack = match (&metrics_plan, &recorder) {
         (Some(metrics), Some(handle)) => Some(
             stack::metrics(handle.clone(), &metrics.path, &header)
@@ -101,11 +104,15 @@ pub(crate) fn run(plan: Plan) -> anyhow::Result<()> {
         // "listening on" must get a graceful shutdown, not the signal's default action.
         let signal = shutdown_signal().context("installing the signal handlers")?;
 
+        let mut reload = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+            .context("installing the SIGHUP handler")?;
+
         let mut handles = Vec::with_capacity(2);
         let app_addrs = app.local_addrs().to_vec();
+        let https = stack::Https::new(&https, &app_addrs);
         handles.push(app.start(move |worker: &WorkerInfo| {
             tracing::debug!(worker = worker.index, "building the service stack");
-            stack::app(&routes, &header).expect("the same stack was built before starting")
+            stack::app(&routes, &header, &https).expect("the same stack was built before starting")
         }));
         for addr in app_addrs {
             tracing::info!("listening on {addr}");
@@ -126,9 +133,19 @@ pub(crate) fn run(plan: Plan) -> anyhow::Result<()> {
                 recorder.run_upkeep();
             }
         };
+        let _pid_file = match &pid_file {
+            Some(path) => Some(PidFile::write(path)?),
+            None => None,
+        };
+        let reloads = async {
+            while reload.recv().await.is_some() {
+                reload_tls(&tls);
+            }
+        };
         tokio::select! {
             () = signal => {}
             never = upkeep => match never {},
+            () = reloads => {}
         }
         tracing::info!("shutting down: no new connections, in-flight requests may finish");
         for handle in &handles {
@@ -139,6 +156,52 @@ pub(crate) fn run(plan: Plan) -> anyhow::Result<()> {
     handles.into_iter().for_each(ServerHandle::join);
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Re-reads every TLS listener's certificate files: new connections get the new
+/// certificates, open ones keep theirs, and a listener whose new files are broken keeps
+/// serving the old ones (the error is logged).
+fn reload_tls(acceptors: &[scb_tls::TlsAcceptor]) {
+    tracing::info!("SIGHUP: reloading {} TLS listener(s)", acceptors.len());
+    for acceptor in acceptors {
+        match acceptor.reload() {
+            Ok(()) => tracing::info!("TLS certificates reloaded"),
+            Err(e) => tracing::error!("TLS reload failed, the old certificates stay: {e}"),
+        }
+    }
+}
+
+/// The pid file of a running `scb run`, removed when dropped.
+struct PidFile(std::path::PathBuf);
+
+impl PidFile {
+    fn write(path: &std::path::Path) -> anyhow::Result<Self> {
+        std::fs::write(path, format!("{}\n", std::process::id()))
+            .with_context(|| format!("writing the pid file {}", path.display()))?;
+        Ok(Self(path.to_owned()))
+    }
+}
+
+impl Drop for PidFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// `scb reload`: signals the `scb run` whose pid file `pid_file` is to re-read its TLS
+/// certificates.
+pub(crate) fn signal_reload(pid_file: &std::path::Path) -> anyhow::Result<i32> {
+    let text = std::fs::read_to_string(pid_file)
+        .with_context(|| format!("reading the pid file {}", pid_file.display()))?;
+    let pid: i32 = text
+        .trim()
+        .parse()
+        .with_context(|| format!("{} holds no process id", pid_file.display()))?;
+    let target = rustix::process::Pid::from_raw(pid)
+        .with_context(|| format!("{} holds no process id", pid_file.display()))?;
+    rustix::process::kill_process(target, rustix::process::Signal::HUP)
+        .with_context(|| format!("signalling process {pid}"))?;
+    Ok(pid)
 }
 
 /// Installs the Prometheus recorder as the global `metrics` recorder and describes scb's

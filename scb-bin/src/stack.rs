@@ -1,7 +1,7 @@
 //! The tower stacks the binary serves, built once per worker.
 //!
 //! ```text
-//! main server:    RequestId -> AccessLog -> CatchPanic -> Router
+//! main server:    RequestId -> AccessLog -> CatchPanic -> [RedirectHttps] -> [Hsts] -> Router
 //!                   routes:   Metrics(route name) -> RouteService
 //!                   fallback: Metrics("unmatched") -> NotFound
 //! metrics server: RequestId -> Router
@@ -14,6 +14,7 @@
 
 use std::convert::Infallible;
 use std::future::{Ready, ready};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -22,9 +23,11 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use scb_core::Body;
 use scb_core::access_log::{AccessLog, AccessLogLayer};
 use scb_core::catch_panic::{CatchPanic, CatchPanicLayer};
+use scb_core::https::{Hsts, HstsLayer, RedirectHttps, RedirectHttpsLayer};
 use scb_core::metrics::{Metrics, MetricsLayer};
 use scb_core::request_id::{RequestId, RequestIdLayer};
 use scb_core::router::{NotFound, PathMatch, Router, RouterError};
+use tower::util::Either;
 use tower::{Layer, Service, ServiceBuilder};
 
 use crate::plan::RoutePlan;
@@ -33,9 +36,48 @@ use crate::route::RouteService;
 /// The route label of requests no route matched.
 pub(crate) const UNMATCHED: &str = "unmatched";
 
+/// The routes with the https layers a config may add.
+type Routed =
+    Either<RedirectHttps<Either<Hsts<AppRouter>, AppRouter>>, Either<Hsts<AppRouter>, AppRouter>>;
+type AppRouter = Router<Metrics<RouteService>, Metrics<NotFound>>;
+
 /// The main server's stack on one worker.
-pub(crate) type AppService =
-    RequestId<AccessLog<CatchPanic<Router<Metrics<RouteService>, Metrics<NotFound>>>>>;
+pub(crate) type AppService = RequestId<AccessLog<CatchPanic<Routed>>>;
+
+/// [`HttpsPlan`](crate::plan::HttpsPlan) with listener indexes turned into the bound
+/// addresses the requests' `ConnectInfo` carries.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Https {
+    /// Plain listeners that redirect, and the port they name.
+    pub(crate) redirect: Option<(Vec<SocketAddr>, u16)>,
+    /// The HSTS value and the TLS listeners that send it.
+    pub(crate) hsts: Option<(HeaderValue, Vec<SocketAddr>)>,
+}
+
+impl Https {
+    /// Resolves `plan` against the addresses the listeners were bound to (config order).
+    pub(crate) fn new(plan: &crate::plan::HttpsPlan, bound: &[SocketAddr]) -> Self {
+        let pick = |indexes: &[usize]| -> Vec<SocketAddr> {
+            indexes
+                .iter()
+                .filter_map(|&i| bound.get(i).copied())
+                .collect()
+        };
+        Self {
+            redirect: (!plan.redirect.is_empty()).then(|| {
+                let port = plan
+                    .https_listener
+                    .and_then(|i| bound.get(i))
+                    .map_or(443, SocketAddr::port);
+                (pick(&plan.redirect), port)
+            }),
+            hsts: plan
+                .hsts
+                .as_ref()
+                .map(|(value, listeners)| (value.clone(), pick(listeners))),
+        }
+    }
+}
 
 /// Builds the main stack for one worker. Metric handles are registered here, so the
 /// recorder must be installed first.
@@ -44,7 +86,11 @@ pub(crate) type AppService =
 ///
 /// When the router refuses a route; a [`Plan`](crate::plan::Plan) has already refused
 /// everything the router would, so this is a bug if it happens.
-pub(crate) fn app(routes: &[RoutePlan], header: &HeaderName) -> Result<AppService, RouterError> {
+pub(crate) fn app(
+    routes: &[RoutePlan],
+    header: &HeaderName,
+    https: &Https,
+) -> Result<AppService, RouterError> {
     let mut router = Router::new();
     for route in routes {
         let service = MetricsLayer::new(route.name.to_string()).layer(route.handler.service());
@@ -55,6 +101,14 @@ pub(crate) fn app(routes: &[RoutePlan], header: &HeaderName) -> Result<AppServic
         .layer(RequestIdLayer::new().header(header.clone()))
         .layer(AccessLogLayer::new())
         .layer(CatchPanicLayer::new())
+        .option_layer(https.redirect.as_ref().map(|(listeners, port)| {
+            RedirectHttpsLayer::new()
+                .port(*port)
+                .only_on(listeners.iter().copied())
+        }))
+        .option_layer(https.hsts.as_ref().map(|(value, listeners)| {
+            HstsLayer::new(value.clone()).only_on(listeners.iter().copied())
+        }))
         .service(router))
 }
 
@@ -141,7 +195,7 @@ mod tests {
     #[tokio::test]
     async fn app_routes_by_path_and_sets_request_ids() {
         let plan = Plan::from_source(CONFIG).unwrap();
-        let svc = app(&plan.routes, &plan.request_id_header).unwrap();
+        let svc = app(&plan.routes, &plan.request_id_header, &Https::default()).unwrap();
 
         let res = get(&svc, "/respond").await;
         assert_eq!(res.status(), StatusCode::OK);
@@ -162,7 +216,7 @@ mod tests {
     async fn app_uses_the_configured_request_id_header() {
         let config = format!("[request_id]\nheader = \"X-Trace-Id\"\n{CONFIG}");
         let plan = Plan::from_source(&config).unwrap();
-        let svc = app(&plan.routes, &plan.request_id_header).unwrap();
+        let svc = app(&plan.routes, &plan.request_id_header, &Https::default()).unwrap();
         let req = Request::get("/respond")
             .header("x-trace-id", "abc-123")
             .body(Body::empty())

@@ -267,16 +267,17 @@ mod tests {
 
     #[test]
     fn tools_needed_follow_the_capability_table() {
-        // scb alone serves respond, static files and proxy: no TLS tools, but the
-        // proxy scenario's upstream nginx; without that scenario, no nginx.
+        // scb serves every scenario: wrk, the TLS tools, and the proxy scenario's upstream
+        // nginx; with only `respond`, neither nginx nor the TLS tools.
         let exe = std::env::current_exe().unwrap();
         let exe = exe.to_str().unwrap();
         let s = settings(&["--servers", "scb", "--scb", exe]).unwrap();
         assert!(s.needs_wrk());
-        assert!(!s.needs_tls());
+        assert!(s.needs_tls());
         assert!(s.needs_nginx());
         let s = settings(&["--servers", "scb", "--scb", exe, "--scenarios", "respond"]).unwrap();
         assert!(!s.needs_nginx());
+        assert!(!s.needs_tls());
         let s = settings(&["--servers", "caddy", "--scenarios", "proxy"]).unwrap();
         assert!(s.needs_nginx());
     }

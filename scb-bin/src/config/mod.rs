@@ -54,6 +54,8 @@ pub(crate) struct ServerConfig {
     /// How long in-flight requests may finish after SIGTERM; absent means scb-core's
     /// default.
     pub(crate) grace_period: Option<HumanDuration>,
+    /// Where `scb run` writes its process id, for `scb reload`; absent means nowhere.
+    pub(crate) pid_file: Option<std::path::PathBuf>,
 }
 
 /// `[limits]`: every key is optional and defaults to scb-core's `Limits::default()`.
@@ -107,6 +109,31 @@ pub(crate) struct LogConfig {
 #[serde(deny_unknown_fields)]
 pub(crate) struct ListenConfig {
     pub(crate) addr: Spanned<SocketAddr>,
+    /// `tls = { cert, key }` or `tls = { certs = [...] }`: a TLS listener.
+    pub(crate) tls: Option<Spanned<TlsConfig>>,
+    /// On a plain listener: answer every request with a 308 to its `https` URL.
+    pub(crate) redirect_https: Option<Spanned<bool>>,
+}
+
+/// `tls = { ... }` of a `[[listen]]`: one certificate (`cert` and `key`) or several chosen
+/// by SNI (`certs`, the first is the default), and an optional `Strict-Transport-Security`
+/// value for this listener's responses.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct TlsConfig {
+    pub(crate) cert: Option<Spanned<std::path::PathBuf>>,
+    pub(crate) key: Option<Spanned<std::path::PathBuf>>,
+    #[serde(default)]
+    pub(crate) certs: Vec<Spanned<CertConfig>>,
+    pub(crate) hsts: Option<Spanned<String>>,
+}
+
+/// One certificate chain and its key, PEM files.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct CertConfig {
+    pub(crate) cert: std::path::PathBuf,
+    pub(crate) key: std::path::PathBuf,
 }
 
 /// One `[[route]]`: a name, exactly one of `path` and `prefix`, and exactly one handler

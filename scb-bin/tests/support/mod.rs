@@ -1,3 +1,8 @@
+#![allow(
+    dead_code,
+    reason = "each test binary (binary.rs, tls.rs) uses its own part of the support module"
+)]
+
 //! Running the real `scb` binary: temp config files, the process and its log, and a tiny
 //! HTTP/1.1 client over `std::net::TcpStream`.
 //!

@@ -1,0 +1,229 @@
+//! `scb run` with a TLS listener: HTTPS served with HSTS, plain HTTP redirected, certificates
+//! checked at `scb check`, and reloaded by `scb reload` while open connections keep theirs.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use scb_tls::rustls;
+use support::{Server, TIMEOUT, check, get, scb};
+
+/// A self-signed certificate for `localhost`, written as PEM files under `dir`.
+struct Cert {
+    der: Vec<u8>,
+    cert: PathBuf,
+    key: PathBuf,
+}
+
+fn make_cert(dir: &Path, name: &str, expired: bool) -> Cert {
+    let mut params = rcgen::CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
+    if expired {
+        params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+        params.not_after = rcgen::date_time_ymd(2021, 1, 1);
+    }
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = params.self_signed(&key).unwrap();
+    let cert_path = dir.join(format!("{name}.pem"));
+    let key_path = dir.join(format!("{name}.key"));
+    std::fs::write(&cert_path, cert.pem()).unwrap();
+    std::fs::write(&key_path, key.serialize_pem()).unwrap();
+    Cert {
+        der: cert.der().to_vec(),
+        cert: cert_path,
+        key: key_path,
+    }
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("scb-bin-tls-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A TLS client that trusts exactly `ders`.
+fn client(ders: &[&[u8]]) -> Arc<rustls::ClientConfig> {
+    let mut roots = rustls::RootCertStore::empty();
+    for der in ders {
+        roots
+            .add(rustls::pki_types::CertificateDer::from(der.to_vec()))
+            .unwrap();
+    }
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    Arc::new(
+        rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth(),
+    )
+}
+
+type Tls = rustls::StreamOwned<rustls::ClientConnection, TcpStream>;
+
+fn connect(addr: SocketAddr, config: &Arc<rustls::ClientConfig>) -> Tls {
+    let tcp = TcpStream::connect_timeout(&addr, TIMEOUT).unwrap();
+    tcp.set_read_timeout(Some(TIMEOUT)).unwrap();
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let conn = rustls::ClientConnection::new(Arc::clone(config), name).unwrap();
+    rustls::StreamOwned::new(conn, tcp)
+}
+
+/// Sends a keep-alive GET and reads one response with a Content-Length body.
+fn request(tls: &mut Tls, path: &str) -> String {
+    write!(tls, "GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+    tls.flush().unwrap();
+    let mut buf = Vec::new();
+    let mut byte = [0u8; 1];
+    while !buf.ends_with(b"\r\n\r\n") {
+        tls.read_exact(&mut byte).unwrap();
+        buf.push(byte[0]);
+    }
+    let head = String::from_utf8(buf).unwrap();
+    let len: usize = head
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("content-length:")
+                .map(|v| v.trim().parse().unwrap())
+        })
+        .unwrap();
+    let mut body = vec![0; len];
+    tls.read_exact(&mut body).unwrap();
+    head + &String::from_utf8(body).unwrap()
+}
+
+fn peer_der(tls: &Tls) -> Vec<u8> {
+    tls.conn.peer_certificates().unwrap()[0].to_vec()
+}
+
+#[test]
+fn a_tls_listener_serves_https_redirects_plain_http_and_reloads() {
+    let dir = temp_dir("serve");
+    let first = make_cert(&dir, "first", false);
+    let live_cert = dir.join("live.pem");
+    let live_key = dir.join("live.key");
+    std::fs::copy(&first.cert, &live_cert).unwrap();
+    std::fs::copy(&first.key, &live_key).unwrap();
+    let pid_file = dir.join("scb.pid");
+    let config = format!(
+        "[server]\nworkers = 1\npid_file = {pid:?}\n\
+         [[listen]]\naddr = \"127.0.0.1:0\"\nredirect_https = true\n\
+         [[listen]]\naddr = \"127.0.0.1:0\"\n\
+         tls = {{ cert = {cert:?}, key = {key:?}, hsts = \"max-age=600\" }}\n\
+         [[route]]\npath = \"/hello\"\nrespond = {{ body = \"hello\" }}\n",
+        pid = pid_file.display().to_string(),
+        cert = live_cert.display().to_string(),
+        key = live_key.display().to_string(),
+    );
+    let server = Server::start(&config);
+    let (plain, secure) = (server.addrs[0], server.addrs[1]);
+
+    // Plain HTTP: a redirect to the TLS listener's port, without HSTS.
+    let res = get(plain, "/hello?x=1");
+    assert_eq!(res.status, 308);
+    assert_eq!(
+        res.header("location"),
+        Some(format!("https://test:{}/hello?x=1", secure.port()).as_str())
+    );
+    assert_eq!(res.header("strict-transport-security"), None);
+
+    // HTTPS: the response, with HSTS, from the first certificate.
+    let trusts_first = client(&[&first.der]);
+    let mut old = connect(secure, &trusts_first);
+    let text = request(&mut old, "/hello");
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(
+        text.contains("strict-transport-security: max-age=600"),
+        "{text}"
+    );
+    assert!(text.ends_with("hello"), "{text}");
+    assert_eq!(peer_der(&old), first.der);
+
+    // New files, then `scb reload`: new connections get the new certificate...
+    let second = make_cert(&dir, "second", false);
+    std::fs::copy(&second.cert, &live_cert).unwrap();
+    std::fs::copy(&second.key, &live_key).unwrap();
+    let config_file = support::config_file(&config);
+    let out = scb()
+        .args(["reload", "--config"])
+        .arg(&config_file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut server = server;
+    server.wait_for_line(|l| l.contains("TLS certificates reloaded"));
+    let trusts_both = client(&[&first.der, &second.der]);
+    let mut new = connect(secure, &trusts_both);
+    assert!(request(&mut new, "/hello").ends_with("hello"));
+    assert_eq!(peer_der(&new), second.der);
+    // ...and the connection opened before keeps working, on the certificate it had.
+    assert!(request(&mut old, "/hello").ends_with("hello"));
+    assert_eq!(peer_der(&old), first.der);
+
+    // A broken file: the reload fails, is logged, and the second certificate stays.
+    std::fs::write(&live_cert, "not a certificate").unwrap();
+    let out = scb()
+        .args(["reload", "--config"])
+        .arg(&config_file)
+        .output()
+        .unwrap();
+    // `scb reload` checks the config first, so it refuses the broken file itself.
+    assert!(!out.status.success());
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(
+            std::fs::read_to_string(&pid_file)
+                .unwrap()
+                .trim()
+                .parse()
+                .unwrap(),
+        )
+        .unwrap(),
+        rustix::process::Signal::HUP,
+    )
+    .unwrap();
+    server.wait_for_line(|l| l.contains("TLS reload failed"));
+    let mut after = connect(secure, &trusts_both);
+    assert!(request(&mut after, "/hello").ends_with("hello"));
+    assert_eq!(peer_der(&after), second.der);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn check_names_the_certificate_file_that_is_missing_expired_or_mismatched() {
+    let dir = temp_dir("check");
+    let good = make_cert(&dir, "good", false);
+    let expired = make_cert(&dir, "expired", true);
+    let other = make_cert(&dir, "other", false);
+    let cases = [
+        (dir.join("absent.pem"), good.key.clone(), "absent.pem"),
+        (expired.cert, expired.key, "expired.pem"),
+        (good.cert.clone(), other.key, "good.pem"),
+    ];
+    for (cert, key, named) in cases {
+        let config = format!(
+            "[[listen]]\naddr = \"127.0.0.1:0\"\ntls = {{ cert = {:?}, key = {:?} }}\n",
+            cert.display().to_string(),
+            key.display().to_string()
+        );
+        let out = check(&config);
+        assert!(!out.status.success(), "{config}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("listen[0].tls"), "{stderr}");
+        assert!(stderr.contains(named), "{named}: {stderr}");
+    }
+    let config = format!(
+        "[[listen]]\naddr = \"127.0.0.1:0\"\ntls = {{ cert = {:?}, key = {:?} }}\n",
+        good.cert.display().to_string(),
+        good.key.display().to_string()
+    );
+    assert!(check(&config).status.success());
+    let _ = std::fs::remove_dir_all(&dir);
+}
