@@ -701,6 +701,49 @@ mod tests {
     }
 
     #[test]
+    fn listener_tls_errors_name_their_key() {
+        let route = "[[route]]\npath = \"/\"\nrespond = {}\n";
+        let cases = [
+            (
+                "[[listen]]\naddr = \"127.0.0.1:0\"\ntls = { cert = \"/x.pem\" }\n",
+                "listen[0].tls.key: `cert` needs its `key`",
+            ),
+            (
+                "[[listen]]\naddr = \"127.0.0.1:0\"\ntls = {}\n",
+                "listen[0].tls: needs `cert` and `key`",
+            ),
+            (
+                "[[listen]]\naddr = \"127.0.0.1:0\"\ntls = { cert = \"/no/such.pem\", key = \"/no/such.key\" }\n",
+                "/no/such.pem",
+            ),
+            (
+                "[[listen]]\naddr = \"127.0.0.1:0\"\nredirect_https = \"yes\"\n",
+                "listen[0].redirect_https",
+            ),
+            (
+                "[[listen]]\naddr = \"127.0.0.1:0\"\ntls = { cert = \"a\", key = \"b\", ocsp = true }\n",
+                "unknown field `ocsp`",
+            ),
+        ];
+        for (listen, want) in cases {
+            let got = error(&format!("{listen}{route}"));
+            assert!(got.contains(want), "got {got:?}, want {want:?}");
+        }
+    }
+
+    #[test]
+    fn plain_listeners_may_redirect_to_https() {
+        let plan = plan(&format!(
+            "[[listen]]\naddr = \"127.0.0.1:0\"\n\
+             [[listen]]\naddr = \"127.0.0.1:0\"\nredirect_https = true\n\
+             [[route]]\npath = \"/\"\nrespond = {{}}\n"
+        ));
+        assert_eq!(plan.https.redirect, [1]);
+        assert_eq!(plan.https.https_listener, None);
+        assert!(plan.tls.is_empty());
+    }
+
+    #[test]
     fn proxy_routes_are_built_from_their_table() {
         let plan = plan(&format!(
             "{LISTEN}[[route]]\nprefix = \"/api/\"\n\
