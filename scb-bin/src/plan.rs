@@ -733,11 +733,11 @@ mod tests {
 
     #[test]
     fn plain_listeners_may_redirect_to_https() {
-        let plan = plan(&format!(
+        let plan = plan(
             "[[listen]]\naddr = \"127.0.0.1:0\"\n\
              [[listen]]\naddr = \"127.0.0.1:0\"\nredirect_https = true\n\
-             [[route]]\npath = \"/\"\nrespond = {{}}\n"
-        ));
+             [[route]]\npath = \"/\"\nrespond = {}\n",
+        );
         assert_eq!(plan.https.redirect, [1]);
         assert_eq!(plan.https.https_listener, None);
         assert!(plan.tls.is_empty());
