@@ -812,3 +812,63 @@ fn idle_h2c_connection_is_closed_after_the_keep_alive_timeout() {
         assert!(started.elapsed() >= Duration::from_millis(250));
     });
 }
+
+#[test]
+fn a_streamed_body_goes_out_as_it_is_produced() {
+    // The second chunk is held until the client has read the first: a driver that kept
+    // the first in its write buffer until the body ended would never get there.
+    let release = Arc::new(tokio::sync::Notify::new());
+    let held = Arc::clone(&release);
+    let bound = Server::builder()
+        .workers(1)
+        .grace_period(Duration::from_secs(1))
+        .listen("127.0.0.1:0".parse().unwrap())
+        .bind()
+        .unwrap();
+    let addr = bound.local_addrs()[0];
+    let handle = bound.start(move |_| {
+        let held = Arc::clone(&held);
+        tower::service_fn(move |_req: Request<Body>| {
+            let held = Arc::clone(&held);
+            async move {
+                let first = futures_util::stream::once(async {
+                    Ok::<_, Infallible>(http_body::Frame::data(Bytes::from_static(b"first ")))
+                });
+                let rest = futures_util::stream::once(async move {
+                    held.notified().await;
+                    Ok::<_, Infallible>(http_body::Frame::data(Bytes::from_static(b"rest")))
+                });
+                let body =
+                    http_body_util::StreamBody::new(futures_util::StreamExt::chain(first, rest));
+                Ok::<_, Infallible>(Response::new(Body::new(body)))
+            }
+        })
+    });
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 1024];
+    while find(&got, b"first ").is_none() {
+        let n = s
+            .read(&mut buf)
+            .expect("the first chunk before the body ends");
+        assert!(n > 0, "closed early: {:?}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert!(find(&got, b"rest").is_none());
+    release.notify_one();
+    while find(&got, b"0\r\n\r\n").is_none() {
+        let n = s.read(&mut buf).unwrap();
+        assert!(n > 0);
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert!(
+        find(&got, b"4\r\nrest\r\n").is_some(),
+        "{:?}",
+        String::from_utf8_lossy(&got)
+    );
+    drop(s);
+    handle.shutdown();
+    handle.join();
+}
