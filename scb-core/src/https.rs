@@ -36,6 +36,7 @@ use pin_project_lite::pin_project;
 use tower::{Layer, Service};
 
 use crate::Body;
+use crate::respond::text;
 use crate::server::ConnectInfo;
 
 /// Answers plain-HTTP requests with `308 Permanent Redirect` to their `https` URL; secure
@@ -164,16 +165,6 @@ fn strip_port(host: &str) -> &str {
         Some(i) if !host[i..].contains(']') => &host[..i],
         _ => host,
     }
-}
-
-fn text(status: StatusCode, body: &'static str) -> Response<Body> {
-    let mut res = Response::new(Body::from(body));
-    *res.status_mut() = status;
-    res.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    res
 }
 
 pin_project! {

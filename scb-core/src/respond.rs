@@ -143,6 +143,24 @@ impl<B> Service<Request<B>> for Respond {
     }
 }
 
+/// A one-off response with `status` and `text` as a `text/plain; charset=utf-8` body:
+/// the shape of every answer scb's services make themselves (404, 403, 502, ...).
+pub fn text(status: StatusCode, text: impl Into<Bytes>) -> Response<Body> {
+    let mut res = Response::new(Body::from(text.into()));
+    *res.status_mut() = status;
+    res.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    res
+}
+
+/// [`text`] with the status's reason phrase as the body (`Bad Gateway\n`).
+pub fn reason(status: StatusCode) -> Response<Body> {
+    let reason = status.canonical_reason().unwrap_or("error");
+    text(status, format!("{reason}\n"))
+}
+
 #[cfg(test)]
 mod tests {
     use http::Method;

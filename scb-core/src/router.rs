@@ -50,7 +50,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use http::{HeaderValue, Request, Response, StatusCode, header};
+use http::{Request, Response, StatusCode};
 use pin_project_lite::pin_project;
 use tower::Service;
 use tower::util::{Oneshot, ServiceExt as _};
@@ -364,19 +364,17 @@ impl<B> Service<Request<B>> for NotFound {
     }
 
     fn call(&mut self, _req: Request<B>) -> Self::Future {
-        let mut res = Response::new(Body::from("not found\n"));
-        *res.status_mut() = StatusCode::NOT_FOUND;
-        res.headers_mut().insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("text/plain; charset=utf-8"),
-        );
-        ready(Ok(res))
+        ready(Ok(crate::respond::text(
+            StatusCode::NOT_FOUND,
+            "not found\n",
+        )))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use bytes::Bytes;
+    use http::header;
     use http_body_util::BodyExt as _;
     use tower::{ServiceBuilder, service_fn};
 

@@ -71,13 +71,7 @@ impl ProxyError {
     /// layer outside adds the id.
     pub fn into_response(self) -> Response<Body> {
         let status = self.status();
-        let text = format!("{}\n", status.canonical_reason().unwrap_or("error"));
-        let mut res = Response::new(Body::from(text));
-        *res.status_mut() = status;
-        res.headers_mut().insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("text/plain; charset=utf-8"),
-        );
+        let mut res = scb_core::respond::reason(status);
         if status == StatusCode::PAYLOAD_TOO_LARGE || status == StatusCode::BAD_REQUEST {
             // The rest of the body is unread: the connection cannot carry another request.
             res.headers_mut()

@@ -488,12 +488,5 @@ fn no_file(code: StatusCode) -> Response<Body> {
 
 /// A bodiless answer with a short plain-text reason, as scb's other services give.
 pub(crate) fn status(code: StatusCode) -> Response<Body> {
-    let text = format!("{}\n", code.canonical_reason().unwrap_or("error"));
-    let mut res = Response::new(Body::from(text));
-    *res.status_mut() = code;
-    res.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    res
+    scb_core::respond::reason(code)
 }
