@@ -217,7 +217,7 @@ impl ReverseProxy {
                 config.preserve_host,
             );
             state.metrics.request();
-            let in_flight = InFlight::start(&shared.upstreams, index);
+            let in_flight = InFlight::start(state);
             let sent = Instant::now();
             let limit = deadline.min(tokio::time::Instant::now() + config.response_timeout);
             let answer = tokio::time::timeout_at(limit, conn.sender.try_send_request(req)).await;

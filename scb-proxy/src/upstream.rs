@@ -1,7 +1,6 @@
 //! The upstreams of one proxy, and the state every worker shares about each of them.
 
 use std::fmt;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use http::uri::Authority;
@@ -87,28 +86,20 @@ impl UpstreamState {
     }
 }
 
-/// Counts a request as in flight to `upstreams[index]` until dropped.
+/// Counts a request as in flight to an upstream until dropped.
 #[derive(Debug)]
-pub(crate) struct InFlight {
-    upstreams: Arc<[UpstreamState]>,
-    index: usize,
-}
+pub(crate) struct InFlight<'a>(&'a AtomicUsize);
 
-impl InFlight {
-    pub(crate) fn start(upstreams: &Arc<[UpstreamState]>, index: usize) -> Self {
-        upstreams[index].in_flight.fetch_add(1, Ordering::Relaxed);
-        Self {
-            upstreams: Arc::clone(upstreams),
-            index,
-        }
+impl<'a> InFlight<'a> {
+    pub(crate) fn start(state: &'a UpstreamState) -> Self {
+        state.in_flight.fetch_add(1, Ordering::Relaxed);
+        Self(&state.in_flight)
     }
 }
 
-impl Drop for InFlight {
+impl Drop for InFlight<'_> {
     fn drop(&mut self) {
-        self.upstreams[self.index]
-            .in_flight
-            .fetch_sub(1, Ordering::Relaxed);
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

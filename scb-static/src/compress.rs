@@ -331,25 +331,30 @@ fn compressible(content_type: &[u8]) -> bool {
         .next()
         .unwrap_or_default()
         .trim_ascii();
-    let Ok(essence) = std::str::from_utf8(essence) else {
+    let Some(slash) = essence.iter().position(|&b| b == b'/') else {
         return false;
     };
-    let essence = essence.to_ascii_lowercase();
-    let Some((top, sub)) = essence.split_once('/') else {
-        return false;
+    let (top, sub) = (&essence[..slash], &essence[slash + 1..]);
+    let is = |a: &[u8], b: &str| a.eq_ignore_ascii_case(b.as_bytes());
+    let ends = |a: &[u8], b: &str| {
+        a.len() >= b.len() && a[a.len() - b.len()..].eq_ignore_ascii_case(b.as_bytes())
     };
-    match top {
-        "text" => sub != "event-stream",
-        "application" => {
-            matches!(
-                sub,
-                "javascript" | "json" | "xml" | "wasm" | "manifest+json" | "x-javascript"
-            ) || sub.ends_with("+json")
-                || sub.ends_with("+xml")
-        }
-        "image" => sub == "svg+xml" || sub == "x-icon" || sub == "vnd.microsoft.icon",
-        "font" => sub == "ttf" || sub == "otf",
-        _ => false,
+    if is(top, "text") {
+        !is(sub, "event-stream")
+    } else if is(top, "application") {
+        ["javascript", "json", "xml", "wasm", "x-javascript"]
+            .iter()
+            .any(|name| is(sub, name))
+            || ends(sub, "+json")
+            || ends(sub, "+xml")
+    } else if is(top, "image") {
+        ["svg+xml", "x-icon", "vnd.microsoft.icon"]
+            .iter()
+            .any(|name| is(sub, name))
+    } else if is(top, "font") {
+        is(sub, "ttf") || is(sub, "otf")
+    } else {
+        false
     }
 }
 
