@@ -170,16 +170,7 @@ async fn upstream_reset_mid_body_truncates_the_response_on_the_wire() {
 
 #[tokio::test]
 async fn garbage_instead_of_http_gets_502() {
-    let up = RawUpstream::spawn(|mut s, _| async move {
-        let mut buf = Vec::new();
-        if read_head(&mut s, &mut buf).await.is_some() {
-            let _ = s
-                .write_all(b"SSH-2.0-OpenSSH_9.6\r\nthis is not http at all\r\n\r\n")
-                .await;
-            drain_to_eof(&mut s, &mut buf).await;
-        }
-    })
-    .await;
+    let up = RawUpstream::replying(b"SSH-2.0-OpenSSH_9.6\r\nthis is not http at all\r\n\r\n").await;
     let answer = send(&proxy_to(up.addr, |b| b), get("/")).await;
     assert_eq!(answer.status, StatusCode::BAD_GATEWAY);
     assert!(is_text_plain(&answer));
@@ -291,15 +282,10 @@ async fn response_with_content_length_and_transfer_encoding_gets_502_and_is_not_
 
 /// An upstream whose chunked response breaks after its first chunk.
 async fn bad_chunks() -> RawUpstream {
-    RawUpstream::spawn(|mut s, _| async move {
-        let mut buf = Vec::new();
-        if read_head(&mut s, &mut buf).await.is_some() {
-            let res = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n\
-                       5\r\nhello\r\nzz\r\nmore\r\n0\r\n\r\n";
-            let _ = s.write_all(res.as_bytes()).await;
-            drain_to_eof(&mut s, &mut buf).await;
-        }
-    })
+    RawUpstream::replying(
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n\
+          5\r\nhello\r\nzz\r\nmore\r\n0\r\n\r\n",
+    )
     .await
 }
 
@@ -387,11 +373,7 @@ async fn connect_timeout_gets_504_at_the_connect_timeout() {
 #[tokio::test]
 async fn all_upstreams_down_gets_502_at_once() {
     // Accepts and reads, never answers: each try times out and counts as a failure.
-    let silent = RawUpstream::spawn(|mut s, _| async move {
-        let mut buf = Vec::new();
-        drain_to_eof(&mut s, &mut buf).await;
-    })
-    .await;
+    let silent = RawUpstream::silent().await;
     let timeout = Duration::from_millis(200);
     let proxy = proxy_to(silent.addr, |b| {
         b.response_timeout(timeout).passive_health(PassiveHealth {
@@ -929,15 +911,9 @@ async fn head_response_has_no_body_and_the_connection_stays_in_sync() {
 
 #[tokio::test]
 async fn switching_protocols_to_a_request_without_an_upgrade_gets_502() {
-    let up = RawUpstream::spawn(|mut s, _| async move {
-        let mut buf = Vec::new();
-        if read_head(&mut s, &mut buf).await.is_some() {
-            let _ = s
-                .write_all(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\n")
-                .await;
-            drain_to_eof(&mut s, &mut buf).await;
-        }
-    })
+    let up = RawUpstream::replying(
+        b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\n",
+    )
     .await;
     let answer = send(&proxy_to(up.addr, |b| b), get("/")).await;
     assert_eq!(answer.status, StatusCode::BAD_GATEWAY);
@@ -1579,11 +1555,7 @@ async fn websocket_upgrade_joins_client_and_upstream() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ambiguous_framing_gets_400_and_never_reaches_the_upstream() {
-    let up = RawUpstream::spawn(|mut s, _| async move {
-        let mut buf = Vec::new();
-        drain_to_eof(&mut s, &mut buf).await;
-    })
-    .await;
+    let up = RawUpstream::silent().await;
     let server = ProxyServer::start(&proxy_to(up.addr, |b| b));
     let cases: &[&[u8]] = &[
         b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: t\r\n\r\n",

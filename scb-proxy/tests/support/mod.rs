@@ -156,6 +156,28 @@ impl RawUpstream {
     pub(crate) fn accepted(&self) -> usize {
         self.accepted.load(Ordering::SeqCst)
     }
+
+    /// An upstream that reads each request head, answers `bytes` whatever they are, and
+    /// reads on until the proxy closes.
+    pub(crate) async fn replying(bytes: &'static [u8]) -> Self {
+        Self::spawn(move |mut s, _| async move {
+            let mut buf = Vec::new();
+            if read_head(&mut s, &mut buf).await.is_some() {
+                let _ = s.write_all(bytes).await;
+                drain_to_eof(&mut s, &mut buf).await;
+            }
+        })
+        .await
+    }
+
+    /// An upstream that accepts and reads, and never answers.
+    pub(crate) async fn silent() -> Self {
+        Self::spawn(|mut s, _| async move {
+            let mut buf = Vec::new();
+            drain_to_eof(&mut s, &mut buf).await;
+        })
+        .await
+    }
 }
 
 /// Reads one request or response head (through the blank line) from `stream`, leaving
