@@ -15,7 +15,8 @@
 
 use bytes::{Bytes, BytesMut};
 
-use crate::server::conn::{chunked, head};
+use crate::http1::chunked;
+use crate::server::conn::head;
 
 /// What [`request_head`] made of its input.
 #[derive(Debug)]

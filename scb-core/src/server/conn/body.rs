@@ -7,8 +7,8 @@ use bytes::{Bytes, BytesMut};
 use http_body::{Frame, SizeHint};
 use tokio::sync::mpsc;
 
-use super::chunked::{ChunkedDecoder, Decoded};
 use crate::BoxError;
+use crate::http1::chunked::{ChunkedDecoder, Decoded};
 
 /// One message from the driver to the body.
 #[derive(Debug)]
@@ -28,7 +28,7 @@ pub(crate) enum BodyError {
     #[error("request body larger than the limit")]
     TooLarge,
     #[error("malformed chunked body: {0}")]
-    Chunked(#[from] super::chunked::ChunkError),
+    Chunked(#[from] crate::http1::chunked::ChunkError),
     #[error("request body aborted: the response was sent before the body was read")]
     Aborted,
     #[error("i/o error reading the request body: {0}")]

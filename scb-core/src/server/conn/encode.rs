@@ -177,31 +177,13 @@ fn write_len(dst: &mut Vec<u8>, len: u64) {
 
 /// A service's own Content-Length, by the same rule the request parser applies.
 fn parse_len(v: &HeaderValue) -> Option<u64> {
-    super::head::parse_content_length(v.as_bytes())
+    crate::http1::parse_content_length(v.as_bytes())
 }
 
 fn connection_has_close(v: &HeaderValue) -> bool {
     v.as_bytes()
         .split(|&b| b == b',')
         .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"close"))
-}
-
-/// The chunk-size line for a chunk of `len` bytes.
-pub(crate) fn chunk_header(dst: &mut Vec<u8>, len: usize) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut digits = [0u8; 16];
-    let mut i = digits.len();
-    let mut n = len;
-    loop {
-        i -= 1;
-        digits[i] = HEX[n & 0xf];
-        n >>= 4;
-        if n == 0 {
-            break;
-        }
-    }
-    dst.extend_from_slice(&digits[i..]);
-    dst.extend_from_slice(b"\r\n");
 }
 
 struct CachedDate {
@@ -339,12 +321,5 @@ mod tests {
         );
         assert!(text.contains("connection: keep-alive\r\n"));
         assert!(enc.keep_alive);
-    }
-
-    #[test]
-    fn chunk_header_is_lower_hex() {
-        let mut dst = Vec::new();
-        chunk_header(&mut dst, 0x1a2f);
-        assert_eq!(dst, b"1a2f\r\n");
     }
 }

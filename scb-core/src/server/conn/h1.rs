@@ -364,7 +364,7 @@ impl Conn<'_> {
                 ));
             }
             if chunked {
-                encode::chunk_header(&mut self.wbuf, data.len());
+                crate::http1::chunk_header(&mut self.wbuf, data.len());
                 self.write_data(&data).await?;
                 self.wbuf.extend_from_slice(b"\r\n");
             } else {

@@ -227,7 +227,7 @@ impl Framing {
                     return Err(HeadError::bad("more than one content-length"));
                 }
                 self.content_length = Some(
-                    parse_content_length(value.as_bytes())
+                    crate::http1::parse_content_length(value.as_bytes())
                         .ok_or(HeadError::bad("invalid content-length"))?,
                 );
             }
@@ -310,16 +310,6 @@ impl Framing {
             upgrade: self.upgrade || *method == Method::CONNECT,
         })
     }
-}
-
-/// 1*DIGIT and nothing else (no sign, no whitespace, no list), without overflow.
-pub(crate) fn parse_content_length(v: &[u8]) -> Option<u64> {
-    if v.is_empty() || v.len() > 19 {
-        return None;
-    }
-    v.iter().try_fold(0u64, |n, &b| {
-        b.is_ascii_digit().then(|| n * 10 + u64::from(b - b'0'))
-    })
 }
 
 /// A head followed by the bytes read after it, to replay to hyper on a hand-off.

@@ -2,7 +2,6 @@
 //! prior knowledge and upgrades.
 
 mod body;
-pub(crate) mod chunked;
 mod encode;
 mod h1;
 pub(crate) mod head;

@@ -1,4 +1,5 @@
-//! A strict decoder for `Transfer-Encoding: chunked` request bodies (RFC 9112 §7.1).
+//! A strict decoder for `Transfer-Encoding: chunked` bodies (RFC 9112 §7.1): requests
+//! to scb's server, responses to scb-proxy's upstream client.
 //!
 //! Strict because lenient chunk parsing is a request-smuggling vector: a front end and a
 //! back end that disagree on where a chunk ends see different requests. Refused: a bare
@@ -12,24 +13,33 @@ use bytes::{Buf, Bytes, BytesMut};
 const MAX_SIZE_LINE: usize = 4096;
 
 /// What one decoding step produced.
+#[non_exhaustive]
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Decoded {
+pub enum Decoded {
+    /// Body bytes, the next in order.
     Data(Bytes),
+    /// The last chunk and the trailer section have been read.
     Done,
+    /// The buffer holds no complete piece: read more into it.
     NeedMore,
 }
 
 /// Why a chunked body was refused.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum ChunkError {
+pub enum ChunkError {
+    /// A chunk-size line that is not hex digits and extensions.
     #[error("invalid chunk size line")]
     Size,
+    /// A chunk-size line longer than 4 KiB.
     #[error("chunk size line too long")]
     SizeLineTooLong,
+    /// Chunk data not followed by CRLF.
     #[error("chunk data not followed by CRLF")]
     DataEnd,
+    /// A line ended by LF without CR.
     #[error("line ended by a bare LF")]
     BareLf,
+    /// A trailer field that is malformed (obs-fold included) or over the budget.
     #[error("invalid or oversized trailer section")]
     Trailers,
 }
@@ -45,14 +55,14 @@ enum State {
 
 /// Decodes a chunked body incrementally from a read buffer.
 #[derive(Debug)]
-pub(crate) struct ChunkedDecoder {
+pub struct ChunkedDecoder {
     state: State,
     trailer_budget: usize,
 }
 
 impl ChunkedDecoder {
     /// A decoder that accepts at most `max_trailer_bytes` of trailer fields.
-    pub(crate) fn new(max_trailer_bytes: usize) -> Self {
+    pub fn new(max_trailer_bytes: usize) -> Self {
         Self {
             state: State::Size,
             trailer_budget: max_trailer_bytes,
@@ -60,7 +70,7 @@ impl ChunkedDecoder {
     }
 
     /// Consumes what it can from the front of `buf`.
-    pub(crate) fn decode(&mut self, buf: &mut BytesMut) -> Result<Decoded, ChunkError> {
+    pub fn decode(&mut self, buf: &mut BytesMut) -> Result<Decoded, ChunkError> {
         loop {
             match self.state {
                 State::Size => {
