@@ -26,7 +26,7 @@ pub enum ProxyError {
     TryTimeout,
     /// The connection broke before a response head.
     #[error("the upstream connection broke: {0}")]
-    Reset(#[source] hyper::Error),
+    Reset(#[source] std::io::Error),
     /// The upstream's answer is not a valid HTTP/1.1 response, or one scb refuses to pass
     /// on (both Content-Length and Transfer-Encoding, oversized head).
     #[error("invalid upstream response: {0}")]

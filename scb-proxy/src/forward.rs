@@ -218,10 +218,12 @@ fn joined(values: header::GetAll<'_, HeaderValue>) -> Option<String> {
     out
 }
 
-/// Sets `Host` to the upstream's `host:port` when `preserve_host` is off or the request
-/// has none (HTTP/1.0): HTTP/1.1 requires it.
-pub(crate) fn set_host(headers: &mut HeaderMap, upstream: &Authority, preserve_host: bool) {
-    if preserve_host && headers.contains_key(header::HOST) {
+/// Sets `Host` to the upstream's `host:port` unless the client's is kept: HTTP/1.1
+/// requires one. `keep_clients` is decided once per request (`preserve_host` and the
+/// client sent one; HTTP/1.0 may not), so a retry to another upstream does not keep the
+/// name set for the first.
+pub(crate) fn set_host(headers: &mut HeaderMap, upstream: &Authority, keep_clients: bool) {
+    if keep_clients && headers.contains_key(header::HOST) {
         return;
     }
     if let Ok(value) = HeaderValue::from_str(upstream.as_str()) {

@@ -8,21 +8,23 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use http::uri::{Authority, PathAndQuery};
 use http::{Method, Request, StatusCode, header};
-use http_body_util::Empty;
-use hyper_util::rt::TokioIo;
+use scb_core::Body;
 use tokio::net::TcpStream;
 use tokio::task::JoinSet;
 use tokio::time::MissedTickBehavior;
 
+use crate::client::{Connection, SendError};
 use crate::metrics::UpstreamMetrics;
 use crate::upstream::UpstreamState;
 
 /// Shortest active check interval: `tokio::time::interval` panics on zero, and checking more
 /// often than every millisecond would be a load test, not a health check.
 const MIN_INTERVAL: Duration = Duration::from_millis(1);
+
+/// Longest response head a check reads.
+const CHECK_MAX_HEAD: usize = 64 * 1024;
 
 /// Passive health: an upstream whose tries fail `max_fails` times in a row is skipped for
 /// `fail_timeout`.
@@ -319,7 +321,7 @@ enum CheckError {
     #[error("connect failed: {0}")]
     Connect(std::io::Error),
     #[error("request failed: {0}")]
-    Http(hyper::Error),
+    Http(SendError),
     #[error("request could not be built: {0}")]
     Request(http::Error),
     #[error("status {0}")]
@@ -346,28 +348,20 @@ async fn head(authority: &Authority, path: &PathAndQuery) -> Result<StatusCode, 
     let stream = TcpStream::connect(authority.as_str())
         .await
         .map_err(CheckError::Connect)?;
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .map_err(CheckError::Http)?;
-    let request = Request::builder()
+    let mut request = Request::builder()
         .method(Method::GET)
         .uri(path.clone())
         .header(header::HOST, authority.as_str())
         .header(header::USER_AGENT, "scb-health-check")
         .header(header::CONNECTION, "close")
-        .body(Empty::<Bytes>::new())
+        .body(Body::empty())
         .map_err(CheckError::Request)?;
-    // The connection is driven here rather than spawned, so nothing outlives the check's
-    // timeout; it is dropped (closed) once the head is in.
-    let mut conn = std::pin::pin!(conn);
-    let mut response = std::pin::pin!(sender.send_request(request));
-    let response = tokio::select! {
-        response = &mut response => response,
-        // The connection can finish in the same poll that delivers the head (or an error):
-        // the response future has the outcome either way.
-        _ = &mut conn => response.await,
-    };
-    Ok(response.map_err(CheckError::Http)?.status())
+    // The body is not read: the connection is dropped (closed) once the head is in.
+    let head = Connection::new(stream, CHECK_MAX_HEAD)
+        .send(&mut request)
+        .await
+        .map_err(CheckError::Http)?;
+    Ok(head.parts.status)
 }
 
 #[cfg(test)]

@@ -54,6 +54,7 @@
 mod balance;
 mod body;
 mod builder;
+mod client;
 mod error;
 mod forward;
 mod health;

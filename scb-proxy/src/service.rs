@@ -12,22 +12,22 @@ use std::time::Instant;
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderValue};
 use http::request::Parts;
-use http::{Method, Request, Response, StatusCode, Uri, Version};
-use http_body::Body as _;
-use hyper::body::Incoming;
+use http::{Method, Request, Response, Uri, Version};
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 use scb_core::server::ConnectInfo;
 use scb_core::{Body, BoxError};
+use tokio::io::AsyncWriteExt as _;
 use tower::Service;
 
 use crate::balance::Balancer;
-use crate::body::{Guarded, IdleTimeout, TooLarge};
+use crate::body::{Guarded, TooLarge};
 use crate::builder::{Config, MAX_TRIES, ReverseProxyBuilder};
+use crate::client::{Connection, Framing, ResponseHead, SendError, Start};
 use crate::error::ProxyError;
 use crate::forward::{self, Hop};
 use crate::health::{self, ActiveHealth};
-use crate::pool::{Conn, Pool};
+use crate::pool::{Conn, Home, Pool};
 use crate::upstream::{InFlight, Upstream, UpstreamState};
 
 /// The client's address, for servers other than scb's (which sets
@@ -165,9 +165,10 @@ impl ReverseProxy {
             Body::new(Guarded::new(body, config.idle_timeout, config.max_body))
         };
         let replayable = body_empty && is_idempotent(&parts.method);
-        let mut request = Some(Request::from_parts(parts, body));
-        // A copy to replay, made only when a reused connection is about to be used.
-        let mut replay: Option<(Method, Uri, HeaderMap)> = None;
+        let keep_host = config.preserve_host && parts.headers.contains_key(header::HOST);
+        // Stays here across tries: a failed send leaves it whole unless its body went out,
+        // and only bodiless requests are sent again.
+        let mut request = Request::from_parts(parts, body);
         let mut replayed = false;
 
         let deadline = tokio::time::Instant::now() + config.try_timeout;
@@ -186,7 +187,10 @@ impl ReverseProxy {
             tries += 1;
             let state = &shared.upstreams[index];
 
-            let mut conn = match self.pool.checkout(index) {
+            let Conn {
+                mut connection,
+                reused,
+            } = match self.pool.checkout(index) {
                 Some(conn) => conn,
                 None => match tokio::time::timeout_at(deadline, self.pool.connect(&state.upstream))
                     .await
@@ -201,26 +205,12 @@ impl ReverseProxy {
                     }
                 },
             };
-            let Some(mut req) = request.take().or_else(|| rebuild(replay.as_ref())) else {
-                break;
-            };
-            if conn.reused && replayable && !replayed && replay.is_none() {
-                replay = Some((
-                    req.method().clone(),
-                    req.uri().clone(),
-                    req.headers().clone(),
-                ));
-            }
-            forward::set_host(
-                req.headers_mut(),
-                state.upstream.authority(),
-                config.preserve_host,
-            );
+            forward::set_host(request.headers_mut(), state.upstream.authority(), keep_host);
             state.metrics.request();
             let in_flight = InFlight::start(state);
             let sent = Instant::now();
             let limit = deadline.min(tokio::time::Instant::now() + config.response_timeout);
-            let answer = tokio::time::timeout_at(limit, conn.sender.try_send_request(req)).await;
+            let answer = tokio::time::timeout_at(limit, connection.send(&mut request)).await;
             drop(in_flight);
             match answer {
                 Err(_) if limit == deadline => {
@@ -232,38 +222,33 @@ impl ReverseProxy {
                     self.failed(state, &e);
                     return Err(e);
                 }
-                Ok(Ok(res)) => {
+                Ok(Ok(head)) => {
                     state.metrics.response(sent.elapsed());
                     state.health.record_success(&state.metrics);
-                    return self.respond(index, conn, res, client_upgrade);
+                    return Ok(self.respond(index, connection, head, client_upgrade));
                 }
-                Ok(Err(mut e)) => {
-                    if let Some(unsent) = e.take_message() {
-                        request = Some(unsent);
-                        if conn.reused {
-                            // A pooled connection found closed before the request was
-                            // written (the upstream closed it while idle): not the
-                            // upstream's failure, and the try does not count. Each such
-                            // connection leaves the pool, so this ends.
-                            tries -= 1;
-                            continue;
-                        }
-                        // A fresh connection closed at once: the upstream is failing.
-                        let e = ProxyError::Reset(e.into_error());
-                        self.failed(state, &e);
-                        last = e;
+                Ok(Err(SendError::Unsent(e))) => {
+                    if reused {
+                        // A pooled connection found closed before the request was written
+                        // (the upstream closed it while idle): not the upstream's failure,
+                        // and the try does not count. Each such connection leaves the
+                        // pool, so this ends.
+                        tries -= 1;
                         continue;
                     }
-                    let e = e.into_error();
-                    if let Some(client_side) = client_body_error(&e) {
-                        return Err(client_side);
-                    }
-                    if e.is_parse() || e.is_parse_too_large() {
-                        let e = ProxyError::Protocol(e.to_string());
-                        self.failed(state, &e);
-                        return Err(e);
-                    }
-                    if conn.reused && replay.is_some() && !replayed {
+                    // A fresh connection closed at once: the upstream is failing.
+                    let e = ProxyError::Reset(e);
+                    self.failed(state, &e);
+                    last = e;
+                }
+                Ok(Err(SendError::Body(e))) => return Err(client_body_error(&e)),
+                Ok(Err(SendError::Invalid(why))) => {
+                    let e = ProxyError::Protocol(why.into());
+                    self.failed(state, &e);
+                    return Err(e);
+                }
+                Ok(Err(SendError::Io(e))) => {
+                    if reused && replayable && !replayed {
                         // Failed on a reused connection before any response byte: most
                         // likely the upstream closed it as the request went out. An
                         // idempotent request without a body is safe to send once more.
@@ -291,49 +276,50 @@ impl ReverseProxy {
         tracing::warn!(upstream = %state.upstream, error = %e, "upstream try failed");
     }
 
-    /// The client's response from the upstream's: validated, hop-by-hop fields removed,
-    /// the body streamed with the idle timeout; a 101 joins the two upgraded connections.
+    /// The client's response from the upstream's head: hop-by-hop fields removed, the
+    /// body streamed with the idle timeout (or passed whole when it came with the head); a
+    /// 101 joins the two upgraded connections.
     fn respond(
         &self,
         index: usize,
-        conn: Conn,
-        mut res: Response<Incoming>,
+        connection: Connection,
+        head: ResponseHead,
         client_upgrade: Option<OnUpgrade>,
-    ) -> Result<Response<Body>, ProxyError> {
-        let state = &self.shared.upstreams[index];
-        if res.headers().contains_key(header::TRANSFER_ENCODING)
-            && res.headers().contains_key(header::CONTENT_LENGTH)
-        {
-            // RFC 9112 §6.3: a sender must not send both; which one the upstream meant is
-            // a guess, and guessing is how responses get smuggled. The connection is
-            // dropped, not pooled.
-            let e = ProxyError::Protocol("both Content-Length and Transfer-Encoding".into());
-            self.failed(state, &e);
-            return Err(e);
+    ) -> Response<Body> {
+        let ResponseHead {
+            mut parts,
+            framing,
+            keep_alive,
+        } = head;
+        if framing == Framing::Upgrade {
+            if let Some(client) = client_upgrade {
+                tokio::spawn(join_upgraded(client, connection));
+                return Response::from_parts(parts, Body::empty());
+            }
+            // A 101 nobody asked for: the connection is of no further use, and the
+            // client is told nothing happened.
+            let e = ProxyError::Protocol("101 to a request that asked for no upgrade".into());
+            self.failed(&self.shared.upstreams[index], &e);
+            return e.into_response();
         }
-        if res.status() == StatusCode::SWITCHING_PROTOCOLS {
-            let Some(client) = client_upgrade else {
-                let e = ProxyError::Protocol("101 to a request that asked for no upgrade".into());
-                self.failed(state, &e);
-                return Err(e);
-            };
-            let upstream = hyper::upgrade::on(&mut res);
-            tokio::spawn(join_upgraded(client, upstream));
-            let (parts, _) = res.into_parts();
-            return Ok(Response::from_parts(parts, Body::empty()));
-        }
-        self.pool.checkin(index, conn.sender);
-        let (mut parts, body) = res.into_parts();
         forward::strip_hop_by_hop(&mut parts.headers);
-        let body = if body.is_end_stream() {
-            Body::empty()
-        } else {
-            Body::new(
-                Guarded::new(body, self.shared.config.idle_timeout, None)
-                    .counted(&self.shared.upstreams, index),
-            )
+        let body = match Start::new(connection, framing, keep_alive) {
+            Start::Complete { body, reusable } => {
+                if let Some(connection) = reusable {
+                    self.pool.checkin(index, connection);
+                }
+                Body::full(body)
+            }
+            Start::Streaming(body) => Body::new(
+                Guarded::new(
+                    body.returning_to(Home::new(&self.pool, index)),
+                    self.shared.config.idle_timeout,
+                    None,
+                )
+                .counted(&self.shared.upstreams, index),
+            ),
         };
-        Ok(Response::from_parts(parts, body))
+        Response::from_parts(parts, body)
     }
 }
 
@@ -368,15 +354,6 @@ fn prepare(
     );
 }
 
-fn rebuild(replay: Option<&(Method, Uri, HeaderMap)>) -> Option<Request<Body>> {
-    let (method, uri, headers) = replay?;
-    let mut req = Request::new(Body::empty());
-    *req.method_mut() = method.clone();
-    *req.uri_mut() = uri.clone();
-    *req.headers_mut() = headers.clone();
-    Some(req)
-}
-
 /// RFC 9110 §9.2.2.
 fn is_idempotent(method: &Method) -> bool {
     matches!(
@@ -393,38 +370,36 @@ fn declared_length(headers: &HeaderMap) -> Option<u64> {
         .and_then(|v| v.parse().ok())
 }
 
-/// When a send failed because of the client's body (too large, stalled, broken), the
-/// error the client gets; `None` for upstream failures.
-fn client_body_error(e: &hyper::Error) -> Option<ProxyError> {
-    if !e.is_user() {
-        return None;
-    }
-    let mut source = std::error::Error::source(e);
+/// The error the client gets when its own request body failed the send.
+fn client_body_error(e: &BoxError) -> ProxyError {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&**e);
     while let Some(err) = source {
         if err.is::<TooLarge>() {
-            return Some(ProxyError::BodyTooLarge);
-        }
-        if err.is::<IdleTimeout>() {
-            return Some(ProxyError::RequestBody);
+            return ProxyError::BodyTooLarge;
         }
         source = err.source();
     }
-    Some(ProxyError::RequestBody)
+    ProxyError::RequestBody
 }
 
 /// Copies bytes both ways between an upgraded client connection and the upstream's until
 /// either side closes.
-async fn join_upgraded(client: OnUpgrade, upstream: OnUpgrade) {
-    let (client, upstream) = match tokio::try_join!(client, upstream) {
-        Ok(both) => both,
+async fn join_upgraded(client: OnUpgrade, upstream: Connection) {
+    let client = match client.await {
+        Ok(client) => client,
         Err(e) => {
             tracing::debug!(error = %e, "upgrade failed");
             return;
         }
     };
     let mut client = TokioIo::new(client);
-    let mut upstream = TokioIo::new(upstream);
-    if let Err(e) = tokio::io::copy_bidirectional(&mut client, &mut upstream).await {
+    let (mut upstream, early) = upstream.into_parts();
+    // What the upstream sent right behind its 101 was read with the head.
+    let copied = async {
+        client.write_all(&early).await?;
+        tokio::io::copy_bidirectional(&mut client, &mut upstream).await
+    };
+    if let Err(e) = copied.await {
         tracing::debug!(error = %e, "upgraded connection ended");
     }
 }
