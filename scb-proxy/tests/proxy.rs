@@ -839,6 +839,7 @@ async fn hop_by_hop_fields_are_stripped_both_ways() {
         .header("te", "trailers")
         .header("trailer", "x-checksum")
         .header("upgrade", "h2c")
+        .header("expect", "100-continue")
         .header("x-kept-req", "yes")
         .body(Body::empty())
         .unwrap();
@@ -852,6 +853,8 @@ async fn hop_by_hop_fields_are_stripped_both_ways() {
         "te",
         "trailer",
         "upgrade",
+        // Answered by scb's server; the body goes up without waiting for the upstream.
+        "expect",
     ] {
         assert!(
             head_field(&upstream_saw, name).is_none(),
@@ -1409,6 +1412,28 @@ async fn content_length_over_max_body_gets_413_without_contacting_the_upstream()
     let answer = send(&proxy, post(1000)).await;
     assert_eq!(answer.status, StatusCode::OK);
     assert_eq!(answer.text(), "got 1000");
+}
+
+#[tokio::test]
+async fn an_upload_refused_before_it_is_read_gets_the_upstreams_answer() {
+    // The upstream answers at the head and never reads the body: 8 MiB fill every socket
+    // buffer on the way, so a proxy that insists on sending the whole body first hangs.
+    let up = RawUpstream::spawn(|mut s, _| async move {
+        let mut buf = Vec::new();
+        if read_head(&mut s, &mut buf).await.is_some() {
+            let _ = s
+                .write_all(b"HTTP/1.1 401 Unauthorized\r\nContent-Length: 6\r\n\r\nlog in")
+                .await;
+            std::future::pending::<()>().await;
+        }
+    })
+    .await;
+    let proxy = proxy_to(up.addr, |b| b);
+    let answer = tokio::time::timeout(WAIT, send(&proxy, post(8 << 20)))
+        .await
+        .expect("the answer came while the body was still going up");
+    assert_eq!(answer.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(answer.text(), "log in");
 }
 
 #[tokio::test]

@@ -35,6 +35,7 @@ use http_body::Body as _;
 use scb_core::{Body, BoxError};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
+use tokio::net::tcp::WriteHalf;
 
 pub(crate) use body::Start;
 pub(crate) use response::{Framing, ResponseHead};
@@ -125,12 +126,15 @@ impl Connection {
     ) -> Result<ResponseHead, SendError> {
         self.wbuf.clear();
         let framing = request::encode_head(&mut self.wbuf, req).map_err(SendError::Body)?;
+        let mut whole = true;
         match framing {
             BodyFraming::Empty => self.write_head().await?,
-            BodyFraming::Length(len) => self.write_body(req.body_mut(), Some(len)).await?,
-            BodyFraming::Chunked => self.write_body(req.body_mut(), None).await?,
+            BodyFraming::Length(len) => whole = self.write_body(req.body_mut(), Some(len)).await?,
+            BodyFraming::Chunked => whole = self.write_body(req.body_mut(), None).await?,
         }
-        self.read_head(req.method()).await
+        let mut head = self.read_head(req.method()).await?;
+        head.keep_alive &= whole;
+        Ok(head)
     }
 
     /// A bodiless request: its head in one write. A first write that fails sent nothing.
@@ -149,69 +153,50 @@ impl Connection {
             .map_err(SendError::Io)
     }
 
-    /// The head and the body after it: frames that are ready are gathered with the head
-    /// into one write, large ones are written from their own buffer. `length` is the
-    /// declared Content-Length; `None` means chunked.
-    async fn write_body(&mut self, body: &mut Body, length: Option<u64>) -> Result<(), SendError> {
-        let mut remaining = length;
-        loop {
-            let wbuf = &self.wbuf;
-            let frame = poll_fn(|cx| match Pin::new(&mut *body).poll_frame(cx) {
-                // Nothing more right now: what is gathered goes out before waiting.
-                Poll::Pending if !wbuf.is_empty() => Poll::Ready(None),
-                Poll::Pending => Poll::Pending,
-                Poll::Ready(frame) => Poll::Ready(Some(frame)),
-            })
-            .await;
-            let data = match frame {
-                None => {
-                    self.flush().await?;
-                    continue;
+    /// The head and the body after it, unless the upstream answers first.
+    ///
+    /// An upstream may answer before it has the whole body: a 413 or 401 for an upload it
+    /// will not take, or a server that streams its answer while it reads. Then the rest of
+    /// the body is not sent (waiting to send it could deadlock against an upstream that
+    /// waits for its answer to be read) and the answer is read; the connection is not
+    /// used again, since the upstream has an unfinished request on it. Returns whether the
+    /// whole body went out.
+    async fn write_body(
+        &mut self,
+        body: &mut Body,
+        length: Option<u64>,
+    ) -> Result<bool, SendError> {
+        let Self {
+            stream, rbuf, wbuf, ..
+        } = self;
+        let (reader, mut writer) = stream.split();
+        let answered = async {
+            rbuf.reserve(HEAD_READ);
+            loop {
+                if reader.readable().await.is_err() {
+                    return;
                 }
-                Some(None) => break,
-                Some(Some(Err(e))) => return Err(SendError::Body(e)),
-                // Trailers are dropped: the upstream did not ask for them (no `TE: trailers`
-                // goes up, it is hop-by-hop).
-                Some(Some(Ok(frame))) => match frame.into_data() {
-                    Ok(data) if !data.is_empty() => data,
-                    _ => continue,
-                },
-            };
-            if let Some(remaining) = remaining.as_mut() {
-                *remaining = remaining
-                    .checked_sub(data.len() as u64)
-                    .ok_or_else(|| SendError::Body("longer than its Content-Length".into()))?;
-            } else {
-                scb_core::http1::chunk_header(&mut self.wbuf, data.len());
+                match reader.try_read_buf(rbuf) {
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    // Only interim responses so far (102, 103): the upstream still wants
+                    // the body. They stay in the buffer for the head reader to skip.
+                    Ok(n) if n > 0 && !final_answer_began(rbuf) => {}
+                    // A final answer, the end, or an error: the head reader takes it.
+                    _ => return,
+                }
             }
-            if data.len() >= DIRECT_WRITE {
-                self.flush().await?;
-                self.stream.write_all(&data).await.map_err(SendError::Io)?;
-            } else {
-                self.wbuf.extend_from_slice(&data);
-            }
-            if length.is_none() {
-                self.wbuf.extend_from_slice(b"\r\n");
-            }
-            if self.wbuf.len() >= FLUSH_AT {
-                self.flush().await?;
-            }
+        };
+        tokio::select! {
+            biased;
+            sent = send_body(&mut writer, wbuf, body, length) => match sent {
+                Ok(()) => Ok(true),
+                // The upstream may have answered and closed: what it said is read, if the
+                // reset left it readable, before the failure is taken as the outcome.
+                Err(SendError::Io(_)) => Ok(false),
+                Err(e) => Err(e),
+            },
+            () = answered => Ok(false),
         }
-        match remaining {
-            Some(0) => {}
-            Some(_) => return Err(SendError::Body("shorter than its Content-Length".into())),
-            None => self.wbuf.extend_from_slice(b"0\r\n\r\n"),
-        }
-        self.flush().await
-    }
-
-    async fn flush(&mut self) -> Result<(), SendError> {
-        self.stream
-            .write_all(&self.wbuf)
-            .await
-            .map_err(SendError::Io)?;
-        self.wbuf.clear();
-        Ok(())
     }
 
     async fn read_head(&mut self, method: &Method) -> Result<ResponseHead, SendError> {
@@ -243,6 +228,94 @@ impl Connection {
             }
         }
     }
+}
+
+/// Whether `buf`, read from the upstream, holds more than complete interim (1xx) heads.
+fn final_answer_began(buf: &[u8]) -> bool {
+    let mut rest = buf;
+    while rest.len() >= 10 && rest.starts_with(b"HTTP/1.") && rest[9] == b'1' {
+        match rest.windows(4).position(|w| w == b"\r\n\r\n") {
+            Some(end) => rest = &rest[end + 4..],
+            // An interim head still arriving.
+            None => return false,
+        }
+    }
+    // Bytes that begin a final head (or are no HTTP at all), unless they could still be
+    // the start of an interim one.
+    let may_be_interim = rest.len() < 10
+        && rest
+            .iter()
+            .zip(b"HTTP/1.x 1")
+            .enumerate()
+            .all(|(i, (got, want))| i == 7 || got == want);
+    !rest.is_empty() && !may_be_interim
+}
+
+/// Writes `wbuf` (the head) and `body` after it: frames that are ready are gathered with
+/// the head into one write, large ones are written from their own buffer. `length` is the
+/// declared Content-Length; `None` means chunked.
+async fn send_body(
+    writer: &mut WriteHalf<'_>,
+    wbuf: &mut Vec<u8>,
+    body: &mut Body,
+    length: Option<u64>,
+) -> Result<(), SendError> {
+    let mut remaining = length;
+    loop {
+        let gathered = !wbuf.is_empty();
+        let frame = poll_fn(|cx| match Pin::new(&mut *body).poll_frame(cx) {
+            // Nothing more right now: what is gathered goes out before waiting.
+            Poll::Pending if gathered => Poll::Ready(None),
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(frame) => Poll::Ready(Some(frame)),
+        })
+        .await;
+        let data = match frame {
+            None => {
+                flush(writer, wbuf).await?;
+                continue;
+            }
+            Some(None) => break,
+            Some(Some(Err(e))) => return Err(SendError::Body(e)),
+            // Trailers are dropped: the upstream did not ask for them (no `TE: trailers`
+            // goes up, it is hop-by-hop).
+            Some(Some(Ok(frame))) => match frame.into_data() {
+                Ok(data) if !data.is_empty() => data,
+                _ => continue,
+            },
+        };
+        if let Some(remaining) = remaining.as_mut() {
+            *remaining = remaining
+                .checked_sub(data.len() as u64)
+                .ok_or_else(|| SendError::Body("longer than its Content-Length".into()))?;
+        } else {
+            scb_core::http1::chunk_header(wbuf, data.len());
+        }
+        if data.len() >= DIRECT_WRITE {
+            flush(writer, wbuf).await?;
+            writer.write_all(&data).await.map_err(SendError::Io)?;
+        } else {
+            wbuf.extend_from_slice(&data);
+        }
+        if length.is_none() {
+            wbuf.extend_from_slice(b"\r\n");
+        }
+        if wbuf.len() >= FLUSH_AT {
+            flush(writer, wbuf).await?;
+        }
+    }
+    match remaining {
+        Some(0) => {}
+        Some(_) => return Err(SendError::Body("shorter than its Content-Length".into())),
+        None => wbuf.extend_from_slice(b"0\r\n\r\n"),
+    }
+    flush(writer, wbuf).await
+}
+
+async fn flush(writer: &mut WriteHalf<'_>, wbuf: &mut Vec<u8>) -> Result<(), SendError> {
+    writer.write_all(wbuf).await.map_err(SendError::Io)?;
+    wbuf.clear();
+    Ok(())
 }
 
 #[cfg(test)]

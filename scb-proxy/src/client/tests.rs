@@ -458,3 +458,96 @@ async fn an_idle_connection_is_closed_once_its_peer_closed_it_or_sent_junk() {
     conn.stream.readable().await.unwrap();
     assert!(conn.is_closed());
 }
+
+/// A request body that yields `chunk` over and over, without end.
+fn endless_body(chunk: &'static [u8]) -> Body {
+    let frames = futures_util::stream::repeat_with(move || {
+        Ok::<_, BoxError>(Frame::data(Bytes::from_static(chunk)))
+    });
+    Body::new(StreamBody::new(frames))
+}
+
+#[tokio::test]
+async fn an_upstream_that_answers_before_the_body_is_sent_is_heard() {
+    // An upload refused at its head: the upstream answers 413 and reads nothing more. The
+    // body would fill every socket buffer and block; the answer is read instead.
+    let (mut conn, mut server) = pair().await;
+    let mut req = Request::post("/upload")
+        .header("host", "u")
+        .body(endless_body(&[b'x'; 16 * 1024]))
+        .unwrap();
+    let upstream = tokio::spawn(async move {
+        let mut head = Vec::new();
+        while !head.ends_with(b"\r\n\r\n") {
+            head.push(server.read_u8().await.unwrap());
+        }
+        server
+            .write_all(b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 0\r\n\r\n")
+            .await
+            .unwrap();
+        server
+    });
+    let head = conn.send(&mut req).await.unwrap();
+    assert_eq!(head.parts.status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert!(
+        !head.keep_alive,
+        "half a request is on the connection: never reused"
+    );
+    drop(upstream.await.unwrap());
+}
+
+#[tokio::test]
+async fn interim_answers_during_the_body_do_not_stop_it() {
+    let (mut conn, mut server) = pair().await;
+    let body = "y".repeat(200_000);
+    let mut req = Request::post("/")
+        .header("host", "u")
+        .header("content-length", body.len().to_string())
+        .body(streaming_body(&[&body[..100], &body[100..]]))
+        .unwrap();
+    let expected = body.len();
+    let upstream = tokio::spawn(async move {
+        let mut head = Vec::new();
+        while !head.ends_with(b"\r\n\r\n") {
+            head.push(server.read_u8().await.unwrap());
+        }
+        server
+            .write_all(b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\n")
+            .await
+            .unwrap();
+        let got = read_exactly(&mut server, expected).await;
+        server
+            .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+            .await
+            .unwrap();
+        (got.len(), server)
+    });
+    let head = conn.send(&mut req).await.unwrap();
+    assert_eq!(head.parts.status, StatusCode::OK);
+    assert!(head.keep_alive);
+    let (got, _server) = upstream.await.unwrap();
+    assert_eq!(got, expected);
+}
+
+#[test]
+fn only_a_final_answer_stops_the_body() {
+    for (bytes, final_began) in [
+        (&b""[..], false),
+        (b"HTTP/1.1 1", false),
+        (b"HTT", false),
+        (b"HTTP/1.1 100 Continue\r\n", false),
+        (b"HTTP/1.1 100 Continue\r\n\r\n", false),
+        (b"HTTP/1.1 103 Early Hints\r\n\r\nHTTP/1.1 1", false),
+        (b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 413", true),
+        (b"HTTP/1.1 2", true),
+        (b"HTTP/1.0 404 Not Found\r\n", true),
+        (b"garbage", true),
+    ] {
+        assert_eq!(
+            final_answer_began(bytes),
+            final_began,
+            "{:?}",
+            String::from_utf8_lossy(bytes)
+        );
+    }
+}
