@@ -15,10 +15,11 @@
 //! never guessed at; a body that ends early or breaks its chunking ends with an error, so
 //! the client's connection is closed short of a complete response.
 //!
-//! Not done: pipelining, HTTP/2 upstreams, request trailers (dropped, as hyper does). The
-//! request body is written whole before the response is read: an upstream that answers
-//! early and stops reading leaves the request to fail on the write (502), not to
-//! deadlock, since every wait is under the response timeout.
+//! The request body is sent while the socket is watched for an answer: an upstream that
+//! answers before it has read the body (a 413 or 401 for an upload) is heard at once, and
+//! the rest of the body is not sent. Not done: full-duplex exchanges (an upstream that
+//! streams its answer while it still reads the request gets the request cut at its
+//! answer), pipelining, HTTP/2 upstreams, request trailers (dropped, as hyper does).
 
 mod body;
 mod request;
