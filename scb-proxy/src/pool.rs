@@ -10,7 +10,10 @@
 //! A connection is out of the pool while it carries an exchange, and goes back when its
 //! response body has been read to the end ([`Home`]). A checkout takes the most recently
 //! used one, dropping those the upstream has closed and those idle for longer than
-//! `idle_timeout`. The stack is bounded by `max_idle`: beyond it the oldest is closed.
+//! `idle_timeout`; a checkin closes such connections from the bottom. The stack is bounded
+//! by `max_idle`: beyond it the oldest is closed. An idle pool is not swept: with no
+//! traffic at all, connections the upstream closed stay half-closed until the next
+//! request.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -105,14 +108,37 @@ impl Pool {
         if self.config.max_idle == 0 {
             return;
         }
+        let now = Instant::now();
         let mut slot = self.slots[index].lock().unwrap_or_else(|e| e.into_inner());
+        // Checkouts take from the top, so the bottom is where connections go stale: the
+        // expired ones and those the upstream closed (its keep-alive timeout) are closed
+        // here, oldest first, up to the first one still good. Without this a burst's extra
+        // connections would sit half-closed until traffic reached down to them.
+        while let Some(oldest) = slot.first() {
+            if now.duration_since(oldest.since) > self.config.idle_timeout
+                || oldest.connection.is_closed()
+            {
+                slot.remove(0);
+            } else {
+                break;
+            }
+        }
         if slot.len() >= self.config.max_idle {
             slot.remove(0);
         }
         slot.push(Pooled {
             connection,
-            since: Instant::now(),
+            since: now,
         });
+    }
+
+    /// How many idle connections to upstream `index` the pool holds.
+    #[cfg(test)]
+    pub(crate) fn idle(&self, index: usize) -> usize {
+        self.slots[index]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .len()
     }
 
     /// Connects to `upstream`: TCP with `TCP_NODELAY`.

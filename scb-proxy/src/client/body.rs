@@ -45,10 +45,17 @@ impl Start {
             Framing::Length(len) => State::Length(len),
             Framing::Chunked => State::Chunked(ChunkedDecoder::new(MAX_TRAILER_BYTES)),
             Framing::Close => State::Close,
-            Framing::Empty | Framing::Upgrade | Framing::Interim => {
+            Framing::Empty => {
                 return Self::Complete {
                     body: Bytes::new(),
                     reusable: reusable(conn, keep_alive),
+                };
+            }
+            // Not HTTP/1.1 exchanges any more (or not over yet): never back in a pool.
+            Framing::Upgrade | Framing::Interim => {
+                return Self::Complete {
+                    body: Bytes::new(),
+                    reusable: None,
                 };
             }
         };

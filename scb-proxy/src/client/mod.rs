@@ -168,8 +168,13 @@ impl Connection {
         length: Option<u64>,
     ) -> Result<bool, SendError> {
         let Self {
-            stream, rbuf, wbuf, ..
+            stream,
+            rbuf,
+            wbuf,
+            max_head,
+            ..
         } = self;
+        let max_head = *max_head;
         let (reader, mut writer) = stream.split();
         let answered = async {
             rbuf.reserve(HEAD_READ);
@@ -180,24 +185,31 @@ impl Connection {
                 match reader.try_read_buf(rbuf) {
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                     // Only interim responses so far (102, 103): the upstream still wants
-                    // the body. They stay in the buffer for the head reader to skip.
-                    Ok(n) if n > 0 && !final_answer_began(rbuf) => {}
+                    // the body. They stay in the buffer for the head reader to skip; past
+                    // the head limit the head reader refuses them.
+                    Ok(n) if n > 0 && rbuf.len() <= max_head && response::only_interim(rbuf) => {}
                     // A final answer, the end, or an error: the head reader takes it.
                     _ => return,
                 }
             }
         };
-        tokio::select! {
+        // The answer is looked at first: once it has begun, no more of the body is sent.
+        let whole = tokio::select! {
             biased;
+            () = answered => false,
             sent = send_body(&mut writer, wbuf, body, length) => match sent {
-                Ok(()) => Ok(true),
+                Ok(()) => true,
                 // The upstream may have answered and closed: what it said is read, if the
                 // reset left it readable, before the failure is taken as the outcome.
-                Err(SendError::Io(_)) => Ok(false),
-                Err(e) => Err(e),
+                Err(SendError::Io(_)) => false,
+                Err(e) => return Err(e),
             },
-            () = answered => Ok(false),
+        };
+        if !whole {
+            // The upstream sees the body end here rather than waiting for the rest of it.
+            let _ = writer.shutdown().await;
         }
+        Ok(whole)
     }
 
     async fn read_head(&mut self, method: &Method) -> Result<ResponseHead, SendError> {
@@ -229,27 +241,6 @@ impl Connection {
             }
         }
     }
-}
-
-/// Whether `buf`, read from the upstream, holds more than complete interim (1xx) heads.
-fn final_answer_began(buf: &[u8]) -> bool {
-    let mut rest = buf;
-    while rest.len() >= 10 && rest.starts_with(b"HTTP/1.") && rest[9] == b'1' {
-        match rest.windows(4).position(|w| w == b"\r\n\r\n") {
-            Some(end) => rest = &rest[end + 4..],
-            // An interim head still arriving.
-            None => return false,
-        }
-    }
-    // Bytes that begin a final head (or are no HTTP at all), unless they could still be
-    // the start of an interim one.
-    let may_be_interim = rest.len() < 10
-        && rest
-            .iter()
-            .zip(b"HTTP/1.x 1")
-            .enumerate()
-            .all(|(i, (got, want))| i == 7 || got == want);
-    !rest.is_empty() && !may_be_interim
 }
 
 /// Writes `wbuf` (the head) and `body` after it: frames that are ready are gathered with
@@ -300,6 +291,11 @@ async fn send_body(
         }
         if length.is_none() {
             wbuf.extend_from_slice(b"\r\n");
+        }
+        if remaining == Some(0) {
+            // All it declared: more would be an error, and waiting for the body's end
+            // would let an answer arriving meanwhile cost the connection.
+            break;
         }
         if wbuf.len() >= FLUSH_AT {
             flush(writer, wbuf).await?;

@@ -111,6 +111,32 @@ pub(crate) fn parse(
     }))
 }
 
+/// Whether `buf`, read from an upstream while the request body is still going out, holds
+/// nothing but interim (1xx, not 101) heads, the last one possibly incomplete: then the
+/// upstream still wants the body. Read the way [`parse`] will read it (httparse), so the
+/// two never disagree about where a head ends.
+pub(crate) fn only_interim(buf: &[u8]) -> bool {
+    let interim = |code: u16| (100..200).contains(&code) && code != 101;
+    let mut rest = buf;
+    while !rest.is_empty() {
+        let mut fields = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_FIELDS];
+        let mut res = httparse::Response::new(&mut []);
+        match httparse::ParserConfig::default().parse_response_with_uninit_headers(
+            &mut res,
+            rest,
+            &mut fields,
+        ) {
+            Ok(httparse::Status::Complete(len)) if res.code.is_some_and(interim) => {
+                rest = &rest[len..];
+            }
+            // A status line not read to its code yet may still be an interim one.
+            Ok(httparse::Status::Partial) => return res.code.is_none_or(interim),
+            _ => return false,
+        }
+    }
+    true
+}
+
 /// What the framing-relevant fields said, checked as they are seen.
 struct Rules {
     version: Version,

@@ -14,6 +14,9 @@ use crate::pool::{Home, Pool, PoolConfig};
 
 const MAX_HEAD: usize = 8 * 1024;
 
+/// The longest any wait in these tests may take before the test fails instead of hanging.
+const WAIT: Duration = Duration::from_secs(10);
+
 fn parse_str(head: &str, method: &Method) -> Result<Option<ResponseHead>, &'static str> {
     response::parse(&mut BytesMut::from(head), MAX_HEAD, method, &mut Vec::new())
 }
@@ -360,7 +363,7 @@ async fn a_body_cut_short_or_badly_chunked_fails_and_its_connection_is_not_reuse
         } else {
             assert!(err.is::<body::Truncated>(), "{err}");
         }
-        assert!(pool.checkout(0).is_none());
+        assert_eq!(pool.idle(0), 0);
     }
 }
 
@@ -386,7 +389,7 @@ async fn a_close_delimited_body_ends_with_the_connection() {
         .await
         .unwrap();
     assert_eq!(body.to_bytes(), "all of it");
-    assert!(pool.checkout(0).is_none());
+    assert_eq!(pool.idle(0), 0);
 }
 
 #[tokio::test]
@@ -485,27 +488,40 @@ async fn an_upstream_that_answers_before_the_body_is_sent_is_heard() {
             .write_all(b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 0\r\n\r\n")
             .await
             .unwrap();
+        // What the proxy wrote before it heard the answer, then the end of it: the proxy
+        // half-closes rather than leaving the upstream waiting for the rest.
+        let mut rest = Vec::new();
+        server.read_to_end(&mut rest).await.unwrap();
         server
     });
-    let head = conn.send(&mut req).await.unwrap();
+    let head = tokio::time::timeout(WAIT, conn.send(&mut req))
+        .await
+        .expect("the answer is heard while the body is going out")
+        .unwrap();
     assert_eq!(head.parts.status, StatusCode::PAYLOAD_TOO_LARGE);
     assert!(
         !head.keep_alive,
         "half a request is on the connection: never reused"
     );
-    drop(upstream.await.unwrap());
+    let server = tokio::time::timeout(WAIT, upstream)
+        .await
+        .expect("the upstream saw the request end")
+        .unwrap();
+    drop(server);
 }
 
 #[tokio::test]
 async fn interim_answers_during_the_body_do_not_stop_it() {
+    // 32 MiB: more than the socket buffers on both sides hold, so the proxy is still
+    // writing (and watching the socket) when the 103 comes, whatever their sizes.
+    const LEN: usize = 32 << 20;
     let (mut conn, mut server) = pair().await;
-    let body = "y".repeat(200_000);
+    let body = vec![b'y'; LEN];
     let mut req = Request::post("/")
         .header("host", "u")
-        .header("content-length", body.len().to_string())
-        .body(streaming_body(&[&body[..100], &body[100..]]))
+        .header("content-length", LEN.to_string())
+        .body(Body::from(body))
         .unwrap();
-    let expected = body.len();
     let upstream = tokio::spawn(async move {
         let mut head = Vec::new();
         while !head.ends_with(b"\r\n\r\n") {
@@ -515,39 +531,66 @@ async fn interim_answers_during_the_body_do_not_stop_it() {
             .write_all(b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\n")
             .await
             .unwrap();
-        let got = read_exactly(&mut server, expected).await;
+        let got = read_exactly(&mut server, LEN).await;
         server
             .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
             .await
             .unwrap();
         (got.len(), server)
     });
-    let head = conn.send(&mut req).await.unwrap();
+    let head = tokio::time::timeout(WAIT, conn.send(&mut req))
+        .await
+        .expect("the exchange ends")
+        .unwrap();
     assert_eq!(head.parts.status, StatusCode::OK);
     assert!(head.keep_alive);
     let (got, _server) = upstream.await.unwrap();
-    assert_eq!(got, expected);
+    assert_eq!(got, LEN);
 }
 
 #[test]
 fn only_a_final_answer_stops_the_body() {
-    for (bytes, final_began) in [
-        (&b""[..], false),
-        (b"HTTP/1.1 1", false),
-        (b"HTT", false),
-        (b"HTTP/1.1 100 Continue\r\n", false),
-        (b"HTTP/1.1 100 Continue\r\n\r\n", false),
-        (b"HTTP/1.1 103 Early Hints\r\n\r\nHTTP/1.1 1", false),
-        (b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 413", true),
+    for (bytes, interim) in [
+        (&b""[..], true),
+        (b"HTTP/1.1 1", true),
+        (b"HTT", true),
+        (b"HTTP/1.1 100 Continue\r\n", true),
+        (b"HTTP/1.1 100 Continue\r\n\r\n", true),
+        // Bare LF line ends, as httparse (and so the head reader) takes them.
+        (
+            b"HTTP/1.1 100 Continue\n\nHTTP/1.1 413 Too Large\r\n",
+            false,
+        ),
+        (b"HTTP/1.1 103 Early Hints\r\n\r\nHTTP/1.1 1", true),
+        (b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 413", false),
+        (b"HTTP/1.1 101 Switching Protocols\r\n\r\n", false),
         (b"HTTP/1.1 2", true),
-        (b"HTTP/1.0 404 Not Found\r\n", true),
-        (b"garbage", true),
+        (b"HTTP/1.1 200", false),
+        (b"HTTP/1.0 404 Not Found\r\n", false),
+        (b"garbage", false),
     ] {
         assert_eq!(
-            final_answer_began(bytes),
-            final_began,
+            response::only_interim(bytes),
+            interim,
             "{:?}",
             String::from_utf8_lossy(bytes)
         );
     }
+}
+
+#[tokio::test]
+async fn a_checkin_closes_the_stale_connections_at_the_bottom() {
+    let pool = test_pool();
+    let (stale, server) = pair().await;
+    drop(server);
+    // The runtime has seen the close before the next checkin looks.
+    stale.stream.readable().await.unwrap();
+    pool.checkin(0, stale);
+    assert_eq!(pool.idle(0), 1);
+    let (fresh, _server) = pair().await;
+    let (newer, _server2) = pair().await;
+    pool.checkin(0, fresh);
+    assert_eq!(pool.idle(0), 1, "the closed one went, the fresh one stayed");
+    pool.checkin(0, newer);
+    assert_eq!(pool.idle(0), 2);
 }
