@@ -92,6 +92,13 @@ pub(crate) struct Args {
     #[arg(long, value_name = "S")]
     pub(crate) warmup: Option<f64>,
 
+    /// Rounds per scenario: each round measures every server once, in table order, so a
+    /// shared machine's drift over minutes falls on every server alike. The table shows each
+    /// server's median round (by req/CPU-s); results.md lists every round and the median of
+    /// the per-round ratios to nginx.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub(crate) rounds: usize,
+
     /// Worker processes or threads for every server (nginx `worker_processes`, Caddy
     /// `GOMAXPROCS`, scb and axum-servedir workers).
     #[arg(long, default_value_t = 1, value_name = "N")]

@@ -82,6 +82,9 @@ pub(crate) struct Row {
     pub(crate) outcome: Outcome,
     /// req/CPU-s relative to nginx's in the same scenario; set by [`fill_ratios`].
     pub(crate) vs_nginx: Option<f64>,
+    /// req/CPU-s of every round, in order, when there was more than one (`--rounds`); the
+    /// outcome holds the median round's figures.
+    pub(crate) rounds: Vec<f64>,
 }
 
 impl Row {
@@ -92,6 +95,7 @@ impl Row {
             scenario,
             outcome,
             vs_nginx: None,
+            rounds: Vec::new(),
         }
     }
 
@@ -139,6 +143,30 @@ impl Row {
                 f.load.transport_errors
             )
         })
+    }
+}
+
+/// The round to show for a server measured `rounds.len()` times: the one with the median
+/// req/CPU-s (the lower median for an even count), so the row's figures all come from one
+/// real window rather than being mixed from several.
+pub(crate) fn median_round(rounds: &[Figures]) -> Option<usize> {
+    let mut order: Vec<usize> = (0..rounds.len()).collect();
+    order.sort_by(|&a, &b| {
+        let rate = |i: usize| rounds[i].req_per_cpu_s().unwrap_or(0.0);
+        rate(a).total_cmp(&rate(b))
+    });
+    order.get(rounds.len().saturating_sub(1) / 2).copied()
+}
+
+/// The median of `values` (the mean of the middle two for an even count).
+pub(crate) fn median(values: &[f64]) -> Option<f64> {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let n = sorted.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(sorted[n / 2]),
+        _ => Some((sorted[n / 2 - 1] + sorted[n / 2]) / 2.0),
     }
 }
 
@@ -237,5 +265,24 @@ pub(crate) mod tests {
     fn zero_cpu_has_no_per_cpu_figure() {
         let row = measured(Server::Scb, Scenario::Respond, 100, 0.0);
         assert_eq!(row.figures().unwrap().req_per_cpu_s(), None);
+    }
+
+    #[test]
+    fn the_median_round_is_one_real_round() {
+        let figures = |cpu_s: f64| match measured(Server::Scb, Scenario::Proxy, 1000, cpu_s).outcome
+        {
+            Outcome::Measured(f) => f,
+            _ => unreachable!(),
+        };
+        // req/CPU-s 100, 500, 200: the median is the third round.
+        let rounds = [figures(10.0), figures(2.0), figures(5.0)];
+        assert_eq!(median_round(&rounds), Some(2));
+        // Even counts take the lower middle: 100, 200 of 100, 200, 500, 1000.
+        let rounds = [figures(1.0), figures(10.0), figures(2.0), figures(5.0)];
+        assert_eq!(median_round(&rounds), Some(3));
+        assert_eq!(median_round(&[]), None);
+        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), Some(2.5));
+        assert_eq!(median(&[]), None);
     }
 }

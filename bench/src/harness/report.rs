@@ -4,8 +4,9 @@
 use std::fmt::Write as _;
 
 use crate::harness::environment::Environment;
-use crate::harness::figures::{Outcome, Row};
+use crate::harness::figures::{Outcome, Row, median};
 use crate::harness::load::H2_STREAMS;
+use crate::harness::server::Server;
 
 /// The table's columns.
 const HEADER: [&str; 13] = [
@@ -169,6 +170,7 @@ pub(crate) fn markdown(env: &Environment, rows: &[Row], quick: bool) -> String {
          the client saturates. peak RSS: sum of `VmHWM` over the process tree. HTTP/2: \
          h2load with {H2_STREAMS} concurrent streams per connection.\n"
     );
+    out.push_str(&rounds(rows));
     let failures: Vec<String> = rows
         .iter()
         .filter_map(|r| {
@@ -188,6 +190,55 @@ pub(crate) fn markdown(env: &Environment, rows: &[Row], quick: bool) -> String {
         let _ = write!(out, "\nNotes:\n\n{}\n", notes.join("\n"));
     }
     out.push_str("\n![req/CPU-s relative to nginx](chart.svg)\n");
+    out
+}
+
+/// The per-round figures of a `--rounds` run: each server's req/CPU-s in every round, its
+/// ratio to nginx's in the same round, and the median of those ratios (the figure least
+/// moved by a noisy machine). Empty for a run of one round.
+pub(crate) fn rounds(rows: &[Row]) -> String {
+    if rows.iter().all(|r| r.rounds.is_empty()) {
+        return String::new();
+    }
+    let mut out = String::from(
+        "\n## Rounds\n\nThe table shows each server's median round. Per round: req/CPU-s, \
+         and in brackets the ratio to nginx's in the same round.\n\n\
+         | server | scenario | req/CPU-s per round | median ratio to nginx |\n\
+         | ------ | -------- | ------------------- | --------------------: |\n",
+    );
+    for row in rows.iter().filter(|r| !r.rounds.is_empty()) {
+        let nginx = rows
+            .iter()
+            .find(|r| r.server == Server::Nginx && r.scenario == row.scenario)
+            .map(|r| r.rounds.as_slice())
+            .unwrap_or_default();
+        let ratios: Vec<f64> = row
+            .rounds
+            .iter()
+            .zip(nginx)
+            .filter(|(_, base)| **base > 0.0)
+            .map(|(value, base)| value / base)
+            .collect();
+        let cells: Vec<String> = row
+            .rounds
+            .iter()
+            .enumerate()
+            .map(|(i, value)| match ratios.get(i) {
+                Some(ratio) if ratios.len() == row.rounds.len() => {
+                    format!("{} ({ratio:.2})", num(Some(*value), 0))
+                }
+                _ => num(Some(*value), 0),
+            })
+            .collect();
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} |",
+            row.server,
+            row.scenario,
+            cells.join(", "),
+            num(median(&ratios), 2)
+        );
+    }
     out
 }
 
@@ -273,5 +324,23 @@ mod tests {
         assert_eq!(rate(1.0), "1");
         assert_eq!(rate(0.99996), "0.9999");
         assert_eq!(rate(0.5), "0.5000");
+    }
+
+    #[test]
+    fn rounds_give_each_rounds_ratio_and_their_median() {
+        let mut rows = rows();
+        assert_eq!(rounds(&rows), "", "a run of one round lists none");
+        rows[0].rounds = vec![100.0, 200.0, 400.0];
+        rows[1].rounds = vec![110.0, 180.0, 200.0];
+        let text = rounds(&rows);
+        assert!(text.contains("## Rounds"), "{text}");
+        assert!(
+            text.contains("| scb | respond | 110 (1.10), 180 (0.90), 200 (0.50) | 0.90 |"),
+            "{text}"
+        );
+        assert!(
+            text.contains("| nginx | respond | 100 (1.00), 200 (1.00), 400 (1.00) | 1.00 |"),
+            "{text}"
+        );
     }
 }

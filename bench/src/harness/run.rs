@@ -11,7 +11,7 @@ use clap::Parser as _;
 use crate::harness::cert::{self, CertFiles};
 use crate::harness::cli::{Args, Cli, Mode};
 use crate::harness::environment::Environment;
-use crate::harness::figures::{Figures, Outcome, Row, Stage, fill_ratios};
+use crate::harness::figures::{Figures, Outcome, Row, Stage, fill_ratios, median_round};
 use crate::harness::fixtures::Fixtures;
 use crate::harness::load::Target;
 use crate::harness::ports::{free_ports, local, wait_until_accepting};
@@ -216,43 +216,91 @@ fn run_scenario(ctx: &Ctx<'_>, scenario: Scenario) -> anyhow::Result<Vec<Row>> {
         _ => free_ports::<1>()?[0],
     };
 
-    let mut rows = Vec::new();
-    for &server in &settings.servers {
-        let outcome = if !server.supports(scenario) {
-            progress(&format!("[{scenario}] {server}: {}", report::NOT_SUPPORTED));
-            Outcome::NotSupported
-        } else if let Err(message) = &upstream {
-            Outcome::Failed {
+    // Each round measures every server once, in table order: a drift of the machine over
+    // the minutes of a scenario falls on every server alike instead of on whoever ran last.
+    let mut measured: Vec<Result<Vec<Figures>, Outcome>> = settings
+        .servers
+        .iter()
+        .map(|&server| {
+            if server.supports(scenario) {
+                Ok(Vec::new())
+            } else {
+                progress(&format!("[{scenario}] {server}: {}", report::NOT_SUPPORTED));
+                Err(Outcome::NotSupported)
+            }
+        })
+        .collect();
+    if let Err(message) = &upstream {
+        for slot in measured.iter_mut().filter(|slot| slot.is_ok()) {
+            *slot = Err(Outcome::Failed {
                 stage: Stage::Start,
                 message: format!("upstream nginx: {message}"),
-            }
-        } else {
+            });
+        }
+    }
+    for round in 0..settings.rounds {
+        for (&server, slot) in settings.servers.iter().zip(measured.iter_mut()) {
+            let Ok(rounds) = slot else {
+                continue;
+            };
+            let tag = if settings.rounds > 1 {
+                format!(" (round {}/{})", round + 1, settings.rounds)
+            } else {
+                String::new()
+            };
             match measure(
                 ctx,
                 scenario,
                 server,
                 &dir,
+                round,
                 upstream_port,
                 &script,
                 &expected,
             ) {
                 Ok(figures) => {
                     progress(&format!(
-                        "[{scenario}] {server}: {:.0} req/s, {:.2} cpu-s, {} req/cpu-s, {:.1} MiB",
+                        "[{scenario}] {server}{tag}: {:.0} req/s, {:.2} cpu-s, {} req/cpu-s, {:.1} MiB",
                         figures.load.rps(),
                         figures.cpu_s,
                         report::num(figures.req_per_cpu_s(), 0),
                         figures.peak_rss_mib()
                     ));
-                    Outcome::Measured(figures)
+                    rounds.push(figures);
                 }
-                Err((stage, error)) => Outcome::Failed {
-                    stage,
-                    message: format!("{error:#}"),
-                },
+                Err((stage, error)) => {
+                    *slot = Err(Outcome::Failed {
+                        stage,
+                        message: format!("{error:#}"),
+                    });
+                }
+            }
+        }
+    }
+
+    let mut rows = Vec::new();
+    for (&server, slot) in settings.servers.iter().zip(measured) {
+        let row = match slot {
+            Err(outcome) => Row::new(server, scenario, outcome),
+            Ok(mut rounds) => {
+                let rates = if rounds.len() > 1 {
+                    rounds
+                        .iter()
+                        .map(|f| f.req_per_cpu_s().unwrap_or(0.0))
+                        .collect()
+                } else {
+                    Vec::new()
+                };
+                let median = median_round(&rounds).context("no round was measured")?;
+                let mut row = Row::new(
+                    server,
+                    scenario,
+                    Outcome::Measured(rounds.swap_remove(median)),
+                );
+                row.rounds = rates;
+                row
             }
         };
-        let row = Row::new(server, scenario, outcome);
         if let Some(problem) = row.problem() {
             progress(&format!("[{scenario}] {server}: {problem}"));
         }
@@ -391,17 +439,26 @@ pub(crate) fn start_verified(
 }
 
 /// One row: start, verify, warm up, measure, stop.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "one call site, each argument named there"
+)]
 fn measure(
     ctx: &Ctx<'_>,
     scenario: Scenario,
     server: Server,
     scenario_dir: &Path,
+    round: usize,
     upstream_port: u16,
     script: &Path,
     expected: &[Expected],
 ) -> Result<Figures, (Stage, anyhow::Error)> {
     let settings = ctx.settings;
-    let dir = scenario_dir.join(server.name());
+    // Every round's configs and logs stay for reading.
+    let dir = match round {
+        0 => scenario_dir.join(server.name()),
+        n => scenario_dir.join(format!("{}-round{}", server.name(), n + 1)),
+    };
     let mut started = start_verified(ctx, scenario, server, &dir, upstream_port, expected, &[])?;
     progress(&format!(
         "[{scenario}] {server}: warm-up {} s, measuring {} s",

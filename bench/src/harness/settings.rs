@@ -33,6 +33,8 @@ pub(crate) struct Settings {
     pub(crate) duration: f64,
     /// Warm-up seconds (0: none).
     pub(crate) warmup: f64,
+    /// Rounds per scenario.
+    pub(crate) rounds: usize,
     /// Workers per server.
     pub(crate) workers: usize,
     /// Server CPUs.
@@ -100,6 +102,9 @@ impl Settings {
         if args.workers == 0 {
             bail!("--workers must be at least 1");
         }
+        if args.rounds == 0 {
+            bail!("--rounds must be at least 1");
+        }
         let server_cpus = CpuSet::parse(&args.server_cpus).context("--server-cpus")?;
         let load_cpus = CpuSet::parse(&args.load_cpus).context("--load-cpus")?;
         let online = CpuSet::online()?;
@@ -153,6 +158,7 @@ impl Settings {
             scenarios,
             duration,
             warmup,
+            rounds: args.rounds,
             workers: args.workers,
             server_cpus,
             load: LoadGen {
