@@ -154,7 +154,59 @@ fn framing_follows_rfc_9112() {
     assert_eq!(head.parts.headers["content-length"], "10");
 }
 
+/// A header field name that is none of the framing fields.
+fn field_name() -> impl Strategy<Value = String> {
+    "x-[a-z0-9!#$%&'*+.^_`|~-]{1,20}"
+}
+
+/// A field value: visible ASCII and inner spaces, no leading or trailing whitespace.
+fn field_value() -> impl Strategy<Value = String> {
+    "[!-~]([ -~]{0,40}[!-~])?"
+}
+
 proptest! {
+    #[test]
+    fn valid_heads_parse_to_their_fields_and_leave_the_body(
+        status in 200u16..600,
+        fields in proptest::collection::vec((field_name(), field_value()), 0..20),
+        length in proptest::option::of(0u64..100_000),
+        rest in proptest::collection::vec(any::<u8>(), 0..64),
+    ) {
+        let mut head = format!("HTTP/1.1 {status} Whatever\r\n");
+        for (name, value) in &fields {
+            head.push_str(&format!("{name}: {value}\r\n"));
+        }
+        if let Some(length) = length {
+            head.push_str(&format!("Content-Length: {length}\r\n"));
+        }
+        head.push_str("\r\n");
+        let mut buf = BytesMut::from(head.as_bytes());
+        buf.extend_from_slice(&rest);
+        let parsed = response::parse(&mut buf, MAX_HEAD, &Method::GET, &mut Vec::new())
+            .unwrap()
+            .unwrap();
+        prop_assert_eq!(parsed.parts.status.as_u16(), status);
+        prop_assert_eq!(&buf[..], &rest[..]);
+        for (name, value) in &fields {
+            let values: Vec<&str> = parsed
+                .parts
+                .headers
+                .get_all(name.as_str())
+                .iter()
+                .map(|v| v.to_str().unwrap())
+                .collect();
+            prop_assert!(values.contains(&value.as_str()), "{} lost: {:?}", name, values);
+        }
+        let bodiless = status == 204 || status == 304;
+        let expected = match length {
+            _ if bodiless => Framing::Empty,
+            Some(0) => Framing::Empty,
+            Some(n) => Framing::Length(n),
+            None => Framing::Close,
+        };
+        prop_assert_eq!(parsed.framing, expected);
+    }
+
     #[test]
     fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..2048)) {
         let mut buf = BytesMut::from(&bytes[..]);
