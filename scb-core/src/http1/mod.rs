@@ -3,6 +3,9 @@
 //! never disagree about where a message ends.
 
 pub mod chunked;
+mod fields;
+
+pub use fields::{FieldError, FieldOffsets};
 
 /// 1*DIGIT and nothing else (no sign, no whitespace, no list), without overflow.
 pub fn parse_content_length(v: &[u8]) -> Option<u64> {

@@ -33,6 +33,7 @@ use std::task::{Context, Poll, Waker};
 use bytes::BytesMut;
 use http::{Method, Request};
 use http_body::Body as _;
+use scb_core::http1::FieldOffsets;
 use scb_core::{Body, BoxError};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
@@ -78,7 +79,7 @@ pub(crate) struct Connection {
     wbuf: Vec<u8>,
     max_head: usize,
     /// Where the fields of the last head were, reused from response to response.
-    scratch: Vec<response::FieldAt>,
+    scratch: FieldOffsets,
 }
 
 impl Connection {
@@ -89,7 +90,7 @@ impl Connection {
             rbuf: BytesMut::with_capacity(HEAD_READ),
             wbuf: Vec::with_capacity(1024),
             max_head,
-            scratch: Vec::new(),
+            scratch: FieldOffsets::default(),
         }
     }
 

@@ -7,7 +7,8 @@
 use std::mem::MaybeUninit;
 
 use bytes::BytesMut;
-use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Version, header};
+use http::{HeaderName, HeaderValue, Method, StatusCode, Version, header};
+use scb_core::http1::{FieldError, FieldOffsets};
 
 /// Heads with more fields than this are refused (hyper's client allowed 100).
 const MAX_FIELDS: usize = 128;
@@ -38,13 +39,6 @@ pub(crate) struct ResponseHead {
     pub(crate) keep_alive: bool,
 }
 
-/// Offsets of one header field inside the head buffer.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct FieldAt {
-    name: (usize, usize),
-    value: (usize, usize),
-}
-
 /// Parses one response head (to a request with `method`) from the front of `buf`.
 ///
 /// `Ok(None)`: not complete yet. On success the head's bytes are taken off `buf`. The
@@ -53,7 +47,7 @@ pub(crate) fn parse(
     buf: &mut BytesMut,
     max_head: usize,
     method: &Method,
-    scratch: &mut Vec<FieldAt>,
+    scratch: &mut FieldOffsets,
 ) -> Result<Option<ResponseHead>, &'static str> {
     let mut fields = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_FIELDS];
     let mut res = httparse::Response::new(&mut []);
@@ -76,27 +70,19 @@ pub(crate) fn parse(
         Some(0) => Version::HTTP_10,
         _ => Version::HTTP_11,
     };
-    let base = buf.as_ptr() as usize;
-    let at = |s: &[u8]| (s.as_ptr() as usize - base, s.len());
-    scratch.clear();
-    scratch.extend(res.headers.iter().map(|h| FieldAt {
-        name: at(h.name.as_bytes()),
-        value: at(h.value),
-    }));
+    scratch.record(
+        buf,
+        res.headers.iter().map(|h| (h.name.as_bytes(), h.value)),
+    );
     let head = buf.split_to(len).freeze();
-
-    let mut headers = HeaderMap::with_capacity(scratch.len());
     let mut rules = Rules::new(version);
-    for field in scratch.iter() {
-        let (start, len) = field.name;
-        let name =
-            HeaderName::from_bytes(&head[start..start + len]).map_err(|_| "invalid header name")?;
-        let (start, len) = field.value;
-        let value = HeaderValue::from_maybe_shared(head.slice(start..start + len))
-            .map_err(|_| "invalid header value")?;
-        rules.see(&name, &value)?;
-        headers.append(name, value);
-    }
+    let headers = scratch
+        .to_map(&head, 0, |name, value| rules.see(name, value))
+        .map_err(|e| match e {
+            FieldError::Name => "invalid header name",
+            FieldError::Value => "invalid header value",
+            FieldError::Refused(why) => why,
+        })?;
     let (framing, keep_alive) = rules.finish(status, method)?;
 
     let mut res = http::Response::new(());

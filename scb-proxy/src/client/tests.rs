@@ -18,7 +18,12 @@ const MAX_HEAD: usize = 8 * 1024;
 const WAIT: Duration = Duration::from_secs(10);
 
 fn parse_str(head: &str, method: &Method) -> Result<Option<ResponseHead>, &'static str> {
-    response::parse(&mut BytesMut::from(head), MAX_HEAD, method, &mut Vec::new())
+    response::parse(
+        &mut BytesMut::from(head),
+        MAX_HEAD,
+        method,
+        &mut FieldOffsets::default(),
+    )
 }
 
 fn framing_of(head: &str) -> Result<(Framing, bool), &'static str> {
@@ -33,9 +38,14 @@ fn a_head_is_parsed_and_taken_off_the_buffer() {
     let mut buf = BytesMut::from(
         "HTTP/1.1 200 OK\r\nServer: up\r\nContent-Length: 5\r\nSet-Cookie: a=1\r\nSet-Cookie: b=2\r\n\r\nhello",
     );
-    let head = response::parse(&mut buf, MAX_HEAD, &Method::GET, &mut Vec::new())
-        .unwrap()
-        .unwrap();
+    let head = response::parse(
+        &mut buf,
+        MAX_HEAD,
+        &Method::GET,
+        &mut FieldOffsets::default(),
+    )
+    .unwrap()
+    .unwrap();
     assert_eq!(head.parts.status, StatusCode::OK);
     assert_eq!(head.parts.headers["server"], "up");
     assert_eq!(head.parts.headers.get_all("set-cookie").iter().count(), 2);
@@ -182,7 +192,7 @@ proptest! {
         head.push_str("\r\n");
         let mut buf = BytesMut::from(head.as_bytes());
         buf.extend_from_slice(&rest);
-        let parsed = response::parse(&mut buf, MAX_HEAD, &Method::GET, &mut Vec::new())
+        let parsed = response::parse(&mut buf, MAX_HEAD, &Method::GET, &mut FieldOffsets::default())
             .unwrap()
             .unwrap();
         prop_assert_eq!(parsed.parts.status.as_u16(), status);
@@ -211,7 +221,7 @@ proptest! {
     fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..2048)) {
         let mut buf = BytesMut::from(&bytes[..]);
         let before = buf.len();
-        if let Ok(Some(_)) = response::parse(&mut buf, MAX_HEAD, &Method::GET, &mut Vec::new()) {
+        if let Ok(Some(_)) = response::parse(&mut buf, MAX_HEAD, &Method::GET, &mut FieldOffsets::default()) {
             prop_assert!(buf.len() < before);
         }
     }

@@ -9,7 +9,9 @@
 use std::mem::MaybeUninit;
 
 use bytes::{Bytes, BytesMut};
-use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri, Version, header};
+use http::{HeaderName, HeaderValue, Method, StatusCode, Uri, Version, header};
+
+use crate::http1::{FieldError, FieldOffsets};
 
 /// Heads with at most this many fields are parsed into a stack array.
 const STACK_HEADERS: usize = 128;
@@ -60,17 +62,10 @@ pub(crate) struct HeadLimits {
     pub(crate) max_body_bytes: u64,
 }
 
-/// Offsets of one header field inside the head buffer.
-#[derive(Clone, Copy, Debug)]
-struct FieldAt {
-    name: (usize, usize),
-    value: (usize, usize),
-}
-
 /// Scratch space reused across the requests of one connection.
 #[derive(Debug, Default)]
 pub(crate) struct Scratch {
-    fields: Vec<FieldAt>,
+    fields: FieldOffsets,
 }
 
 /// Parses one request head from the front of `buf`.
@@ -131,29 +126,27 @@ pub(crate) fn parse(
         Some(0) => Version::HTTP_10,
         _ => Version::HTTP_11,
     };
-    scratch.fields.clear();
-    scratch.fields.extend(req.headers.iter().map(|h| FieldAt {
-        name: at(h.name.as_bytes()),
-        value: at(h.value),
-    }));
+    scratch.fields.record(
+        buf,
+        req.headers.iter().map(|h| (h.name.as_bytes(), h.value)),
+    );
     let head = buf.split_to(len).freeze();
     let slice = |(start, len): (usize, usize)| head.slice(start..start + len);
 
     let uri = Uri::from_maybe_shared(slice(target))
         .map_err(|_| HeadError::bad("invalid request target"))?;
 
+    let mut framing = Framing::new(version);
     // Room for what layers add to a request (request id, forwarding headers) without
     // growing the map.
-    let mut headers = HeaderMap::with_capacity(scratch.fields.len() + 4);
-    let mut framing = Framing::new(version);
-    for field in &scratch.fields {
-        let name = HeaderName::from_bytes(&head[field.name.0..field.name.0 + field.name.1])
-            .map_err(|_| HeadError::bad("invalid header name"))?;
-        let value = HeaderValue::from_maybe_shared(slice(field.value))
-            .map_err(|_| HeadError::bad("invalid header value"))?;
-        framing.see(&name, &value)?;
-        headers.append(name, value);
-    }
+    let headers = scratch
+        .fields
+        .to_map(&head, 4, |name, value| framing.see(name, value))
+        .map_err(|e| match e {
+            FieldError::Name => HeadError::bad("invalid header name"),
+            FieldError::Value => HeadError::bad("invalid header value"),
+            FieldError::Refused(e) => e,
+        })?;
     let framing = framing.finish(&method, limits.max_body_bytes)?;
 
     let mut req = http::Request::new(());

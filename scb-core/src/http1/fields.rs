@@ -1,0 +1,128 @@
+//! Header fields sliced out of a frozen head, not copied.
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue};
+
+/// Where the fields of one head lie in its read buffer.
+///
+/// Recorded while the parser (httparse) still borrows the buffer; used once the head's
+/// bytes are split off and frozen, so that every value is a slice of them (a reference
+/// count) rather than a copy. Kept per connection and reused from head to head.
+#[derive(Debug, Default)]
+pub struct FieldOffsets {
+    fields: Vec<FieldAt>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct FieldAt {
+    name: (usize, usize),
+    value: (usize, usize),
+}
+
+/// Why [`FieldOffsets::to_map`] refused a head.
+#[derive(Debug, PartialEq, Eq)]
+pub enum FieldError<E> {
+    /// A field name that is not a token.
+    Name,
+    /// A field value with bytes a value may not hold.
+    Value,
+    /// The caller's check refused the field.
+    Refused(E),
+}
+
+impl FieldOffsets {
+    /// Records where each `(name, value)` of `fields` lies in `buf`: every one of them must
+    /// be a slice of `buf`, as httparse's are.
+    pub fn record<'a>(&mut self, buf: &[u8], fields: impl Iterator<Item = (&'a [u8], &'a [u8])>) {
+        let base = buf.as_ptr() as usize;
+        let at = |s: &[u8]| (s.as_ptr() as usize - base, s.len());
+        self.fields.clear();
+        self.fields.extend(fields.map(|(name, value)| FieldAt {
+            name: at(name),
+            value: at(value),
+        }));
+    }
+
+    /// The fields as a header map, sliced out of `head`: the front of the buffer
+    /// [`record`](Self::record) saw, frozen. `spare` is room for fields added later (no
+    /// growing the map on the way); `see` looks at each field, in order, before it goes in.
+    pub fn to_map<E>(
+        &self,
+        head: &Bytes,
+        spare: usize,
+        mut see: impl FnMut(&HeaderName, &HeaderValue) -> Result<(), E>,
+    ) -> Result<HeaderMap, FieldError<E>> {
+        let mut headers = HeaderMap::with_capacity(self.fields.len() + spare);
+        for field in &self.fields {
+            let (start, len) = field.name;
+            let name =
+                HeaderName::from_bytes(&head[start..start + len]).map_err(|_| FieldError::Name)?;
+            let (start, len) = field.value;
+            let value = HeaderValue::from_maybe_shared(head.slice(start..start + len))
+                .map_err(|_| FieldError::Value)?;
+            see(&name, &value).map_err(FieldError::Refused)?;
+            headers.append(name, value);
+        }
+        Ok(headers)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn offsets_of(buf: &[u8], fields: &[(&str, &str)]) -> FieldOffsets {
+        let find = |s: &str| {
+            let at = buf
+                .windows(s.len())
+                .position(|w| w == s.as_bytes())
+                .unwrap();
+            &buf[at..at + s.len()]
+        };
+        let mut offsets = FieldOffsets::default();
+        offsets.record(buf, fields.iter().map(|(n, v)| (find(n), find(v))));
+        offsets
+    }
+
+    #[test]
+    fn values_are_slices_of_the_head_in_order() {
+        let head = Bytes::from_static(b"X-A: 1\r\nSet-Cookie: a\r\nSet-Cookie: b\r\n\r\n");
+        let offsets = offsets_of(
+            &head,
+            &[("X-A", "1"), ("Set-Cookie", "a"), ("Set-Cookie", "b")],
+        );
+        let mut seen = Vec::new();
+        let map = offsets
+            .to_map(&head, 4, |name, value| {
+                seen.push(format!("{name}={}", value.to_str().unwrap()));
+                Ok::<_, ()>(())
+            })
+            .unwrap();
+        assert_eq!(seen, ["x-a=1", "set-cookie=a", "set-cookie=b"]);
+        assert_eq!(
+            map.get_all("set-cookie").iter().collect::<Vec<_>>(),
+            ["a", "b"]
+        );
+        let value = map["x-a"].as_bytes().as_ptr();
+        assert!(head.as_ptr_range().contains(&value), "the value was copied");
+        assert!(map.capacity() >= 3 + 4);
+    }
+
+    #[test]
+    fn bad_names_and_values_and_refused_fields_are_errors() {
+        let head = Bytes::from_static(b"B@d: 1\r\nok: v\x7f\r\n");
+        assert_eq!(
+            offsets_of(&head, &[("B@d", "1")]).to_map(&head, 0, |_, _| Ok::<_, ()>(())),
+            Err(FieldError::Name)
+        );
+        assert_eq!(
+            offsets_of(&head, &[("ok", "v\x7f")]).to_map(&head, 0, |_, _| Ok::<_, ()>(())),
+            Err(FieldError::Value)
+        );
+        let head = Bytes::from_static(b"a: 1\r\n");
+        assert_eq!(
+            offsets_of(&head, &[("a", "1")]).to_map(&head, 0, |_, _| Err("no")),
+            Err(FieldError::Refused("no"))
+        );
+    }
+}
