@@ -5,6 +5,8 @@
 //!   `Transfer-Encoding` and `Upgrade`. The framing of each hop is its own: the upstream
 //!   connection and scb's server each write theirs. A WebSocket upgrade keeps `Upgrade`
 //!   and gets `Connection: upgrade`, since the upgrade is what is being forwarded.
+//!   `Expect` goes with them: the server that received it answers it (scb's sends the
+//!   client 100 Continue when the body is read), and the body goes up without waiting.
 //! - `X-Forwarded-For` gets the client's address appended. What came before is kept only
 //!   when the client itself is a trusted proxy (`trusted_proxies`); otherwise a client
 //!   could claim any address, so the field is replaced. `X-Forwarded-Proto` and
@@ -20,9 +22,10 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::uri::{Authority, PathAndQuery};
 use ipnet::IpNet;
 
-/// The hop-by-hop fields removed in both directions, besides those `Connection` names.
-/// `Connection` first: [`strip_hop_by_hop`] reads bit 0 as "has `Connection`".
-const HOP_BY_HOP: [HeaderName; 7] = [
+/// The hop-by-hop fields removed in both directions, besides those `Connection` names,
+/// and `Expect` (see the module docs; no response carries it). `Connection` first:
+/// [`strip_hop_by_hop`] reads bit 0 as "has `Connection`".
+const HOP_BY_HOP: [HeaderName; 8] = [
     header::CONNECTION,
     HeaderName::from_static("keep-alive"),
     HeaderName::from_static("proxy-connection"),
@@ -30,6 +33,7 @@ const HOP_BY_HOP: [HeaderName; 7] = [
     header::TRAILER,
     header::TRANSFER_ENCODING,
     header::UPGRADE,
+    header::EXPECT,
 ];
 
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");

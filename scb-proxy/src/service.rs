@@ -338,9 +338,6 @@ fn prepare(
     ));
     parts.version = Version::HTTP_11;
     forward::strip_hop_by_hop(&mut parts.headers);
-    // Answered by scb's server (it sends the client 100 Continue when the body is read);
-    // the body goes up without waiting, so the upstream has nothing to answer it with.
-    parts.headers.remove(header::EXPECT);
     if let Some(upgrade) = upgrade {
         parts.headers.insert(header::UPGRADE, upgrade);
         parts
