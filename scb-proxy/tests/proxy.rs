@@ -922,32 +922,35 @@ async fn switching_protocols_to_a_request_without_an_upgrade_gets_502() {
     assert_eq!(answer.status, StatusCode::BAD_GATEWAY);
 }
 
+/// A request from `client` carrying a client-supplied forwarding chain and `host` as its
+/// forwarded host.
+fn with_forwarded_fields(client: &str, host: &'static str) -> Request<Body> {
+    let mut req = get_from("/", client.parse().unwrap());
+    let h = req.headers_mut();
+    h.append("x-forwarded-for", "1.2.3.4".parse().unwrap());
+    h.append("x-forwarded-for", "5.6.7.8".parse().unwrap());
+    h.insert("x-forwarded-proto", "https".parse().unwrap());
+    h.insert("x-forwarded-host", host.parse().unwrap());
+    req
+}
+
+/// Every value of X-Forwarded-For, -Proto and -Host in a head the upstream saw.
+fn forwarded(seen: &str) -> [Vec<&str>; 3] {
+    ["x-forwarded-for", "x-forwarded-proto", "x-forwarded-host"]
+        .map(|name| head_fields(seen, name).collect())
+}
+
 #[tokio::test]
 async fn forwarded_fields_from_an_untrusted_client_are_replaced() {
     let up = head_echo().await;
     let proxy = proxy_to(up.addr, |b| {
         b.trusted_proxies(TrustedProxies::new(["10.0.0.0/8"]).unwrap())
     });
-    let mut req = get_from("/", "192.0.2.7:40000".parse().unwrap());
-    let h = req.headers_mut();
-    h.append("x-forwarded-for", "1.2.3.4".parse().unwrap());
-    h.append("x-forwarded-for", "5.6.7.8".parse().unwrap());
-    h.insert("x-forwarded-proto", "https".parse().unwrap());
-    h.insert("x-forwarded-host", "evil.test".parse().unwrap());
+    let req = with_forwarded_fields("192.0.2.7:40000", "evil.test");
     let seen = send(&proxy, req).await.text();
     assert_eq!(
-        head_fields(&seen, "x-forwarded-for").collect::<Vec<_>>(),
-        ["192.0.2.7"],
-        "{seen}"
-    );
-    assert_eq!(
-        head_fields(&seen, "x-forwarded-proto").collect::<Vec<_>>(),
-        ["http"],
-        "{seen}"
-    );
-    assert_eq!(
-        head_fields(&seen, "x-forwarded-host").collect::<Vec<_>>(),
-        ["example.test"],
+        forwarded(&seen),
+        [vec!["192.0.2.7"], vec!["http"], vec!["example.test"]],
         "{seen}"
     );
 }
@@ -958,26 +961,15 @@ async fn forwarded_fields_from_a_trusted_proxy_are_kept_and_appended_to() {
     let proxy = proxy_to(up.addr, |b| {
         b.trusted_proxies(TrustedProxies::new(["10.0.0.0/8", "127.0.0.1"]).unwrap())
     });
-    let mut req = get_from("/", "10.1.2.3:40000".parse().unwrap());
-    let h = req.headers_mut();
-    h.append("x-forwarded-for", "1.2.3.4".parse().unwrap());
-    h.append("x-forwarded-for", "5.6.7.8".parse().unwrap());
-    h.insert("x-forwarded-proto", "https".parse().unwrap());
-    h.insert("x-forwarded-host", "www.example.test".parse().unwrap());
+    let req = with_forwarded_fields("10.1.2.3:40000", "www.example.test");
     let seen = send(&proxy, req).await.text();
     assert_eq!(
-        head_fields(&seen, "x-forwarded-for").collect::<Vec<_>>(),
-        ["1.2.3.4, 5.6.7.8, 10.1.2.3"],
-        "{seen}"
-    );
-    assert_eq!(
-        head_field(&seen, "x-forwarded-proto"),
-        Some("https"),
-        "{seen}"
-    );
-    assert_eq!(
-        head_field(&seen, "x-forwarded-host"),
-        Some("www.example.test"),
+        forwarded(&seen),
+        [
+            vec!["1.2.3.4, 5.6.7.8, 10.1.2.3"],
+            vec!["https"],
+            vec!["www.example.test"]
+        ],
         "{seen}"
     );
 
@@ -986,17 +978,8 @@ async fn forwarded_fields_from_a_trusted_proxy_are_kept_and_appended_to() {
         .await
         .text();
     assert_eq!(
-        head_fields(&seen, "x-forwarded-for").collect::<Vec<_>>(),
-        ["127.0.0.1"]
-    );
-    assert_eq!(
-        head_field(&seen, "x-forwarded-proto"),
-        Some("http"),
-        "{seen}"
-    );
-    assert_eq!(
-        head_field(&seen, "x-forwarded-host"),
-        Some("example.test"),
+        forwarded(&seen),
+        [vec!["127.0.0.1"], vec!["http"], vec!["example.test"]],
         "{seen}"
     );
 }

@@ -302,6 +302,15 @@ async fn read_exactly(server: &mut TcpStream, expected: usize) -> Vec<u8> {
     got
 }
 
+/// Reads a request head from `server` byte by byte, so that nothing after it is taken.
+async fn read_request_head(server: &mut TcpStream) -> Vec<u8> {
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        head.push(server.read_u8().await.unwrap());
+    }
+    head
+}
+
 fn get() -> Request<Body> {
     Request::builder()
         .uri("/")
@@ -542,10 +551,7 @@ async fn an_upstream_that_answers_before_the_body_is_sent_is_heard() {
         .body(endless_body(&[b'x'; 16 * 1024]))
         .unwrap();
     let upstream = tokio::spawn(async move {
-        let mut head = Vec::new();
-        while !head.ends_with(b"\r\n\r\n") {
-            head.push(server.read_u8().await.unwrap());
-        }
+        read_request_head(&mut server).await;
         server
             .write_all(b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 0\r\n\r\n")
             .await
@@ -585,10 +591,7 @@ async fn interim_answers_during_the_body_do_not_stop_it() {
         .body(Body::from(body))
         .unwrap();
     let upstream = tokio::spawn(async move {
-        let mut head = Vec::new();
-        while !head.ends_with(b"\r\n\r\n") {
-            head.push(server.read_u8().await.unwrap());
-        }
+        read_request_head(&mut server).await;
         server
             .write_all(b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\n")
             .await
