@@ -45,7 +45,7 @@ pub enum PathRefusal {
 pub fn normalize_path(request_path: &str) -> Result<NormalPath, PathRefusal> {
     match path::normalize(request_path) {
         Ok(p) => Ok(NormalPath {
-            rel: p.rel,
+            rel: p.rel.into_owned(),
             trailing_slash: p.trailing_slash,
             hidden: p.hidden,
         }),

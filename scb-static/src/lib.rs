@@ -14,6 +14,7 @@
 //! a malformed path; 405 with `Allow: GET, HEAD` for other methods. Never a 500 for
 //! anything a client sends, never a byte from outside the root.
 
+mod cache;
 mod serve;
 mod sys;
 
@@ -31,6 +32,7 @@ mod range;
 
 pub mod compress;
 
+pub use cache::OpenFileCache;
 pub use serve::{
     BuildError, ResponseFuture, ServeStatic, ServeStaticBuilder, ServeStaticLayer, ServeStaticOr,
 };

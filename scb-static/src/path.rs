@@ -6,11 +6,14 @@
 //! exactly once (no double-decoding bypass), and so that malformed input gets a 400 rather
 //! than whatever a lookup of garbage would answer.
 
+use std::borrow::Cow;
+
 /// A request path made safe to look up beneath a root.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct NormalPath {
+pub(crate) struct NormalPath<'a> {
     /// `/`-separated, no leading `/`, no empty, `.` or `..` segment; `""` is the root.
-    pub(crate) rel: String,
+    /// Borrowed from the request when it already is all that (most paths are).
+    pub(crate) rel: Cow<'a, str>,
     /// The request path ended in `/` (a directory was asked for).
     pub(crate) trailing_slash: bool,
     /// Some segment starts with `.` (a dotfile or dot-directory).
@@ -30,7 +33,45 @@ pub(crate) enum PathError {
 }
 
 /// Decodes and normalises the path of a request URI.
-pub(crate) fn normalize(path: &str) -> Result<NormalPath, PathError> {
+pub(crate) fn normalize(path: &str) -> Result<NormalPath<'_>, PathError> {
+    if let Some(plain) = already_normal(path) {
+        return Ok(plain);
+    }
+    decode_and_normalize(path)
+}
+
+/// The path as it is, when decoding and normalising would not change it: it starts with
+/// `/`, and no segment (a trailing `/` aside) is empty, `.` or `..`, or holds `%`, `\` or
+/// NUL. No allocation; [`decode_and_normalize`] gives the same answer (a property test
+/// holds them equal).
+fn already_normal(path: &str) -> Option<NormalPath<'_>> {
+    let body = path.strip_prefix('/')?;
+    let (rel, trailing_slash) = match body.strip_suffix('/') {
+        Some(rel) => (rel, true),
+        None => (body, body.is_empty()),
+    };
+    let mut hidden = false;
+    if !rel.is_empty() {
+        for segment in rel.split('/') {
+            if segment.is_empty()
+                || segment == "."
+                || segment == ".."
+                || segment.contains(['%', '\\', '\0'])
+            {
+                return None;
+            }
+            hidden |= segment.starts_with('.');
+        }
+    }
+    Some(NormalPath {
+        rel: Cow::Borrowed(rel),
+        trailing_slash,
+        hidden,
+    })
+}
+
+/// The general case of [`normalize`]: percent-decoding, then dot segments resolved.
+fn decode_and_normalize(path: &str) -> Result<NormalPath<'static>, PathError> {
     let raw = path.as_bytes();
     if raw.first() != Some(&b'/') {
         return Err(PathError::Malformed);
@@ -57,7 +98,7 @@ pub(crate) fn normalize(path: &str) -> Result<NormalPath, PathError> {
     let trailing_slash = matches!(last, "" | "." | "..");
     Ok(NormalPath {
         hidden: segments.iter().any(|s| s.starts_with('.')),
-        rel: segments.join("/"),
+        rel: Cow::Owned(segments.join("/")),
         trailing_slash,
     })
 }
@@ -93,7 +134,7 @@ mod tests {
     use super::*;
 
     fn rel(path: &str) -> String {
-        normalize(path).unwrap().rel
+        normalize(path).unwrap().rel.into_owned()
     }
 
     #[test]
@@ -153,6 +194,22 @@ mod tests {
     }
 
     #[test]
+    fn plain_paths_are_borrowed_and_the_rest_decoded() {
+        for plain in ["/", "/a", "/a/b.txt", "/dir/", "/.env"] {
+            assert!(
+                matches!(normalize(plain).unwrap().rel, Cow::Borrowed(_)),
+                "{plain}"
+            );
+        }
+        for decoded in ["/a%20b", "/a//b", "/a/./b", "/a/../b"] {
+            assert!(
+                matches!(normalize(decoded).unwrap().rel, Cow::Owned(_)),
+                "{decoded}"
+            );
+        }
+    }
+
+    #[test]
     fn hidden_segments_are_flagged() {
         assert!(normalize("/.env").unwrap().hidden);
         assert!(normalize("/a/.git/config").unwrap().hidden);
@@ -178,12 +235,21 @@ mod proptests {
             }
         }
 
+        /// The allocation-free path agrees with the general one wherever it answers.
+        #[test]
+        fn the_fast_path_agrees_with_decoding(path in "/[a-z./%2e\\\\]{0,30}") {
+            if let Some(fast) = already_normal(&path) {
+                prop_assert_eq!(Ok(fast), decode_and_normalize(&path));
+            }
+        }
+
         /// Percent-encoding every byte of a clean path decodes back to it.
         #[test]
         fn encoded_paths_decode_to_themselves(segs in proptest::collection::vec("[a-zA-Z0-9_-][a-zA-Z0-9._ -]{0,10}", 1..5)) {
             let plain = segs.join("/");
             let encoded: String = plain.bytes().map(|b| if b == b'/' { "/".to_owned() } else { format!("%{b:02X}") }).collect();
-            prop_assert_eq!(normalize(&format!("/{encoded}")).unwrap().rel, plain);
+            let path = format!("/{encoded}");
+            prop_assert_eq!(normalize(&path).unwrap().rel, plain);
         }
     }
 }

@@ -10,8 +10,8 @@ use scb_core::server::Limits;
 use toml::Spanned;
 
 use super::{
-    ByteSize, HealthConfig, HumanDuration, LimitsConfig, Located, PassiveConfig, ProxyConfig,
-    RequestIdConfig, RespondConfig, StaticConfig, UpstreamConfig,
+    ByteSize, FileCacheConfig, FileCacheTable, HealthConfig, HumanDuration, LimitsConfig, Located,
+    PassiveConfig, ProxyConfig, RequestIdConfig, RespondConfig, StaticConfig, UpstreamConfig,
 };
 use crate::route::ProxySettings;
 
@@ -235,6 +235,14 @@ impl TryFrom<&StaticConfig> for scb_static::ServeStatic {
             builder = builder.not_found(Some(site_file(file, "not_found")?));
         }
         builder = builder.list_directories(config.list_directories);
+        if let Some(cache) = &config.cache {
+            builder = match cache.get_ref() {
+                FileCacheConfig::Off => builder.no_cache(),
+                FileCacheConfig::On(table) => builder.cache(
+                    scb_static::OpenFileCache::try_from(table).map_err(|e| e.within("cache"))?,
+                ),
+            };
+        }
         builder.build().map_err(|e| match e {
             scb_static::BuildError::Root { .. } => Located::at(&config.root, "root", e),
             scb_static::BuildError::Coding(_) => match &config.precompressed {
@@ -468,6 +476,29 @@ fn trusted_proxies(entries: &[Spanned<String>]) -> Result<scb_proxy::TrustedProx
             format_args!("{bad:?} is neither a network (10.0.0.0/8) nor an address"),
         )
     })
+}
+
+impl TryFrom<&FileCacheTable> for scb_static::OpenFileCache {
+    type Error = Located;
+
+    fn try_from(config: &FileCacheTable) -> Result<Self, Located> {
+        let mut cache = Self::new();
+        if let Some(entries) = &config.entries {
+            cache = cache.entries(*entries.get_ref());
+        }
+        if let Some(max_bytes) = &config.max_bytes {
+            let bytes = usize::try_from(max_bytes.get_ref().0)
+                .map_err(|_| Located::at(max_bytes, "max_bytes", "too large"))?;
+            cache = cache.max_bytes(bytes);
+        }
+        if let Some(entries) = &config.negative_entries {
+            cache = cache.negative_entries(*entries.get_ref());
+        }
+        if let Some(revalidate) = &config.revalidate {
+            cache = cache.revalidate(revalidate.get_ref().0);
+        }
+        Ok(cache)
+    }
 }
 
 impl TryFrom<&PassiveConfig> for scb_proxy::PassiveHealth {

@@ -187,6 +187,62 @@ pub(crate) struct StaticConfig {
     /// On-the-fly gzip/br/zstd for compressible types that have no sidecar.
     #[serde(default)]
     pub(crate) compress: bool,
+    /// `cache = { entries, max_bytes, negative_entries, revalidate }` or `cache = false`;
+    /// absent means the open-file cache with scb-static's defaults.
+    pub(crate) cache: Option<Spanned<FileCacheConfig>>,
+}
+
+/// `cache = false`, `cache = true` (the defaults) or `cache = { ... }` of a static route.
+#[derive(Debug)]
+pub(crate) enum FileCacheConfig {
+    Off,
+    On(FileCacheTable),
+}
+
+/// `cache = { ... }`: every key optional, defaulting to scb-static's `OpenFileCache`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct FileCacheTable {
+    /// Names that found a file or directory, per worker.
+    pub(crate) entries: Option<Spanned<usize>>,
+    /// Bytes of small files (and entries) held, per worker.
+    pub(crate) max_bytes: Option<Spanned<ByteSize>>,
+    /// Names that found nothing, per worker.
+    pub(crate) negative_entries: Option<Spanned<usize>>,
+    /// How long an entry is trusted before one `stat` checks it.
+    pub(crate) revalidate: Option<Spanned<HumanDuration>>,
+}
+
+impl<'de> Deserialize<'de> for FileCacheConfig {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = FileCacheConfig;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(
+                    "false, true, or a table { entries, max_bytes, negative_entries, revalidate }",
+                )
+            }
+
+            fn visit_bool<E: serde::de::Error>(self, on: bool) -> Result<FileCacheConfig, E> {
+                Ok(if on {
+                    FileCacheConfig::On(FileCacheTable::default())
+                } else {
+                    FileCacheConfig::Off
+                })
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<FileCacheConfig, A::Error> {
+                FileCacheTable::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+                    .map(FileCacheConfig::On)
+            }
+        }
+        deserializer.deserialize_any(V)
+    }
 }
 
 /// One Cache-Control rule.

@@ -80,11 +80,20 @@ impl Server {
 
     /// [`start`](Self::start) with extra arguments before `run`.
     pub(crate) fn start_with(config: &str, args: &[&str]) -> Self {
+        Self::start_adjusted(config, |command| {
+            command.args(args);
+        })
+    }
+
+    /// [`start`](Self::start), with `adjust` changing the command first (its user, say)
+    /// and adding arguments before `run`.
+    pub(crate) fn start_adjusted(config: &str, adjust: impl FnOnce(&mut Command)) -> Self {
         let listeners = config.matches("[[listen]]").count();
         let metrics = config.contains("[metrics]");
         let path = config_file(config);
         let mut command = scb();
-        command.args(args).arg("run").arg("--config").arg(&path);
+        adjust(&mut command);
+        command.arg("run").arg("--config").arg(&path);
         Self::spawn(command, listeners, metrics, path)
     }
 

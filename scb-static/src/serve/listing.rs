@@ -13,7 +13,8 @@ use http::{Method, Response, StatusCode};
 use scb_core::Body;
 
 use super::Config;
-use super::respond::{WouldBlock, status};
+use super::entry::WouldBlock;
+use super::respond::status;
 use crate::sys::{self, EntryKind, Kind, Mode};
 
 /// The most entries one listing shows. A directory with a million files would otherwise
@@ -28,18 +29,23 @@ struct Entry {
     dir: bool,
 }
 
-/// The listing of `dir`, the directory at `rel` (`""` for the root) that a lookup opened.
+/// The listing of the directory at `rel` (`""` for the root), which a lookup found to be
+/// a directory. It is opened here again, on the blocking pool; if it is no longer a
+/// directory by then, the answer is 404.
 pub(super) fn respond(
     config: &Config,
     method: &Method,
     rel: &str,
-    dir: &File,
     mode: Mode,
 ) -> Result<Response<Body>, WouldBlock> {
     if mode == Mode::Cached {
         return Err(WouldBlock);
     }
-    let (entries, truncated) = match entries(config, rel, dir) {
+    let dir = match config.root.lookup(rel, Mode::Blocking) {
+        Ok(opened) if opened.meta.kind == Kind::Dir => opened.file,
+        _ => return Ok(status(StatusCode::NOT_FOUND)),
+    };
+    let (entries, truncated) = match entries(config, rel, &dir) {
         Ok(listed) => listed,
         Err(e) => {
             tracing::warn!(path = rel, error = %e, "listing a directory failed");

@@ -23,8 +23,10 @@
 //! ```
 
 mod chain;
+mod entry;
 pub(crate) mod layer;
 mod listing;
+mod lookup;
 mod respond;
 
 pub use layer::{ServeStaticLayer, ServeStaticOr};
@@ -41,6 +43,10 @@ use http::{Request, Response, StatusCode};
 use scb_core::Body;
 use tower::Service;
 
+use self::entry::{Entry, WouldBlock};
+use self::lookup::{FileCache, Resolver};
+use crate::OpenFileCache;
+use crate::cache::{self, Owner};
 use crate::cache_control::{CacheControlError, CacheControlRules};
 use crate::encoding::{Coding, UnknownCoding};
 use crate::range::DEFAULT_MAX_RANGES;
@@ -82,6 +88,10 @@ pub(crate) struct Config {
     fallback: Option<String>,
     not_found: Option<String>,
     list_directories: bool,
+    /// `None`: every request looks its names up.
+    cache: Option<OpenFileCache>,
+    /// Finds this service's cache on each thread.
+    owner: Owner,
 }
 
 /// Why a [`ServeStatic`] could not be built.
@@ -135,6 +145,7 @@ pub struct ServeStaticBuilder {
     fallback: Option<String>,
     not_found: Option<String>,
     list_directories: bool,
+    cache: Option<OpenFileCache>,
 }
 
 impl ServeStatic {
@@ -151,6 +162,7 @@ impl ServeStatic {
             fallback: None,
             not_found: None,
             list_directories: false,
+            cache: Some(OpenFileCache::new()),
         }
     }
 
@@ -250,6 +262,22 @@ impl ServeStaticBuilder {
         self
     }
 
+    /// The open-file cache each worker thread keeps of what it looked up: files (their
+    /// descriptors, the bytes of small ones, their header values), directories and
+    /// missing names, checked again with one `stat` per name once per window. Defaults to
+    /// [`OpenFileCache::new`]'s settings (10,000 names, 32 MiB, 1 s).
+    pub fn cache(mut self, settings: OpenFileCache) -> Self {
+        self.cache = Some(settings);
+        self
+    }
+
+    /// No open-file cache: every request looks its names up (an `openat2`, a `fstat` and
+    /// a read of small files each), and a change on disk is seen by the next request.
+    pub fn no_cache(mut self) -> Self {
+        self.cache = None;
+        self
+    }
+
     /// Opens the root directory and checks the settings.
     ///
     /// # Errors
@@ -284,6 +312,8 @@ impl ServeStaticBuilder {
                 fallback,
                 not_found,
                 list_directories: self.list_directories,
+                cache: self.cache,
+                owner: Owner::new(),
             }),
         })
     }
@@ -319,34 +349,42 @@ impl<B> Service<Request<B>> for ServeStatic {
     fn call(&mut self, req: Request<B>) -> ResponseFuture {
         let (parts, _body) = req.into_parts();
         let page = self.not_found_page;
-        match respond::respond(
-            &self.config,
-            &parts.method,
-            &parts.uri,
-            &parts.headers,
-            page,
-            Mode::Cached,
-        ) {
+        let config = &*self.config;
+        let cached = config.cache.as_ref().and_then(|settings| {
+            cache::with_thread_cache(
+                &config.owner,
+                || FileCache::new(settings),
+                |cache| respond::respond(config, &parts, page, &mut Resolver::cached(cache)),
+            )
+        });
+        let decided = cached.unwrap_or_else(|| {
+            respond::respond(
+                config,
+                &parts,
+                page,
+                &mut Resolver::direct(Mode::Cached, false),
+            )
+        });
+        match decided {
             Ok(res) => ResponseFuture {
                 state: State::Ready(Some(res)),
             },
-            Err(respond::WouldBlock) => {
+            Err(WouldBlock) => {
                 let config = Arc::clone(&self.config);
+                let record = config.cache.is_some();
                 let task = tokio::task::spawn_blocking(move || {
-                    respond::respond(
-                        &config,
-                        &parts.method,
-                        &parts.uri,
-                        &parts.headers,
-                        page,
-                        Mode::Blocking,
-                    )
-                    .unwrap_or_else(|respond::WouldBlock| {
-                        respond::status(StatusCode::INTERNAL_SERVER_ERROR)
-                    })
+                    let mut resolver = Resolver::direct(Mode::Blocking, record);
+                    let res = respond::respond(&config, &parts, page, &mut resolver)
+                        .unwrap_or_else(|WouldBlock| {
+                            respond::status(StatusCode::INTERNAL_SERVER_ERROR)
+                        });
+                    (res, resolver.into_recorded())
                 });
                 ResponseFuture {
-                    state: State::Blocking(task),
+                    state: State::Blocking {
+                        task,
+                        config: Arc::clone(&self.config),
+                    },
                 }
             }
         }
@@ -360,10 +398,17 @@ pub struct ResponseFuture {
     state: State,
 }
 
+/// What the blocking pool hands back: the response, and the entries it looked up, for
+/// the cache of the thread that polls the response.
+type Decided = (Response<Body>, Vec<(String, Entry)>);
+
 #[derive(Debug)]
 enum State {
     Ready(Option<Response<Body>>),
-    Blocking(tokio::task::JoinHandle<Response<Body>>),
+    Blocking {
+        task: tokio::task::JoinHandle<Decided>,
+        config: Arc<Config>,
+    },
 }
 
 impl Future for ResponseFuture {
@@ -374,8 +419,24 @@ impl Future for ResponseFuture {
             State::Ready(res) => Poll::Ready(Ok(res
                 .take()
                 .unwrap_or_else(|| respond::status(StatusCode::INTERNAL_SERVER_ERROR)))),
-            State::Blocking(task) => match Pin::new(task).poll(cx) {
-                Poll::Ready(Ok(res)) => Poll::Ready(Ok(res)),
+            State::Blocking { task, config } => match Pin::new(task).poll(cx) {
+                Poll::Ready(Ok((res, found))) => {
+                    if let Some(settings) = &config.cache
+                        && !found.is_empty()
+                    {
+                        let now = std::time::Instant::now();
+                        cache::with_thread_cache(
+                            &config.owner,
+                            || FileCache::new(settings),
+                            |cache| {
+                                for (rel, entry) in found {
+                                    cache.insert(&rel, std::rc::Rc::new(entry), now);
+                                }
+                            },
+                        );
+                    }
+                    Poll::Ready(Ok(res))
+                }
                 Poll::Ready(Err(e)) => {
                     tracing::error!(error = %e, "static file task failed");
                     Poll::Ready(Ok(respond::status(StatusCode::INTERNAL_SERVER_ERROR)))

@@ -606,15 +606,12 @@ async fn the_blocking_path_answers_like_the_inline_one() {
         "/missing",
         "/.env",
     ] {
-        let uri: http::Uri = path.parse().unwrap();
-        let headers = HeaderMap::new();
+        let (parts, ()) = Request::get(path).body(()).unwrap().into_parts();
         let blocking = respond::respond(
             &svc.config,
-            &Method::GET,
-            &uri,
-            &headers,
+            &parts,
             true,
-            Mode::Blocking,
+            &mut Resolver::direct(Mode::Blocking, false),
         )
         .unwrap_or_else(|_| panic!("{path}: a blocking lookup never asks to block"));
         let inline = send(&svc, Method::GET, path, &[]).await;

@@ -10,7 +10,7 @@ use rustix::fs::{Mode as FileMode, OFlags, ResolveFlags, openat2};
 use rustix::io::{Errno, ReadWriteFlags};
 
 use super::walk::{self, final_flags, finish};
-use super::{Mode, OpenError, Opened, Symlinks};
+use super::{Identity, Mode, OpenError, Opened, Symlinks, identity_at};
 
 /// How often a lookup is retried when `RESOLVE_BENEATH` reports a concurrent rename
 /// (EAGAIN without `RESOLVE_CACHED`): a benign race that settles at once, but must not
@@ -57,6 +57,13 @@ impl RootDir {
     #[cfg(test)]
     pub(crate) fn uses_walk(&self) -> bool {
         self.support.load(Ordering::Relaxed) == WALK
+    }
+
+    /// What `rel` looks like now (see [`Identity`]): one `fstatat`. There is no cache-only
+    /// form of it; the open-file cache calls it only for names it resolved moments ago,
+    /// whose directory entries the kernel still holds.
+    pub(crate) fn identity(&self, rel: &str) -> Identity {
+        identity_at(&self.fd, rel)
     }
 
     /// Opens `rel` (normalised, relative, `""` for the root itself) beneath the root.

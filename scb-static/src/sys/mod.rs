@@ -86,6 +86,10 @@ pub(crate) struct Meta {
     pub(crate) modified_nanos: u32,
     pub(crate) dev: u64,
     pub(crate) ino: u64,
+    /// The inode's change time (`ctime`): moves with the content, and also with a
+    /// `chmod`, a `chown` or a new link, which the open-file cache must notice too.
+    pub(crate) changed_secs: i64,
+    pub(crate) changed_nanos: u32,
 }
 
 impl Meta {
@@ -108,17 +112,22 @@ pub(crate) enum Kind {
 }
 
 fn meta_of(file: &File) -> io::Result<Meta> {
-    let st = rustix::fs::fstat(file)?;
+    Ok(meta_from(&rustix::fs::fstat(file)?))
+}
+
+fn meta_from(st: &rustix::fs::Stat) -> Meta {
     let kind = match rustix::fs::FileType::from_raw_mode(st.st_mode) {
         rustix::fs::FileType::RegularFile => Kind::File,
         rustix::fs::FileType::Directory => Kind::Dir,
         _ => Kind::Other,
     };
-    Ok(Meta {
+    Meta {
         kind,
         len: u64::try_from(st.st_size).unwrap_or(0),
         modified_secs: st.st_mtime,
         modified_nanos: u32::try_from(st.st_mtime_nsec).unwrap_or(0),
+        changed_secs: st.st_ctime,
+        changed_nanos: u32::try_from(st.st_ctime_nsec).unwrap_or(0),
         #[allow(
             clippy::useless_conversion,
             reason = "st_dev and st_ino widths vary by platform"
@@ -129,7 +138,35 @@ fn meta_of(file: &File) -> io::Result<Meta> {
             reason = "st_dev and st_ino widths vary by platform"
         )]
         ino: u64::from(st.st_ino),
-    })
+    }
+}
+
+/// What a name beneath the root looked like to one `stat`: enough to tell, later, whether
+/// a lookup made then would still find the same thing. Equal identities mean the same
+/// inode with the same size, modification and change times, or the same failure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Identity {
+    /// Something is there.
+    Found(Meta),
+    /// Nothing is there (`ENOENT`, `ENOTDIR`, `ENAMETOOLONG`: what a lookup calls
+    /// [`OpenError::NotFound`]).
+    Missing,
+    /// `stat` failed otherwise (a link loop, no search permission, ...).
+    Failed(rustix::io::Errno),
+}
+
+/// The [`Identity`] of `rel` (normalised, `""` for the root) beneath `root`: one
+/// `fstatat` that follows symbolic links. It is a change detector, not a lookup: it does
+/// not confine itself beneath the root, so whatever it reports only decides whether to
+/// look up again with [`RootDir::lookup`], which does.
+fn identity_at(root: &std::os::fd::OwnedFd, rel: &str) -> Identity {
+    use rustix::io::Errno;
+    let path = if rel.is_empty() { "." } else { rel };
+    match rustix::fs::statat(root, path, rustix::fs::AtFlags::empty()) {
+        Ok(st) => Identity::Found(meta_from(&st)),
+        Err(Errno::NOENT | Errno::NOTDIR | Errno::NAMETOOLONG) => Identity::Missing,
+        Err(e) => Identity::Failed(e),
+    }
 }
 
 /// Maps an `open` errno to what the client may learn.

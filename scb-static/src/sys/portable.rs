@@ -8,7 +8,7 @@ use std::path::Path;
 use rustix::fs::{Mode as FileMode, OFlags};
 
 use super::walk;
-use super::{Mode, OpenError, Opened, Symlinks};
+use super::{Identity, Mode, OpenError, Opened, Symlinks, identity_at};
 
 /// A directory every lookup is confined to.
 #[derive(Debug)]
@@ -32,6 +32,13 @@ impl RootDir {
     #[cfg(test)]
     pub(crate) fn uses_walk(&self) -> bool {
         true
+    }
+
+    /// What `rel` looks like now (see [`Identity`]): one `fstatat`. There is no cache-only
+    /// form of it; the open-file cache calls it only for names it resolved moments ago,
+    /// whose directory entries the kernel still holds.
+    pub(crate) fn identity(&self, rel: &str) -> Identity {
+        identity_at(&self.fd, rel)
     }
 
     /// Opens `rel` beneath the root; there is no way to ask for a cache-only lookup, so
