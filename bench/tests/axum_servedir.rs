@@ -26,7 +26,7 @@ const RETRY: Duration = Duration::from_millis(5);
 const HELLO: &[u8] = b"Hello, world!";
 
 /// The placeholders the harness replaces in every template.
-const PLACEHOLDERS: [&str; 9] = [
+const PLACEHOLDERS: [&str; 10] = [
     "HTTP_PORT",
     "TLS_PORT",
     "UPSTREAM",
@@ -36,6 +36,7 @@ const PLACEHOLDERS: [&str; 9] = [
     "KEY",
     "WORKERS",
     "WORKDIR",
+    "OPEN_FILE_CACHE",
 ];
 
 const TEMPLATES: [&str; 4] = ["nginx.conf", "nginx-upstream.conf", "Caddyfile", "scb.toml"];
@@ -174,9 +175,17 @@ fn nginx_templates_pass_nginx_t() {
     let docroot = dir.join("docroot");
     std::fs::create_dir_all(&docroot).unwrap();
     let (cert, key) = write_cert(dir);
-    for name in ["nginx.conf", "nginx-upstream.conf"] {
+    // nginx.conf twice: as `nginx` (the cache line commented out) and as `nginx-tuned`.
+    for (name, open_file_cache) in [
+        ("nginx.conf", "# "),
+        ("nginx.conf", ""),
+        ("nginx-upstream.conf", ""),
+    ] {
         let rendered = dir.join(name);
-        std::fs::write(&rendered, render(name, dir, &docroot, &cert, &key)).unwrap();
+        let text = render(name, dir, &docroot, &cert, &key)
+            .replace("{{OPEN_FILE_CACHE}}", open_file_cache);
+        assert!(!text.contains("{{"), "{name}: a placeholder is left");
+        std::fs::write(&rendered, text).unwrap();
         let output = Command::new(&nginx)
             .arg("-t")
             .args(["-e", "stderr"])
@@ -578,8 +587,9 @@ fn render(name: &str, workdir: &Path, docroot: &Path, cert: &Path, key: &Path) -
     for (placeholder, value) in values {
         text = text.replace(&format!("{{{{{placeholder}}}}}"), &value);
     }
+    // Left for the caller, which renders nginx.conf both ways.
     assert!(
-        !text.contains("{{"),
+        !text.replace("{{OPEN_FILE_CACHE}}", "").contains("{{"),
         "{name}: a placeholder is left after rendering"
     );
     text

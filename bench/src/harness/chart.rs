@@ -19,6 +19,7 @@ fn colour(server: Server) -> &'static str {
     match server {
         Server::Scb => "#e15759",
         Server::Nginx => "#59a14f",
+        Server::NginxTuned => "#8cd17d",
         Server::Caddy => "#4e79a7",
         Server::AxumServedir => "#b07aa1",
     }

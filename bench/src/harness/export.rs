@@ -28,6 +28,7 @@ pub(crate) struct Record {
     req_per_cpu_s: Option<f64>,
     peak_rss_mib: Option<f64>,
     vs_nginx: Option<f64>,
+    vs_nginx_tuned: Option<f64>,
     /// The failure, or a note such as transport errors.
     note: Option<String>,
 }
@@ -57,6 +58,7 @@ impl Record {
             req_per_cpu_s: f.and_then(|f| f.req_per_cpu_s()),
             peak_rss_mib: f.map(|f| f.peak_rss_mib()),
             vs_nginx: row.vs_nginx,
+            vs_nginx_tuned: row.vs_nginx_tuned,
             note: row.problem().or_else(|| row.note()).or_else(|| {
                 (row.status() == "not-supported")
                     .then(|| crate::harness::report::NOT_SUPPORTED.to_owned())
@@ -67,7 +69,7 @@ impl Record {
 
 /// The CSV header, in field order.
 const CSV_HEADER: &str = "server,scenario,status,tool,responses,duration_s,rps,mean_ms,p50_ms,\
-p95_ms,p99_ms,success_rate,non_2xx,transport_errors,cpu_s,req_per_cpu_s,peak_rss_mib,vs_nginx,note";
+p95_ms,p99_ms,success_rate,non_2xx,transport_errors,cpu_s,req_per_cpu_s,peak_rss_mib,vs_nginx,vs_nginx_tuned,note";
 
 fn csv_field(text: &str) -> String {
     if text.contains([',', '"', '\n', '\r']) {
@@ -108,6 +110,7 @@ pub(crate) fn csv(rows: &[Row]) -> String {
             f(r.req_per_cpu_s),
             f(r.peak_rss_mib),
             f(r.vs_nginx),
+            f(r.vs_nginx_tuned),
             r.note.as_deref().map(csv_field).unwrap_or_default(),
         ];
         out.push_str(&fields.join(","));
@@ -191,7 +194,7 @@ mod tests {
             }
             n
         };
-        assert!(lines.iter().all(|l| fields(l) == 19), "{text}");
+        assert!(lines.iter().all(|l| fields(l) == 20), "{text}");
     }
 
     #[test]

@@ -82,6 +82,8 @@ pub(crate) struct Row {
     pub(crate) outcome: Outcome,
     /// req/CPU-s relative to nginx's in the same scenario; set by [`fill_ratios`].
     pub(crate) vs_nginx: Option<f64>,
+    /// The same relative to nginx-tuned's (nginx with its open-file cache).
+    pub(crate) vs_nginx_tuned: Option<f64>,
     /// req/CPU-s of every round, in order, when there was more than one (`--rounds`); the
     /// outcome holds the median round's figures.
     pub(crate) rounds: Vec<f64>,
@@ -95,6 +97,7 @@ impl Row {
             scenario,
             outcome,
             vs_nginx: None,
+            vs_nginx_tuned: None,
             rounds: Vec::new(),
         }
     }
@@ -170,24 +173,27 @@ pub(crate) fn median(values: &[f64]) -> Option<f64> {
     }
 }
 
-/// Sets each measured row's ratio of req/CPU-s to nginx's in the same scenario (nginx's own
-/// row gets 1.0). Rows stay without a ratio when nginx was not measured in that scenario.
+/// Sets each measured row's ratio of req/CPU-s to nginx's and to nginx-tuned's in the same
+/// scenario (their own rows get 1.0). A row stays without a ratio when its baseline was not
+/// measured in that scenario.
 pub(crate) fn fill_ratios(rows: &mut [Row]) {
-    let baselines: Vec<(Scenario, f64)> = rows
-        .iter()
-        .filter(|r| r.server == Server::Nginx)
-        .filter_map(|r| Some((r.scenario, r.figures()?.req_per_cpu_s()?)))
-        .filter(|(_, v)| *v > 0.0)
-        .collect();
+    let baseline = |rows: &[Row], server: Server| -> Vec<(Scenario, f64)> {
+        rows.iter()
+            .filter(|r| r.server == server)
+            .filter_map(|r| Some((r.scenario, r.figures()?.req_per_cpu_s()?)))
+            .filter(|(_, v)| *v > 0.0)
+            .collect()
+    };
+    let nginx = baseline(rows, Server::Nginx);
+    let tuned = baseline(rows, Server::NginxTuned);
     for row in rows.iter_mut() {
-        let base = baselines
-            .iter()
-            .find(|(s, _)| *s == row.scenario)
-            .map(|(_, v)| *v);
-        row.vs_nginx = match (row.figures().and_then(Figures::req_per_cpu_s), base) {
-            (Some(value), Some(base)) => Some(value / base),
-            _ => None,
+        let value = row.figures().and_then(Figures::req_per_cpu_s);
+        let ratio = |bases: &[(Scenario, f64)]| {
+            let base = bases.iter().find(|(s, _)| *s == row.scenario)?.1;
+            Some(value? / base)
         };
+        row.vs_nginx = ratio(&nginx);
+        row.vs_nginx_tuned = ratio(&tuned);
     }
 }
 
@@ -232,6 +238,23 @@ pub(crate) mod tests {
         assert_eq!(rows[1].vs_nginx, Some(1.0));
         assert_eq!(rows[2].vs_nginx, None, "no nginx row in proxy");
         assert_eq!(rows[3].vs_nginx, None);
+        assert!(
+            rows.iter().all(|r| r.vs_nginx_tuned.is_none()),
+            "no nginx-tuned rows"
+        );
+    }
+
+    #[test]
+    fn ratios_to_nginx_tuned_come_from_its_own_rows() {
+        let mut rows = vec![
+            measured(Server::Scb, Scenario::StaticSmall, 1_200_000, 10.0),
+            measured(Server::Nginx, Scenario::StaticSmall, 600_000, 10.0),
+            measured(Server::NginxTuned, Scenario::StaticSmall, 800_000, 10.0),
+        ];
+        fill_ratios(&mut rows);
+        assert_eq!(rows[0].vs_nginx, Some(2.0));
+        assert_eq!(rows[0].vs_nginx_tuned, Some(1.5));
+        assert_eq!(rows[2].vs_nginx_tuned, Some(1.0));
     }
 
     #[test]

@@ -9,7 +9,7 @@ use crate::harness::load::H2_STREAMS;
 use crate::harness::server::Server;
 
 /// The table's columns.
-const HEADER: [&str; 13] = [
+const HEADER: [&str; 14] = [
     "server",
     "scenario",
     "req/s",
@@ -23,6 +23,7 @@ const HEADER: [&str; 13] = [
     "req/cpu-s",
     "peak RSS MiB",
     "req/cpu-s vs nginx",
+    "vs nginx-tuned",
 ];
 
 /// The text of an unsupported row.
@@ -71,6 +72,7 @@ pub(crate) fn cells(row: &Row) -> Vec<String> {
                 num(f.req_per_cpu_s(), 0),
                 num(Some(f.peak_rss_mib()), 1),
                 num(row.vs_nginx, 2),
+                num(row.vs_nginx_tuned, 2),
             ]);
         }
     }
@@ -194,8 +196,9 @@ pub(crate) fn markdown(env: &Environment, rows: &[Row], quick: bool) -> String {
 }
 
 /// The per-round figures of a `--rounds` run: each server's req/CPU-s in every round, its
-/// ratio to nginx's in the same round, and the median of those ratios (the figure least
-/// moved by a noisy machine). Empty for a run of one round.
+/// ratio to nginx's in the same round, and the medians of its per-round ratios to nginx and
+/// to nginx-tuned (the figures least moved by a noisy machine). Empty for a run of one
+/// round.
 pub(crate) fn rounds(rows: &[Row]) -> String {
     if rows.iter().all(|r| r.rounds.is_empty()) {
         return String::new();
@@ -203,22 +206,12 @@ pub(crate) fn rounds(rows: &[Row]) -> String {
     let mut out = String::from(
         "\n## Rounds\n\nThe table shows each server's median round. Per round: req/CPU-s, \
          and in brackets the ratio to nginx's in the same round.\n\n\
-         | server | scenario | req/CPU-s per round | median ratio to nginx |\n\
-         | ------ | -------- | ------------------- | --------------------: |\n",
+         | server | scenario | req/CPU-s per round | median ratio to nginx | median ratio to nginx-tuned |\n\
+         | ------ | -------- | ------------------- | --------------------: | --------------------------: |\n",
     );
     for row in rows.iter().filter(|r| !r.rounds.is_empty()) {
-        let nginx = rows
-            .iter()
-            .find(|r| r.server == Server::Nginx && r.scenario == row.scenario)
-            .map(|r| r.rounds.as_slice())
-            .unwrap_or_default();
-        let ratios: Vec<f64> = row
-            .rounds
-            .iter()
-            .zip(nginx)
-            .filter(|(_, base)| **base > 0.0)
-            .map(|(value, base)| value / base)
-            .collect();
+        let ratios = per_round_ratios(rows, row, Server::Nginx);
+        let tuned = per_round_ratios(rows, row, Server::NginxTuned);
         let cells: Vec<String> = row
             .rounds
             .iter()
@@ -232,14 +225,30 @@ pub(crate) fn rounds(rows: &[Row]) -> String {
             .collect();
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} |",
             row.server,
             row.scenario,
             cells.join(", "),
-            num(median(&ratios), 2)
+            num(median(&ratios), 2),
+            num(median(&tuned), 2)
         );
     }
     out
+}
+
+/// `row`'s req/CPU-s in each round divided by `baseline`'s in the same round and scenario.
+fn per_round_ratios(rows: &[Row], row: &Row, baseline: Server) -> Vec<f64> {
+    let base = rows
+        .iter()
+        .find(|r| r.server == baseline && r.scenario == row.scenario)
+        .map(|r| r.rounds.as_slice())
+        .unwrap_or_default();
+    row.rounds
+        .iter()
+        .zip(base)
+        .filter(|(_, base)| **base > 0.0)
+        .map(|(value, base)| value / base)
+        .collect()
 }
 
 #[cfg(test)]
@@ -276,7 +285,7 @@ mod tests {
             cells,
             [
                 "scb", "respond", "90000", "1.50", "1.00", "2.50", "4.00", "1", "0", "6.00",
-                "150000", "10.0", "1.20"
+                "150000", "10.0", "1.20", "-"
             ]
         );
     }

@@ -364,7 +364,8 @@ pub(crate) fn start_verified(
         upstream_port,
         settings.workers,
         dir,
-    );
+    )
+    .set("OPEN_FILE_CACHE", server.nginx_open_file_cache());
     let config = server
         .config_template()
         .map(|name| render_config(ctx, name, &vars, dir))

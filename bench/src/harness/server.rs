@@ -21,6 +21,11 @@ pub(crate) enum Server {
     /// nginx from the distribution, tuned the way its users tune it.
     #[value(name = "nginx")]
     Nginx,
+    /// The same nginx with its open-file cache on (`open_file_cache max=10000
+    /// inactive=60s; open_file_cache_valid 1s; open_file_cache_min_uses 1;`), everything
+    /// else as `nginx`: the peer for scb's own open-file cache.
+    #[value(name = "nginx-tuned")]
+    NginxTuned,
     /// Caddy from the distribution.
     #[value(name = "caddy")]
     Caddy,
@@ -70,7 +75,7 @@ impl Capabilities {
 
 /// The capability table. Each scb issue that lands a layer flips its entry here, and its
 /// scenarios are measured from then on.
-const CAPABILITIES: [(Server, Capabilities); 4] = [
+const CAPABILITIES: [(Server, Capabilities); 5] = [
     (
         Server::Scb,
         Capabilities {
@@ -81,6 +86,7 @@ const CAPABILITIES: [(Server, Capabilities); 4] = [
         },
     ),
     (Server::Nginx, Capabilities::ALL),
+    (Server::NginxTuned, Capabilities::ALL),
     (Server::Caddy, Capabilities::ALL),
     (Server::AxumServedir, Capabilities::ALL),
 ];
@@ -123,9 +129,10 @@ pub(crate) struct Launch {
 
 impl Server {
     /// Every server, in the default table order.
-    pub(crate) const ALL: [Server; 4] = [
+    pub(crate) const ALL: [Server; 5] = [
         Server::Scb,
         Server::Nginx,
+        Server::NginxTuned,
         Server::Caddy,
         Server::AxumServedir,
     ];
@@ -135,6 +142,7 @@ impl Server {
         match self {
             Server::Scb => "scb",
             Server::Nginx => "nginx",
+            Server::NginxTuned => "nginx-tuned",
             Server::Caddy => "caddy",
             Server::AxumServedir => "axum-servedir",
         }
@@ -154,11 +162,21 @@ impl Server {
         self.capabilities().serves(scenario)
     }
 
+    /// What `{{OPEN_FILE_CACHE}}` in nginx's template becomes for this server: nothing
+    /// for nginx-tuned, whose open-file cache line then counts, and a comment marker for
+    /// everyone else.
+    pub(crate) const fn nginx_open_file_cache(self) -> &'static str {
+        match self {
+            Server::NginxTuned => "",
+            _ => "# ",
+        }
+    }
+
     /// The config template's file name in the configs directory, if the server reads one.
     pub(crate) const fn config_template(self) -> Option<&'static str> {
         match self {
             Server::Scb => Some("scb.toml"),
-            Server::Nginx => Some("nginx.conf"),
+            Server::Nginx | Server::NginxTuned => Some("nginx.conf"),
             Server::Caddy => Some("Caddyfile"),
             Server::AxumServedir => None,
         }
@@ -189,7 +207,7 @@ impl Server {
             },
             // `-e stderr`: errors before the config's own error_log is read (a bad config,
             // a port in use) land in this server's log file, not in /var/log/nginx.
-            Server::Nginx => nginx_launch(config()?),
+            Server::Nginx | Server::NginxTuned => nginx_launch(config()?),
             Server::Caddy => Launch {
                 program: tools::program("caddy"),
                 args: vec![
@@ -263,7 +281,12 @@ mod tests {
 
     #[test]
     fn peers_serve_every_scenario() {
-        for server in [Server::Nginx, Server::Caddy, Server::AxumServedir] {
+        for server in [
+            Server::Nginx,
+            Server::NginxTuned,
+            Server::Caddy,
+            Server::AxumServedir,
+        ] {
             assert!(Scenario::ALL.into_iter().all(|s| server.supports(s)));
         }
     }

@@ -185,7 +185,9 @@ impl Settings {
 
     /// Whether nginx runs at all (as a server, or as the proxy scenario's upstream).
     pub(crate) fn needs_nginx(&self) -> bool {
-        self.servers.contains(&Server::Nginx) || self.runs(Scenario::Proxy)
+        self.servers.contains(&Server::Nginx)
+            || self.servers.contains(&Server::NginxTuned)
+            || self.runs(Scenario::Proxy)
     }
 
     /// Whether any HTTP/1.1 scenario runs.
@@ -207,7 +209,7 @@ impl Settings {
         match server {
             Server::Scb => self.scb.as_deref(),
             Server::AxumServedir => self.axum_servedir.as_deref(),
-            Server::Nginx | Server::Caddy => None,
+            Server::Nginx | Server::NginxTuned | Server::Caddy => None,
         }
     }
 }
