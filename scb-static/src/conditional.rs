@@ -151,7 +151,13 @@ fn push_hex(out: &mut String, value: u64) {
     }
 }
 
-/// The `Last-Modified` value for a file modified at `mtime`, answered at `now`: an
+/// [`last_modified`] as a header value.
+#[cfg(test)]
+pub(crate) fn last_modified_header(mtime: SystemTime, now: SystemTime) -> Option<HeaderValue> {
+    HeaderValue::from_bytes(&last_modified(mtime, now)?).ok()
+}
+
+/// The `Last-Modified` text for a file modified at `mtime`, answered at `now`: an
 /// IMF-fixdate of the earlier of the two, as RFC 9110 §8.8.2.1 forbids a date later than
 /// the response's own. `None` when there is no date to send: an mtime before 1970 or
 /// after 9999, which an HTTP-date cannot express.
@@ -159,14 +165,14 @@ fn push_hex(out: &mut String, value: u64) {
 /// [`evaluate`] compares against the file's real mtime, not this clamped value; for a file
 /// dated in the future that only means date-based revalidation keeps answering 200 until
 /// the clock catches up.
-pub(crate) fn last_modified_header(mtime: SystemTime, now: SystemTime) -> Option<HeaderValue> {
+pub(crate) fn last_modified(mtime: SystemTime, now: SystemTime) -> Option<[u8; 29]> {
     /// 10000-01-01T00:00:00Z: `httpdate` panics at or after it.
     const YEAR_10000: u64 = 253_402_300_800;
     let secs = mtime.min(now).duration_since(UNIX_EPOCH).ok()?.as_secs();
     if secs >= YEAR_10000 {
         return None;
     }
-    HeaderValue::from_bytes(&imf_fixdate(secs)).ok()
+    Some(imf_fixdate(secs))
 }
 
 /// `Sun, 06 Nov 1994 08:49:37 GMT` for `secs` after the epoch (before year 10000): what

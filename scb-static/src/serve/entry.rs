@@ -8,6 +8,7 @@
 //! from a second look at the path.
 
 use std::fs::File;
+use std::io::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -54,6 +55,10 @@ pub(crate) enum Probe {
 }
 
 /// A regular file as it was opened: its content and the header values of its responses.
+///
+/// The bytes of a small file and the text of its header values share one allocation
+/// (the values are slices of it), so that an entry costs a few allocations, not one per
+/// value.
 #[derive(Debug)]
 pub(crate) struct Variant {
     pub(crate) len: u64,
@@ -66,6 +71,10 @@ pub(crate) struct Variant {
     pub(crate) content_length: HeaderValue,
     content: Content,
 }
+
+/// Room for the header texts after a small file's bytes: an entity-tag (at most 63
+/// bytes), an HTTP-date (29) and a length (at most 20).
+const HEADER_TEXT_MAX: usize = 112;
 
 #[derive(Debug)]
 enum Content {
@@ -109,19 +118,27 @@ impl Variant {
 pub(crate) struct Entry {
     /// The name itself.
     pub(crate) found: Probe,
+    /// What the name looked like, to tell later whether anything changed; `None` when
+    /// the entry is not to be cached.
+    seen: Option<Identity>,
     /// The sidecars that were probed, in the configuration's order. Empty for anything
     /// but a file or a missing name.
-    sidecars: Vec<(Coding, Probe)>,
+    sidecars: Vec<Sidecar>,
     /// The representation's type, from the name (a sidecar is the same type, encoded).
     pub(crate) content_type: HeaderValue,
     /// The Cache-Control rule's value for the name, if one matches.
     pub(crate) cache_control: Option<HeaderValue>,
-    /// What each probed name looked like, to tell later whether anything changed: the
-    /// name itself (`None`) and each sidecar. Empty when the entry is not to be cached.
-    seen: Vec<(Option<Coding>, Identity)>,
     /// Whether the entry may be kept: no lookup failed for a reason that may pass (an
     /// I/O error, a full descriptor table), every small file was read whole.
     cacheable: bool,
+}
+
+/// One probed sidecar of an entry.
+#[derive(Debug)]
+struct Sidecar {
+    coding: Coding,
+    probe: Probe,
+    seen: Option<Identity>,
 }
 
 impl Entry {
@@ -141,48 +158,49 @@ impl Entry {
     ) -> Result<Self, WouldBlock> {
         let mut entry = Entry {
             found: Probe::NotFound,
+            seen: None,
             sidecars: Vec::new(),
             content_type: HeaderValue::from_static(""),
             cache_control: None,
-            seen: Vec::new(),
-            cacheable: true,
+            cacheable: track,
         };
-        entry.found = entry.probe(&config.root, rel, None, mode, track)?;
+        (entry.found, entry.seen) = entry.probe(&config.root, rel, mode)?;
         // A directory is a directory whatever sidecar names exist beside it; the root has
         // no name to add a suffix to.
-        if !rel.is_empty() && !matches!(entry.found, Probe::Dir) {
+        if !rel.is_empty() && !matches!(entry.found, Probe::Dir) && !codings.is_empty() {
+            entry.sidecars.reserve_exact(codings.len());
             for &coding in codings {
                 let name = format!("{rel}{}", coding.suffix());
-                let probe = entry.probe(&config.root, &name, Some(coding), mode, track)?;
-                entry.sidecars.push((coding, probe));
+                let (probe, seen) = entry.probe(&config.root, &name, mode)?;
+                entry.sidecars.push(Sidecar {
+                    coding,
+                    probe,
+                    seen,
+                });
             }
         }
         let has_file = matches!(entry.found, Probe::File(_))
             || entry
                 .sidecars
                 .iter()
-                .any(|(_, p)| matches!(p, Probe::File(_)));
+                .any(|s| matches!(s.probe, Probe::File(_)));
         if has_file {
             entry.content_type = crate::mime::content_type(rel);
             if !config.cache_control.is_empty() {
                 entry.cache_control = config.cache_control.for_path(rel).cloned();
             }
         }
-        if !track {
-            entry.cacheable = false;
-        }
         Ok(entry)
     }
 
-    /// Looks up one name.
+    /// Looks up one name; while the entry may still be cached, also says what the name
+    /// looked like (a `stat` more for a name that could not be opened).
     fn probe(
         &mut self,
         root: &RootDir,
         name: &str,
-        coding: Option<Coding>,
         mode: Mode,
-        track: bool,
-    ) -> Result<Probe, WouldBlock> {
+    ) -> Result<(Probe, Option<Identity>), WouldBlock> {
         let (probe, identity) = match root.lookup(name, mode) {
             Ok(Opened { file, meta }) => {
                 let probe = match meta.kind {
@@ -202,41 +220,59 @@ impl Entry {
                 (Probe::Taken, None)
             }
         };
-        if track && self.cacheable {
-            // A name that could not be opened is remembered by what `stat` says of it.
-            let identity = identity.unwrap_or_else(|| root.identity(name));
-            self.seen.push((coding, identity));
-        }
-        Ok(probe)
+        // A name that could not be opened is remembered by what `stat` says of it.
+        let seen = self
+            .cacheable
+            .then(|| identity.unwrap_or_else(|| root.identity(name)));
+        Ok((probe, seen))
     }
 
     /// The variant of a regular file that was opened: read whole when small.
     fn variant(&mut self, file: File, meta: Meta, mode: Mode) -> Result<Variant, WouldBlock> {
         let stamp = meta.stamp();
-        let content = if meta.len == 0 {
-            Content::Bytes(Bytes::new())
-        } else if meta.len > INLINE_READ_MAX {
-            Content::Open(Arc::new(file))
-        } else {
-            match read_whole(&file, meta.len, stamp, mode)? {
-                Some(bytes) => Content::Bytes(bytes),
-                None => {
-                    self.cacheable = false;
-                    Content::Open(Arc::new(file))
-                }
-            }
+        let small = meta.len <= INLINE_READ_MAX;
+        let mut block = match small {
+            true => read_whole(&file, meta.len, stamp, mode)?,
+            false => None,
         };
+        if small && block.is_none() {
+            // Could not be read whole as it was opened: sent from the descriptor, checked
+            // as it goes, and not kept.
+            self.cacheable = false;
+        }
+        let held = block.is_some();
+        let mut text = block
+            .take()
+            .unwrap_or_else(|| Vec::with_capacity(HEADER_TEXT_MAX));
+        let content_end = text.len();
         let modified = mtime(&meta);
         let etag =
             conditional::strong_etag(meta.len, meta.modified_secs, meta.modified_nanos, meta.ino);
+        text.extend_from_slice(etag.as_bytes());
+        let etag_end = text.len();
+        let last_modified = conditional::last_modified(modified, SystemTime::now());
+        if let Some(date) = &last_modified {
+            text.extend_from_slice(date);
+        }
+        let date_end = text.len();
+        let _ = write!(text, "{}", meta.len);
+        let block = Bytes::from(text);
+        let value = |range: std::ops::Range<usize>| {
+            HeaderValue::from_maybe_shared(block.slice(range))
+                .unwrap_or_else(|_| HeaderValue::from_static(""))
+        };
         Ok(Variant {
             len: meta.len,
             modified,
             stamp,
-            etag: HeaderValue::try_from(etag).unwrap_or_else(|_| HeaderValue::from_static("")),
-            last_modified: conditional::last_modified_header(modified, SystemTime::now()),
-            content_length: HeaderValue::from(meta.len),
-            content,
+            etag: value(content_end..etag_end),
+            last_modified: last_modified.map(|_| value(etag_end..date_end)),
+            content_length: value(date_end..block.len()),
+            content: if held {
+                Content::Bytes(block.slice(..content_end))
+            } else {
+                Content::Open(Arc::new(file))
+            },
         })
     }
 
@@ -244,8 +280,8 @@ impl Entry {
     pub(crate) fn sidecar(&self, coding: Coding) -> Option<&Probe> {
         self.sidecars
             .iter()
-            .find(|(c, _)| *c == coding)
-            .map(|(_, probe)| probe)
+            .find(|s| s.coding == coding)
+            .map(|s| &s.probe)
     }
 
     /// Whether the name names nothing at all: neither the file nor a sidecar of it in any
@@ -257,7 +293,7 @@ impl Entry {
             && self
                 .sidecars
                 .iter()
-                .all(|(_, p)| matches!(p, Probe::NotFound))
+                .all(|s| matches!(s.probe, Probe::NotFound))
     }
 
     /// Whether the entry found nothing to serve: no file and no directory. The cache keeps
@@ -267,7 +303,7 @@ impl Entry {
             && !self
                 .sidecars
                 .iter()
-                .any(|(_, p)| matches!(p, Probe::File(_)))
+                .any(|s| matches!(s.probe, Probe::File(_)))
     }
 
     /// Whether the entry may be cached (see the field).
@@ -281,8 +317,8 @@ impl Entry {
         if let Probe::File(v) = &self.found {
             bytes += v.held_bytes();
         }
-        for (_, probe) in &self.sidecars {
-            if let Probe::File(v) = probe {
+        for sidecar in &self.sidecars {
+            if let Probe::File(v) = &sidecar.probe {
                 bytes += v.held_bytes();
             }
         }
@@ -294,18 +330,17 @@ impl Entry {
     /// (an edit, a rename over it, a deletion, a `chmod`, a link pointed elsewhere, a
     /// directory where a file was) means the name must be looked up again.
     pub(crate) fn unchanged(&self, root: &RootDir, rel: &str) -> bool {
-        !self.seen.is_empty()
-            && self.seen.iter().all(|&(coding, identity)| {
-                let now = match coding {
-                    None => root.identity(rel),
-                    Some(coding) => root.identity(&format!("{rel}{}", coding.suffix())),
-                };
-                now == identity
+        self.seen.is_some_and(|seen| root.identity(rel) == seen)
+            && self.sidecars.iter().all(|s| {
+                s.seen.is_some_and(|seen| {
+                    root.identity(&format!("{rel}{}", s.coding.suffix())) == seen
+                })
             })
     }
 }
 
-/// Reads the whole of a small file. `Ok(None)` when it cannot be read whole as the state
+/// Reads the whole of a small file, into a buffer with room for [`HEADER_TEXT_MAX`]
+/// more bytes. `Ok(None)` when it cannot be read whole as the state
 /// `stamp` (it shrank, changed or failed) on the blocking path; in [`Mode::Cached`] any of
 /// these, and a read that would wait for the disk, is [`WouldBlock`]: the whole lookup
 /// runs again off the worker, where the new version's headers and bytes are read together.
@@ -314,8 +349,10 @@ fn read_whole(
     len: u64,
     stamp: FileStamp,
     mode: Mode,
-) -> Result<Option<Bytes>, WouldBlock> {
-    let mut buf = vec![0u8; usize::try_from(len).unwrap_or(0)];
+) -> Result<Option<Vec<u8>>, WouldBlock> {
+    let len = usize::try_from(len).unwrap_or(0);
+    let mut buf = Vec::with_capacity(len + HEADER_TEXT_MAX);
+    buf.resize(len, 0);
     let mut filled = 0;
     while filled < buf.len() {
         let offset = filled as u64;
@@ -351,7 +388,7 @@ fn read_whole(
         filled += n;
     }
     match FileStamp::of(file) {
-        Ok(now) if now == stamp => Ok(Some(Bytes::from(buf))),
+        Ok(now) if now == stamp => Ok(Some(buf)),
         Ok(_) if mode == Mode::Cached => Err(WouldBlock),
         Ok(_) => Ok(None),
         Err(e) => {
