@@ -83,13 +83,36 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Rewind<T> {
 /// is only armed when a write would block.
 pub(crate) async fn write_all_progress(
     io: &tokio::net::TcpStream,
-    mut buf: &[u8],
+    buf: &[u8],
     send_timeout: Duration,
 ) -> io::Result<()> {
-    while !buf.is_empty() {
-        match io.try_write(buf) {
+    write_all_vectored(io, buf, &[], send_timeout).await
+}
+
+/// [`write_all_progress`] of `head` then `data`, gathered by `writev`: a response head
+/// goes out with a body that lives in a buffer of its own (a cached file's bytes) in one
+/// call, without copying the body behind the head first.
+pub(crate) async fn write_all_vectored(
+    io: &tokio::net::TcpStream,
+    mut head: &[u8],
+    mut data: &[u8],
+    send_timeout: Duration,
+) -> io::Result<()> {
+    while !head.is_empty() || !data.is_empty() {
+        let written = if data.is_empty() {
+            io.try_write(head)
+        } else if head.is_empty() {
+            io.try_write(data)
+        } else {
+            io.try_write_vectored(&[io::IoSlice::new(head), io::IoSlice::new(data)])
+        };
+        match written {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(n) => buf = &buf[n..],
+            Ok(n) => {
+                let from_head = n.min(head.len());
+                head = &head[from_head..];
+                data = &data[n - from_head..];
+            }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 tokio::time::timeout(send_timeout, io.writable())
                     .await
@@ -114,6 +137,31 @@ mod tests {
         let mut out = Vec::new();
         io.read_to_end(&mut out).await.unwrap();
         assert_eq!(out, b"hello world");
+    }
+
+    #[tokio::test]
+    async fn a_vectored_write_sends_head_then_data_across_partial_writes() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = tokio::net::TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (mut server, _) = listener.accept().await.unwrap();
+        // Larger than the socket buffers: the write completes only as the reader reads,
+        // in many partial writes.
+        let head: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+        let data: Vec<u8> = (0..3_000_000u32).map(|i| (i % 241) as u8).collect();
+        let reader = tokio::spawn(async move {
+            let mut got = Vec::new();
+            server.read_to_end(&mut got).await.unwrap();
+            got
+        });
+        write_all_vectored(&client, &head, &data, Duration::from_secs(10))
+            .await
+            .unwrap();
+        drop(client);
+        let got = reader.await.unwrap();
+        assert_eq!(got.len(), head.len() + data.len());
+        assert!(got[..head.len()] == head[..] && got[head.len()..] == data[..]);
     }
 
     #[tokio::test]

@@ -25,7 +25,7 @@ use super::body::Feeder;
 use super::encode::{self, Framing, RequestInfo};
 use super::head::{self, BodyFraming, HeadError, HeadLimits, Scratch};
 use super::{ConnCtx, call_service, error_response};
-use crate::server::io::{Rewind, write_all_progress};
+use crate::server::io::{Rewind, write_all_progress, write_all_vectored};
 use crate::server::{ConnectInfo, sys};
 use crate::{Body, BoxError};
 
@@ -35,6 +35,12 @@ const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 /// Output is gathered up to this size before a write; pipelined responses and small bodies
 /// share one `write` with their heads.
 const WRITE_BUFFER: usize = 64 * 1024;
+
+/// Body frames up to this size are copied behind their head; larger ones are written from
+/// their own buffer, together with what is buffered, by one `writev` (a cached file's
+/// bytes are never copied). One syscall either way: below this size the copy costs less
+/// than the second iovec's bookkeeping.
+const COPY_MAX: usize = 512;
 
 /// How long, and how much, to keep reading after deciding to close a connection whose
 /// client may still be sending: closing with unread input makes the kernel send RST, which
@@ -295,14 +301,17 @@ impl Conn<'_> {
         Ok(())
     }
 
-    /// Queues `data` behind what is buffered, writing out when the buffer would overflow.
+    /// Queues a small `data` behind what is buffered; writes anything larger out at once,
+    /// in one `writev` with what is buffered.
     async fn write_data(&mut self, data: &[u8]) -> std::io::Result<()> {
-        if self.wbuf.len() + data.len() <= WRITE_BUFFER {
+        if data.len() <= COPY_MAX && self.wbuf.len() + data.len() <= WRITE_BUFFER {
             self.wbuf.extend_from_slice(data);
             return Ok(());
         }
-        self.flush().await?;
-        write_all_progress(&self.io, data, self.ctx.limits.send_timeout).await
+        let result =
+            write_all_vectored(&self.io, &self.wbuf, data, self.ctx.limits.send_timeout).await;
+        self.wbuf.clear();
+        result
     }
 
     /// Writes one response; returns whether the connection may carry another request.
