@@ -753,7 +753,7 @@ mod tests {
              connect_timeout = \"2s\", response_timeout = \"30s\", idle_timeout = \"1m\", \
              try_timeout = \"10s\", max_body = \"1MiB\", max_tries = 2, max_idle = 0, \
              pool_idle_timeout = \"15s\", max_response_head = \"32KiB\", \
-             passive = {{ max_fails = 0, fail_timeout = \"5s\" }}, \
+             passive = {{ max_fails = 0, fail_timeout = \"5s\", count_invalid_responses = true }}, \
              health = {{ path = \"/healthz?full=1\", interval = \"1s\", timeout = \"500ms\", \
              passes = 3, fails = 1 }} }}\n\
              [[route]]\npath = \"/one\"\nproxy = {{ upstreams = [\"app.internal:80\"] }}\n"
@@ -780,10 +780,12 @@ mod tests {
         assert_eq!(settings.max_response_head, Some(32 << 10));
         assert_eq!(
             settings.passive,
-            Some(scb_proxy::PassiveHealth {
-                max_fails: 0,
-                fail_timeout: Duration::from_secs(5),
-            })
+            Some(
+                scb_proxy::PassiveHealth::new()
+                    .max_fails(0)
+                    .fail_timeout(Duration::from_secs(5))
+                    .count_invalid_responses(true)
+            )
         );
         assert_eq!(
             settings.active,

@@ -123,6 +123,23 @@ impl Balancer {
         }
     }
 
+    /// The upstream to try when [`pick`](Self::pick) finds none available: of those not
+    /// in `tried`, the one whose passive mark ends first, that is the least recently
+    /// failed (one that only active checks call down has no mark and comes first). `None`
+    /// when every upstream was tried.
+    ///
+    /// Marks order the tries; they never refuse one (see
+    /// [`PassiveHealth`](crate::PassiveHealth)).
+    pub(crate) fn least_recently_failed(
+        &self,
+        upstreams: &[UpstreamState],
+        tried: &[usize],
+    ) -> Option<usize> {
+        (0..upstreams.len())
+            .filter(|i| !tried.contains(i))
+            .min_by_key(|&i| upstreams[i].health.marked_until())
+    }
+
     fn round_robin(
         &self,
         upstreams: &[UpstreamState],
@@ -356,10 +373,9 @@ mod tests {
 
     /// Puts `state` in a passive cool-down that lasts an hour past `now`.
     fn take_down(state: &UpstreamState, now: Instant) {
-        let policy = PassiveHealth {
-            max_fails: 1,
-            fail_timeout: Duration::from_secs(3600),
-        };
+        let policy = PassiveHealth::new()
+            .max_fails(1)
+            .fail_timeout(Duration::from_secs(3600));
         state.health.record_failure(now, &policy, &state.metrics);
         assert!(!state.health.is_available(now));
     }
@@ -654,6 +670,25 @@ mod tests {
                 assert!(picked == 0 || picked == 2, "{policy:?} picked {picked}");
             }
         }
+    }
+
+    #[test]
+    fn when_all_are_marked_down_the_least_recently_failed_untried_one_is_next() {
+        let ups = upstreams(&[1, 1, 1]);
+        let balancer = Balancer::new(Balance::RoundRobin, &ups);
+        let now = Instant::now();
+        take_down(&ups[1], now);
+        take_down(&ups[2], now + Duration::from_secs(1));
+        take_down(&ups[0], now + Duration::from_secs(2));
+        assert_eq!(balancer.pick(&ups, None, &[], now), None);
+        assert_eq!(balancer.least_recently_failed(&ups, &[]), Some(1));
+        assert_eq!(balancer.least_recently_failed(&ups, &[1]), Some(2));
+        assert_eq!(balancer.least_recently_failed(&ups, &[1, 2]), Some(0));
+        assert_eq!(balancer.least_recently_failed(&ups, &[0, 1, 2]), None);
+        // One that is merely not chosen (no mark) comes before any marked one.
+        let fresh = upstreams(&[1, 1]);
+        take_down(&fresh[0], now);
+        assert_eq!(balancer.least_recently_failed(&fresh, &[]), Some(1));
     }
 
     #[test]

@@ -29,27 +29,76 @@ const CHECK_MAX_HEAD: usize = 64 * 1024;
 /// Passive health: an upstream whose tries fail `max_fails` times in a row is skipped for
 /// `fail_timeout`.
 ///
-/// A failed try is a connect error or timeout, a reset, an invalid response or a response
-/// timeout. After the cool-down the upstream gets requests again, and until one of them
-/// succeeds a single failure starts the next cool-down (as in nginx). Failures of requests
-/// that were already in flight when a cool-down started extend it.
+/// A failed try is a connect error or timeout, a reset or a response timeout; an invalid
+/// response (a malformed or oversized head, a framing scb refuses) is that request's 502
+/// and counts only with [`count_invalid_responses`](Self::count_invalid_responses). After
+/// the cool-down the upstream gets requests again, and until one of them succeeds a single
+/// failure starts the next cool-down (as in nginx). Failures of requests that were already
+/// in flight when a cool-down started extend it.
+///
+/// Marks only steer requests to the other upstreams: they never turn a route into an
+/// outage. When every upstream a request has not tried yet is marked down (the only
+/// upstream of a route, or all of them), the one whose mark ends first, the least
+/// recently failed, is tried anyway, as nginx does for a group of one or a group that is
+/// all down, and as Envoy's panic mode does. Metrics and logs still show every failure.
 ///
 /// Defaults to 3 fails and 10 seconds (nginx's defaults are 1 and 10 s; one reset is too
 /// little evidence to drop an upstream for ten seconds).
+///
+/// ```
+/// use std::time::Duration;
+/// use scb_proxy::PassiveHealth;
+///
+/// let passive = PassiveHealth::new().max_fails(5).fail_timeout(Duration::from_secs(30));
+/// assert!(!passive.count_invalid_responses);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct PassiveHealth {
     /// Failed tries in a row that start a cool-down; 0 turns passive health off.
     pub max_fails: u32,
     /// How long the upstream is skipped.
     pub fail_timeout: Duration,
+    /// Whether an invalid response counts as a failed try.
+    pub count_invalid_responses: bool,
 }
 
 impl Default for PassiveHealth {
     fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl PassiveHealth {
+    /// The defaults: 3 fails, 10 seconds, invalid responses not counted.
+    pub const fn new() -> Self {
         Self {
             max_fails: 3,
             fail_timeout: Duration::from_secs(10),
+            count_invalid_responses: false,
         }
+    }
+
+    /// Failed tries in a row that start a cool-down; 0 turns passive health off.
+    /// Defaults to 3.
+    pub const fn max_fails(mut self, max_fails: u32) -> Self {
+        self.max_fails = max_fails;
+        self
+    }
+
+    /// How long an upstream is skipped after `max_fails` failed tries. Defaults to 10
+    /// seconds.
+    pub const fn fail_timeout(mut self, timeout: Duration) -> Self {
+        self.fail_timeout = timeout;
+        self
+    }
+
+    /// Whether an invalid response (malformed or oversized head, refused framing) counts
+    /// as a failed try. Defaults to `false`: one bad response is that request's 502, and
+    /// an upstream that answers at all is not down.
+    pub const fn count_invalid_responses(mut self, count: bool) -> Self {
+        self.count_invalid_responses = count;
+        self
     }
 }
 
@@ -139,6 +188,12 @@ impl Health {
     pub(crate) fn is_available(&self, now: Instant) -> bool {
         self.active_up.load(Ordering::Relaxed)
             && nanos(now) >= self.cool_down_until.load(Ordering::Relaxed)
+    }
+
+    /// When the passive cool-down ends, as [`nanos`]; in the past when there is none.
+    /// Ordering upstreams by it orders them by their last failure.
+    pub(crate) fn marked_until(&self) -> u64 {
+        self.cool_down_until.load(Ordering::Relaxed)
     }
 
     /// A try got a response head: the passive failure count starts over.
@@ -382,10 +437,7 @@ mod tests {
         UpstreamState::new(Upstream::new(addr).unwrap())
     }
 
-    const POLICY: PassiveHealth = PassiveHealth {
-        max_fails: 3,
-        fail_timeout: Duration::from_secs(10),
-    };
+    const POLICY: PassiveHealth = PassiveHealth::new();
 
     /// The health gauge's value set since the last snapshot, or 0 when none was set: the
     /// debugging recorder resets values when read.

@@ -176,10 +176,16 @@ impl ReverseProxy {
         let mut tries = 0;
         let mut last = ProxyError::NoUpstream;
         while tries < config.max_tries {
-            let Some(index) =
-                shared
-                    .balancer
-                    .pick(&shared.upstreams, key, &tried[..tries], Instant::now())
+            // Passive marks steer, never refuse: with nothing available, the least
+            // recently failed untried upstream gets the try.
+            let Some(index) = shared
+                .balancer
+                .pick(&shared.upstreams, key, &tried[..tries], Instant::now())
+                .or_else(|| {
+                    shared
+                        .balancer
+                        .least_recently_failed(&shared.upstreams, &tried[..tries])
+                })
             else {
                 break;
             };
@@ -244,7 +250,12 @@ impl ReverseProxy {
                 Ok(Err(SendError::Body(e))) => return Err(client_body_error(&e)),
                 Ok(Err(SendError::Invalid(why))) => {
                     let e = ProxyError::Protocol(why.into());
-                    self.failed(state, &e);
+                    if config.passive.count_invalid_responses {
+                        self.failed(state, &e);
+                    } else {
+                        // That request's 502, not evidence that the upstream is down.
+                        self.noted(state, &e);
+                    }
                     return Err(e);
                 }
                 Ok(Err(SendError::Io(e))) => {
@@ -267,12 +278,17 @@ impl ReverseProxy {
 
     /// Counts a failed try against `state`'s health and metrics.
     fn failed(&self, state: &UpstreamState, e: &ProxyError) {
-        if let Some(kind) = e.kind() {
-            state.metrics.error(kind);
-        }
+        self.noted(state, e);
         state
             .health
             .record_failure(Instant::now(), &self.shared.config.passive, &state.metrics);
+    }
+
+    /// Counts a failed try in `state`'s metrics and the log only.
+    fn noted(&self, state: &UpstreamState, e: &ProxyError) {
+        if let Some(kind) = e.kind() {
+            state.metrics.error(kind);
+        }
         tracing::warn!(upstream = %state.upstream, error = %e, "upstream try failed");
     }
 

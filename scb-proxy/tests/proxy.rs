@@ -371,33 +371,153 @@ async fn connect_timeout_gets_504_at_the_connect_timeout() {
 }
 
 #[tokio::test]
-async fn all_upstreams_down_gets_502_at_once() {
+async fn the_only_upstream_is_tried_again_after_it_was_marked_down() {
     // Accepts and reads, never answers: each try times out and counts as a failure.
     let silent = RawUpstream::silent().await;
     let timeout = Duration::from_millis(200);
     let proxy = proxy_to(silent.addr, |b| {
-        b.response_timeout(timeout).passive_health(PassiveHealth {
-            max_fails: 1,
-            fail_timeout: Duration::from_secs(30),
-        })
+        b.response_timeout(timeout).passive_health(
+            PassiveHealth::new()
+                .max_fails(1)
+                .fail_timeout(Duration::from_secs(30)),
+        )
     });
-    let answer = send(&proxy, get("/")).await;
-    assert_eq!(answer.status, StatusCode::GATEWAY_TIMEOUT);
-    assert_eq!(silent.accepted(), 1);
+    for attempt in 1..=3 {
+        let answer = send(&proxy, get("/")).await;
+        assert_eq!(answer.status, StatusCode::GATEWAY_TIMEOUT, "try {attempt}");
+        assert!(is_text_plain(&answer));
+        // Marked down after the first, and contacted every time all the same.
+        assert_eq!(silent.accepted(), attempt, "try {attempt} was refused");
+    }
+}
 
-    let started = Instant::now();
-    let answer = send(&proxy, get("/")).await;
-    let elapsed = started.elapsed();
-    assert_eq!(answer.status, StatusCode::BAD_GATEWAY);
-    assert!(is_text_plain(&answer));
-    assert!(
-        elapsed < timeout,
-        "waited {elapsed:?} on an upstream that is down"
-    );
+/// An upstream whose first three connections fail in the three ways that used to mark it
+/// down (a reset, a malformed head, an oversized head) and whose later ones answer 200.
+async fn failing_three_times_then_healthy() -> RawUpstream {
+    RawUpstream::spawn(|mut s, n| async move {
+        let mut buf = Vec::new();
+        if read_head(&mut s, &mut buf).await.is_none() {
+            return;
+        }
+        match n {
+            0 => {} // closed without a word: a reset before any response
+            1 => {
+                let _ = s
+                    .write_all(b"HTTP/1.1 200 OK\r\nbroken header line\r\n\r\n")
+                    .await;
+            }
+            2 => {
+                let mut huge = b"HTTP/1.1 200 OK\r\nx-big: ".to_vec();
+                huge.resize(200 * 1024, b'a');
+                let _ = s.write_all(&huge).await;
+            }
+            _ => {
+                let _ = s
+                    .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                    .await;
+            }
+        }
+    })
+    .await
+}
+
+#[tokio::test]
+async fn the_only_upstream_failing_three_times_in_a_row_serves_the_fourth_request() {
+    // By default only the reset counts; counting invalid responses too, the three failures
+    // mark the upstream down for 10 s, and it is tried all the same.
+    for count_invalid in [false, true] {
+        let up = failing_three_times_then_healthy().await;
+        let proxy = proxy_to(up.addr, |b| {
+            b.passive_health(PassiveHealth::new().count_invalid_responses(count_invalid))
+        });
+        for _ in 0..3 {
+            assert_eq!(send(&proxy, get("/")).await.status, StatusCode::BAD_GATEWAY);
+        }
+        let answer = send(&proxy, get("/")).await;
+        assert_eq!(
+            answer.status,
+            StatusCode::OK,
+            "{count_invalid}: {}",
+            answer.text()
+        );
+        assert_eq!(answer.text(), "ok");
+        // A request with a body takes the same way.
+        let post = Request::post("/upload")
+            .header("content-length", "5")
+            .body(Body::from("hello"))
+            .unwrap();
+        assert_eq!(
+            send(&proxy, post).await.status,
+            StatusCode::OK,
+            "{count_invalid}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn with_every_upstream_marked_down_a_request_is_still_tried() {
+    let (a, b) = (closed_port(), closed_port());
+    let proxy = ReverseProxy::builder([upstream(a), upstream(b)])
+        .passive_health(
+            PassiveHealth::new()
+                .max_fails(1)
+                .fail_timeout(Duration::from_secs(3600)),
+        )
+        .build()
+        .unwrap();
+    // Both refuse: one request tries each, and marks each down for an hour.
+    assert_eq!(fetch(&proxy, "/").await.0, StatusCode::BAD_GATEWAY);
+    // Both come back within their marks.
+    let a = Named::spawn_on(TcpListener::bind(a).await.unwrap(), "a");
+    let b = Named::spawn_on(TcpListener::bind(b).await.unwrap(), "b");
+    for _ in 0..4 {
+        assert_eq!(fetch(&proxy, "/").await.0, StatusCode::OK);
+    }
+    assert_eq!(a.hits() + b.hits(), 4);
+}
+
+#[tokio::test]
+async fn a_malformed_response_is_that_requests_502_and_no_mark_unless_configured() {
+    let bad = RawUpstream::replying(b"HTTP/1.1 200 OK\r\nbroken header line\r\n\r\n").await;
+    let good = Named::spawn("good").await;
+    let policy = PassiveHealth::new()
+        .max_fails(1)
+        .fail_timeout(Duration::from_secs(3600));
+    let build = |policy: PassiveHealth| {
+        ReverseProxy::builder([upstream(bad.addr), upstream(good.addr)])
+            .passive_health(policy)
+            .build()
+            .unwrap()
+    };
+    // Not counted: round robin keeps sending `bad` its share.
+    let proxy = build(policy);
+    let mut bad_answers = 0;
+    for _ in 0..10 {
+        if fetch(&proxy, "/").await.0 == StatusCode::BAD_GATEWAY {
+            bad_answers += 1;
+        }
+    }
     assert_eq!(
-        silent.accepted(),
-        1,
-        "an upstream that is down was contacted"
+        bad_answers, 5,
+        "every other request still goes to the bad upstream"
+    );
+    // Counted: one malformed response takes it out.
+    let proxy = build(policy.count_invalid_responses(true));
+    let before = bad.accepted();
+    let statuses: Vec<StatusCode> = {
+        let mut v = Vec::new();
+        for _ in 0..10 {
+            v.push(fetch(&proxy, "/").await.0);
+        }
+        v
+    };
+    assert_eq!(bad.accepted() - before, 1, "{statuses:?}");
+    assert_eq!(
+        statuses
+            .iter()
+            .filter(|s| **s == StatusCode::BAD_GATEWAY)
+            .count(),
+        1
     );
 }
 
@@ -1258,10 +1378,7 @@ async fn passive_health_skips_an_upstream_whose_port_is_closed_then_retries_it()
     let b_addr = closed_port();
     let fail_timeout = Duration::from_secs(1);
     let proxy = ReverseProxy::builder([upstream(a.addr), upstream(b_addr)])
-        .passive_health(PassiveHealth {
-            max_fails: 2,
-            fail_timeout,
-        })
+        .passive_health(PassiveHealth::new().max_fails(2).fail_timeout(fail_timeout))
         .build()
         .unwrap();
     // Every request succeeds: a refused connect moves on to the other upstream.

@@ -512,6 +512,9 @@ impl TryFrom<&PassiveConfig> for scb_proxy::PassiveHealth {
         if let Some(timeout) = &config.fail_timeout {
             passive.fail_timeout = nonzero_duration(timeout, "fail_timeout")?;
         }
+        if let Some(count) = config.count_invalid_responses {
+            passive.count_invalid_responses = count;
+        }
         Ok(passive)
     }
 }

@@ -346,6 +346,8 @@ pub(crate) struct PassiveConfig {
     pub(crate) max_fails: Option<u32>,
     /// How long it stays out.
     pub(crate) fail_timeout: Option<Spanned<HumanDuration>>,
+    /// Whether an invalid response counts as a failed try (default false).
+    pub(crate) count_invalid_responses: Option<bool>,
 }
 
 /// `health = { ... }`: a `GET path` to every upstream every `interval`.
