@@ -511,6 +511,98 @@ fn unread_body_closes_the_connection_after_the_response() {
 }
 
 #[test]
+fn a_small_unread_body_is_dropped_and_the_connection_kept() {
+    let server = TestServer::start(1, Limits::default());
+    let mut s = server.connect();
+    let mut buf = Vec::new();
+    // A GET with a body its handler ignores, by length and chunked, each followed by
+    // another request on the same connection.
+    let body = "x".repeat(60);
+    s.write_all(
+        format!("GET /hello HTTP/1.1\r\nHost: t\r\nContent-Length: 60\r\n\r\n{body}").as_bytes(),
+    )
+    .unwrap();
+    let r = read_response(&mut s, &mut buf, false).unwrap();
+    assert_eq!((r.status, r.header("connection")), (200, None));
+    s.write_all(
+        b"HEAD /hello HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n\
+          5\r\nhello\r\n0\r\n\r\n",
+    )
+    .unwrap();
+    let r = read_response(&mut s, &mut buf, true).unwrap();
+    assert_eq!((r.status, r.header("connection")), (200, None));
+    // The body may also arrive after the response went out.
+    s.write_all(b"GET /hello HTTP/1.1\r\nHost: t\r\nContent-Length: 10\r\n\r\n")
+        .unwrap();
+    let r = read_response(&mut s, &mut buf, false).unwrap();
+    assert_eq!((r.status, r.header("connection")), (200, None));
+    s.write_all(b"0123456789GET /hello HTTP/1.1\r\nHost: t\r\n\r\n")
+        .unwrap();
+    let r = read_response(&mut s, &mut buf, false).unwrap();
+    assert_eq!((r.status, r.body.as_slice()), (200, &b"Hello, world!"[..]));
+    assert_eq!(
+        server.hits.load(Ordering::SeqCst),
+        4,
+        "no body byte was taken for a request"
+    );
+}
+
+#[test]
+fn an_unread_chunked_body_beyond_the_bound_closes_the_connection() {
+    let server = TestServer::start(1, Limits::default());
+    let mut s = server.connect();
+    s.write_all(b"POST /hello HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n")
+        .unwrap();
+    let chunk = format!("{:x}\r\n{}\r\n", 32 * 1024, "y".repeat(32 * 1024));
+    for _ in 0..3 {
+        s.write_all(chunk.as_bytes()).unwrap();
+    }
+    let r = read_response(&mut s, &mut Vec::new(), false).unwrap();
+    assert_eq!(r.status, 200);
+    assert!(
+        closed_by_server(&mut s),
+        "96 KiB of unread body is not read through"
+    );
+}
+
+#[test]
+fn invalid_hosts_and_malformed_versions_are_400_with_a_request_id() {
+    let server = TestServer::start(1, Limits::default());
+    for host in [
+        "a b/c",
+        "a/b",
+        "user@example.com",
+        "example.com:http",
+        "[::1",
+        "ex\u{1}",
+    ] {
+        let r = roundtrip(
+            &server,
+            format!("GET /hello HTTP/1.1\r\nHost: {host}\r\n\r\n").as_bytes(),
+        );
+        assert_eq!(r.status, 400, "{host:?}");
+        assert!(r.header("x-request-id").is_some(), "{host:?}");
+    }
+    let r = roundtrip(&server, b"GET /hello http/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(r.status, 400);
+    let r = roundtrip(&server, b"GET /hello HTTP/3.0\r\nHost: t\r\n\r\n");
+    assert_eq!(r.status, 505);
+    assert_eq!(server.hits.load(Ordering::SeqCst), 0);
+    let r = roundtrip(&server, b"GET /hello HTTP/1.1\r\nHost: [::1]:8080\r\n\r\n");
+    assert_eq!(r.status, 200);
+}
+
+#[test]
+fn a_broken_http2_preface_gets_no_http1_answer() {
+    let server = TestServer::start(1, Limits::default());
+    let mut s = server.connect();
+    s.write_all(b"PRI * HTTP/2.0\r\n\r\nXX\r\n\r\n").unwrap();
+    let mut got = Vec::new();
+    let _ = s.read_to_end(&mut got);
+    assert!(got.is_empty(), "{:?}", String::from_utf8_lossy(&got));
+}
+
+#[test]
 fn expect_continue_gets_100_before_the_body() {
     let server = TestServer::start(1, Limits::default());
     let mut s = server.connect();
@@ -779,6 +871,19 @@ fn h2c_prior_knowledge_is_served_by_hyper() {
         let res = sender.send_request(req).await.unwrap();
         let body = res.into_body().collect().await.unwrap().to_bytes();
         assert_eq!(&body[..], b"over h2");
+        // An invalid :authority, or Host field, is refused as on HTTP/1.1.
+        let bad_authority = Request::get("http://user@t/hello")
+            .body(http_body_util::Full::new(Bytes::new()))
+            .unwrap();
+        let bad_host = Request::get("http://t/hello")
+            .header("host", "a b/c")
+            .body(http_body_util::Full::new(Bytes::new()))
+            .unwrap();
+        for req in [bad_authority, bad_host] {
+            let res = sender.send_request(req).await.unwrap();
+            assert_eq!(res.status(), 400);
+            assert!(res.headers().contains_key("x-request-id"));
+        }
     });
 }
 

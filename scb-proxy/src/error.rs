@@ -37,6 +37,9 @@ pub enum ProxyError {
     /// The client's request body broke off or stalled.
     #[error("the request body failed")]
     RequestBody,
+    /// The request's Host (or authority) is not `host[:port]`: nothing is forwarded.
+    #[error("invalid host")]
+    InvalidHost,
 }
 
 impl ProxyError {
@@ -47,7 +50,7 @@ impl ProxyError {
                 StatusCode::GATEWAY_TIMEOUT
             }
             Self::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-            Self::RequestBody => StatusCode::BAD_REQUEST,
+            Self::RequestBody | Self::InvalidHost => StatusCode::BAD_REQUEST,
             Self::NoUpstream | Self::Connect(_) | Self::Reset(_) | Self::Protocol(_) => {
                 StatusCode::BAD_GATEWAY
             }
@@ -63,7 +66,11 @@ impl ProxyError {
             Self::ResponseTimeout => Some(ErrorKind::ResponseTimeout),
             Self::Reset(_) => Some(ErrorKind::Reset),
             Self::Protocol(_) => Some(ErrorKind::Protocol),
-            Self::NoUpstream | Self::TryTimeout | Self::BodyTooLarge | Self::RequestBody => None,
+            Self::NoUpstream
+            | Self::TryTimeout
+            | Self::BodyTooLarge
+            | Self::RequestBody
+            | Self::InvalidHost => None,
         }
     }
 

@@ -140,6 +140,21 @@ impl ReverseProxy {
         self.start_active_checks();
         let shared = &*self.shared;
         let config = &shared.config;
+        // scb's server refuses these already; a proxy inside another server (axum) must
+        // not forward a Host that is not `host[:port]` either.
+        let valid = |v: &[u8]| scb_core::http1::is_valid_host(v);
+        if req
+            .uri()
+            .authority()
+            .is_some_and(|a| !valid(a.as_str().as_bytes()))
+            || req
+                .headers()
+                .get_all(header::HOST)
+                .iter()
+                .any(|v| !valid(v.as_bytes()))
+        {
+            return Err(ProxyError::InvalidHost);
+        }
         if let Some(max) = config.max_body
             && declared_length(req.headers()).is_some_and(|len| len > max)
         {
@@ -390,7 +405,13 @@ fn declared_length(headers: &HeaderMap) -> Option<u64> {
 fn client_body_error(e: &BoxError) -> ProxyError {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&**e);
     while let Some(err) = source {
-        if err.is::<TooLarge>() {
+        // The proxy's own `max_body`, or the server's `max_body_bytes`.
+        if err.is::<TooLarge>()
+            || matches!(
+                err.downcast_ref::<scb_core::server::BodyError>(),
+                Some(scb_core::server::BodyError::TooLarge)
+            )
+        {
             return ProxyError::BodyTooLarge;
         }
         source = err.source();

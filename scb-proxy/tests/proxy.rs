@@ -1596,6 +1596,61 @@ async fn chunked_body_over_max_body_gets_413_or_closed_and_never_arrives_whole()
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chunked_body_over_the_servers_limit_gets_413_not_400() {
+    let up = HttpUpstream::spawn(|req: Request<hyper::body::Incoming>| async move {
+        let _ = req.into_body().collect().await;
+        Response::new(Body::from("took it"))
+    })
+    .await;
+    let limits = scb_core::server::Limits {
+        max_body_bytes: 1500,
+        ..Default::default()
+    };
+    // No `max_body` of the proxy's own: the server's limit is the one that trips.
+    let server = ProxyServer::start_with_limits(&proxy_to(up.addr, |b| b), limits);
+    for (framing, body) in [
+        ("Transfer-Encoding: chunked", {
+            let mut raw = Vec::new();
+            for _ in 0..3 {
+                raw.extend_from_slice(b"3e8\r\n");
+                raw.extend_from_slice(&[b'x'; 1000]);
+                raw.extend_from_slice(b"\r\n");
+            }
+            raw.extend_from_slice(b"0\r\n\r\n");
+            raw
+        }),
+        ("Content-Length: 3000", vec![b'x'; 3000]),
+    ] {
+        let mut client = server.connect().await;
+        let mut raw = format!("POST /upload HTTP/1.1\r\nHost: t\r\n{framing}\r\n\r\n").into_bytes();
+        raw.extend_from_slice(&body);
+        let _ = client.stream.write_all(&raw).await;
+        match client.response().await {
+            Read::Complete(resp) => assert_eq!(resp.status, 413, "{framing}: {}", resp.head),
+            other => panic!("{framing}: {other:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn an_invalid_host_is_400_and_never_forwarded() {
+    let up = head_echo().await;
+    let proxy = proxy_to(up.addr, |b| b);
+    for host in ["a b/c", "user@example.com", "example.com:http"] {
+        let req = Request::get("/")
+            .header("host", host)
+            .body(Body::empty())
+            .unwrap();
+        assert_eq!(
+            send(&proxy, req).await.status,
+            StatusCode::BAD_REQUEST,
+            "{host}"
+        );
+    }
+    assert_eq!(up.accepted(), 0);
+}
+
 // ---------------------------------------------------------------------------------------
 // Upgrades
 // ---------------------------------------------------------------------------------------

@@ -17,6 +17,110 @@ pub fn parse_content_length(v: &[u8]) -> Option<u64> {
     })
 }
 
+/// Whether `value` is a valid `Host` field value or HTTP/2 `:authority` for a server:
+/// RFC 3986's `host [ ":" port ]` (RFC 9112 §3.2, RFC 9110 §7.2), without userinfo.
+///
+/// `host` is an IP literal in brackets (IPv6, or `v1.x`-style IPvFuture), an IPv4 address
+/// or a registered name (letters, digits, `-._~`, `!$&'()*+,;=` and `%XX`); `port` is at
+/// most five digits up to 65535, and may be empty after the colon as the grammar allows.
+/// An empty value is valid (RFC 9112 requires it when the target has no authority).
+/// Anything else is refused: spaces, control characters, `/`, `?`, `#`, `@`, a second
+/// colon outside brackets. A Host flows into redirects, forwarded headers, logs and
+/// host-based routing, so a server must answer 400 rather than pass it on.
+///
+/// ```
+/// use scb_core::http1::is_valid_host;
+///
+/// assert!(is_valid_host(b"example.com:8080"));
+/// assert!(is_valid_host(b"[::1]:443"));
+/// assert!(!is_valid_host(b"a b/c"));
+/// assert!(!is_valid_host(b"user@example.com"));
+/// assert!(!is_valid_host(b"example.com:99999"));
+/// ```
+pub fn is_valid_host(value: &[u8]) -> bool {
+    let (host, port) = if let Some(rest) = value.strip_prefix(b"[") {
+        let Some(end) = rest.iter().position(|&b| b == b']') else {
+            return false;
+        };
+        let literal = &rest[..end];
+        if !is_ip_literal(literal) {
+            return false;
+        }
+        match &rest[end + 1..] {
+            [] => return true,
+            [b':', port @ ..] => (&[][..], port),
+            _ => return false,
+        }
+    } else {
+        match value.iter().position(|&b| b == b':') {
+            Some(colon) => (&value[..colon], &value[colon + 1..]),
+            None => (value, &[][..]),
+        }
+    };
+    is_reg_name(host) && is_port(port)
+}
+
+/// `*( unreserved / pct-encoded / sub-delims )`, which includes IPv4 addresses.
+fn is_reg_name(name: &[u8]) -> bool {
+    let mut i = 0;
+    while i < name.len() {
+        match name[i] {
+            b'%' => {
+                let hex = |j: usize| name.get(j).is_some_and(u8::is_ascii_hexdigit);
+                if !(hex(i + 1) && hex(i + 2)) {
+                    return false;
+                }
+                i += 3;
+            }
+            b if is_unreserved(b) || is_sub_delim(b) => i += 1,
+            _ => return false,
+        }
+    }
+    true
+}
+
+/// What may stand between the brackets: an IPv6 address (hex digits, colons, and dots for
+/// an embedded IPv4 address), or `v` HEXDIG `.` then unreserved, sub-delims and colons.
+fn is_ip_literal(literal: &[u8]) -> bool {
+    match literal {
+        [] => false,
+        [b'v' | b'V', rest @ ..] => {
+            let Some(dot) = rest.iter().position(|&b| b == b'.') else {
+                return false;
+            };
+            dot > 0
+                && rest[..dot].iter().all(u8::is_ascii_hexdigit)
+                && rest.len() > dot + 1
+                && rest[dot + 1..]
+                    .iter()
+                    .all(|&b| is_unreserved(b) || is_sub_delim(b) || b == b':')
+        }
+        _ => {
+            literal.contains(&b':')
+                && literal
+                    .iter()
+                    .all(|&b| b.is_ascii_hexdigit() || b == b':' || b == b'.')
+        }
+    }
+}
+
+fn is_port(port: &[u8]) -> bool {
+    port.len() <= 5
+        && port.iter().all(u8::is_ascii_digit)
+        && port.iter().fold(0u32, |n, &b| n * 10 + u32::from(b - b'0')) <= 65_535
+}
+
+const fn is_unreserved(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~')
+}
+
+const fn is_sub_delim(b: u8) -> bool {
+    matches!(
+        b,
+        b'!' | b'$' | b'&' | b'\'' | b'(' | b')' | b'*' | b'+' | b',' | b';' | b'='
+    )
+}
+
 /// The chunk-size line for a chunk of `len` bytes.
 pub fn chunk_header(dst: &mut Vec<u8>, len: usize) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
@@ -47,6 +151,58 @@ mod tests {
         dst.clear();
         chunk_header(&mut dst, 0);
         assert_eq!(dst, b"0\r\n");
+    }
+
+    #[test]
+    fn hosts_follow_rfc_3986_host_and_port() {
+        for good in [
+            &b""[..],
+            b"example.com",
+            b"Example.COM:80",
+            b"a-b_c~d.e",
+            b"127.0.0.1:8080",
+            b"[::1]",
+            b"[::1]:443",
+            b"[2001:db8::192.0.2.1]:1",
+            b"[v1.fe80::a+en1]",
+            b"xn--bcher-kva.example",
+            b"caf%C3%A9.example",
+            b"example.com:",
+            b"example.com:65535",
+            b"!$&'()*+,;=",
+        ] {
+            assert!(is_valid_host(good), "{:?}", String::from_utf8_lossy(good));
+        }
+        for bad in [
+            &b"a b/c"[..],
+            b"a b",
+            b"a/b",
+            b"user@example.com",
+            b"example.com/",
+            b"example.com?x",
+            b"example.com#x",
+            b"exa\tmple.com",
+            b"example\x00.com",
+            b"exam\x7fple",
+            b"example.com:http",
+            b"example.com:99999",
+            b"example.com:123456",
+            b"example.com:80:80",
+            b"::1",
+            b"[::1",
+            b"[::1]x",
+            b"[]",
+            b"[example.com]",
+            b"[v.x]",
+            b"[vz.x]",
+            b"%zz.example",
+            b"%4",
+            b"\xc3\xa9.example",
+            b"\"quoted\"",
+            b"a\\b",
+        ] {
+            assert!(!is_valid_host(bad), "{:?}", String::from_utf8_lossy(bad));
+        }
     }
 
     #[test]

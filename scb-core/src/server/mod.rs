@@ -46,6 +46,7 @@ use bytes::Bytes;
 use http::{HeaderName, Request, Response};
 use tower::Service;
 
+pub use conn::BodyError;
 pub use handshake::{Handshake, HandshakeFuture, Protocol, SecureIo, Secured};
 pub use limits::Limits;
 pub use shutdown::shutdown_signal;

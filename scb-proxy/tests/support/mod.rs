@@ -408,9 +408,18 @@ pub(crate) struct ProxyServer {
 
 impl ProxyServer {
     pub(crate) fn start(proxy: &ReverseProxy) -> Self {
+        Self::start_with_limits(proxy, scb_core::server::Limits::default())
+    }
+
+    /// [`start`](Self::start) with the server's own `limits`.
+    pub(crate) fn start_with_limits(
+        proxy: &ReverseProxy,
+        limits: scb_core::server::Limits,
+    ) -> Self {
         let proxy = proxy.clone();
         let bound = Server::builder()
             .workers(1)
+            .limits(limits)
             .grace_period(Duration::from_millis(200))
             .listen("127.0.0.1:0".parse().unwrap())
             .bind()

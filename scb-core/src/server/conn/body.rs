@@ -18,19 +18,32 @@ pub(crate) enum Msg {
     Error(BoxError),
 }
 
-/// Why the request body could not be read whole.
+/// Why a request body the server hands to a service could not be read whole: the error
+/// its frames end with, on every transport.
+///
+/// A layer that passes a body on (a proxy) finds it with `downcast_ref` on the body's
+/// error, to answer the client the right way: 413 for [`TooLarge`](Self::TooLarge), 408
+/// or 400 for the others.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum BodyError {
+#[non_exhaustive]
+pub enum BodyError {
+    /// The client closed the connection before the body ended.
     #[error("client closed the connection before the request body ended")]
     Eof,
+    /// The body did not arrive within the limits' `body_read_timeout`.
     #[error("request body not received within the body read timeout")]
     Timeout,
+    /// The body is larger than the limits' `max_body_bytes`.
     #[error("request body larger than the limit")]
     TooLarge,
+    /// The chunked framing is malformed.
     #[error("malformed chunked body: {0}")]
     Chunked(#[from] crate::http1::chunked::ChunkError),
+    /// The body was read after the server had stopped feeding it (the response was sent
+    /// before the body was read).
     #[error("request body aborted: the response was sent before the body was read")]
     Aborted,
+    /// Reading the connection failed.
     #[error("i/o error reading the request body: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -98,12 +111,19 @@ enum Decoder {
 /// The driver's end: decodes body bytes from the read buffer and feeds the channel.
 pub(crate) struct Feeder {
     tx: Option<mpsc::Sender<Msg>>,
+    reader: Reader,
+}
+
+/// Where the body stands on the wire.
+struct Reader {
     decoder: Decoder,
     received: u64,
     max: u64,
     deadline: tokio::time::Instant,
-    /// The service dropped the body before its end: the rest is unread.
-    abandoned: bool,
+    /// The end of the body was decoded: the next request starts right after it.
+    ended: bool,
+    /// The body broke (bad framing, too large, too slow): its end cannot be found.
+    failed: bool,
 }
 
 impl Feeder {
@@ -121,11 +141,14 @@ impl Feeder {
         };
         let feeder = Self {
             tx: Some(tx),
-            decoder,
-            received: 0,
-            max,
-            deadline,
-            abandoned: false,
+            reader: Reader {
+                decoder,
+                received: 0,
+                max,
+                deadline,
+                ended: false,
+                failed: false,
+            },
         };
         let body = ChannelBody {
             rx,
@@ -141,8 +164,26 @@ impl Feeder {
     }
 
     /// Whether the body was read to its end, so the next request starts right after it.
+    /// A Content-Length body whose every byte was handed over counts, even when its
+    /// reader stopped before seeing the end (hyper's client stops once it has sent the
+    /// declared length).
     pub(crate) fn is_complete(&self) -> bool {
-        self.tx.is_none() && !self.abandoned
+        self.reader.is_complete()
+    }
+
+    /// Whether what is left of an unread body could be dropped within `max` bytes: a
+    /// known rest that fits, or a chunked body (tried, and given up beyond `max`).
+    pub(crate) fn may_discard(&self, max: u64) -> bool {
+        !self.reader.failed
+            && match self.reader.decoder {
+                Decoder::Length(remaining) => remaining <= max,
+                Decoder::Chunked(_) => true,
+            }
+    }
+
+    /// Stops feeding the service: its body ends with an abort if it is still read.
+    pub(crate) fn close_channel(&mut self) {
+        self.tx = None;
     }
 
     /// Feeds one chunk (or the end) once the body has room, reading the socket if needed.
@@ -152,21 +193,95 @@ impl Feeder {
     {
         let Some(tx) = &self.tx else { return Ok(()) };
         let Ok(permit) = tx.reserve().await else {
-            // The service dropped the body. When every byte of a Content-Length body was
-            // already handed over (hyper's client stops once it has sent the declared
-            // length, without reading the end), the stream is at the next request and
-            // the connection stays usable.
-            self.abandoned = !matches!(self.decoder, Decoder::Length(0));
+            // The service dropped the body: nothing more to feed. What it left unread
+            // decides whether the connection can go on (see `is_complete`, `discard`).
             self.tx = None;
             return Ok(());
         };
+        match self.reader.next_piece(io, rbuf).await? {
+            Some(data) => permit.send(Msg::Data(data)),
+            None => {
+                permit.send(Msg::End);
+                self.tx = None;
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads and drops the rest of the body, at most `max` bytes more, by the body
+    /// deadline. True when the body ended within them: the connection can carry the next
+    /// request, which a client that sent a small body to a handler that ignored it (a GET
+    /// with a body) expects, as nginx does. False, and the connection is to be closed,
+    /// when it is longer, too slow, or broken.
+    pub(crate) async fn discard<R>(&mut self, io: &mut R, rbuf: &mut BytesMut, max: u64) -> bool
+    where
+        R: tokio::io::AsyncRead + Unpin,
+    {
+        let mut dropped = 0u64;
+        while !self.reader.is_complete() {
+            if self.reader.failed {
+                return false;
+            }
+            match self.reader.next_piece(io, rbuf).await {
+                Ok(Some(data)) => {
+                    dropped += data.len() as u64;
+                    if dropped > max {
+                        return false;
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::debug!(error = %e, "unread request body could not be dropped");
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    /// Ends the body with `error`; the connection cannot be reused after this.
+    pub(crate) fn fail(&mut self, error: BodyError) {
+        if let Some(tx) = self.tx.take() {
+            let _ = tx.try_send(Msg::Error(error.into()));
+        }
+        self.reader.failed = true;
+    }
+}
+
+impl Reader {
+    fn is_complete(&self) -> bool {
+        !self.failed && (self.ended || matches!(self.decoder, Decoder::Length(0)))
+    }
+
+    /// The next piece of the body: data, or `None` at its end. Any error leaves the
+    /// reader failed.
+    async fn next_piece<R>(
+        &mut self,
+        io: &mut R,
+        rbuf: &mut BytesMut,
+    ) -> Result<Option<Bytes>, BodyError>
+    where
+        R: tokio::io::AsyncRead + Unpin,
+    {
+        let piece = self.read_piece(io, rbuf).await;
+        if piece.is_err() {
+            self.failed = true;
+        }
+        piece
+    }
+
+    async fn read_piece<R>(
+        &mut self,
+        io: &mut R,
+        rbuf: &mut BytesMut,
+    ) -> Result<Option<Bytes>, BodyError>
+    where
+        R: tokio::io::AsyncRead + Unpin,
+    {
         loop {
             let decoded = match &mut self.decoder {
                 Decoder::Length(0) => Decoded::Done,
-                Decoder::Length(remaining) if rbuf.is_empty() => {
-                    let _ = remaining;
-                    Decoded::NeedMore
-                }
+                Decoder::Length(_) if rbuf.is_empty() => Decoded::NeedMore,
                 Decoder::Length(remaining) => {
                     let n = (*remaining).min(rbuf.len() as u64);
                     *remaining -= n;
@@ -180,13 +295,11 @@ impl Feeder {
                     if self.received > self.max {
                         return Err(BodyError::TooLarge);
                     }
-                    permit.send(Msg::Data(data));
-                    return Ok(());
+                    return Ok(Some(data));
                 }
                 Decoded::Done => {
-                    permit.send(Msg::End);
-                    self.tx = None;
-                    return Ok(());
+                    self.ended = true;
+                    return Ok(None);
                 }
                 Decoded::NeedMore => {
                     rbuf.reserve(16 * 1024);
@@ -202,13 +315,5 @@ impl Feeder {
                 }
             }
         }
-    }
-
-    /// Ends the body with `error`; the connection cannot be reused after this.
-    pub(crate) fn fail(&mut self, error: BodyError) {
-        if let Some(tx) = self.tx.take() {
-            let _ = tx.try_send(Msg::Error(error.into()));
-        }
-        self.abandoned = true;
     }
 }

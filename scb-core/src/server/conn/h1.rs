@@ -32,6 +32,9 @@ use crate::{Body, BoxError};
 /// The HTTP/2 connection preface (RFC 9113 §3.4).
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
+/// Its first line: what only an HTTP/2 client sends.
+const H2_PREFACE_LINE: &[u8] = b"PRI * HTTP/2.0\r\n";
+
 /// Output is gathered up to this size before a write; pipelined responses and small bodies
 /// share one `write` with their heads.
 const WRITE_BUFFER: usize = 64 * 1024;
@@ -41,6 +44,13 @@ const WRITE_BUFFER: usize = 64 * 1024;
 /// bytes are never copied). One syscall either way: below this size the copy costs less
 /// than the second iovec's bookkeeping.
 const COPY_MAX: usize = 512;
+
+/// The most of an unread request body read and dropped after the response so that the
+/// connection can carry the next request (within the body's own deadline): a GET that
+/// came with a small body its handler ignored keeps its connection, as with nginx. Beyond
+/// this the connection is closed: reading a large body nobody wants costs more than a new
+/// connection.
+const DISCARD_MAX: u64 = 64 * 1024;
 
 /// How long, and how much, to keep reading after deciding to close a connection whose
 /// client may still be sending: closing with unread input makes the kernel send RST, which
@@ -117,6 +127,12 @@ where
                             return Ok(Outcome::Closed);
                         }
                         continue;
+                    }
+                    // The HTTP/2 preface's request line with a broken remainder: an
+                    // HTTP/2 client, which must never get an HTTP/1 answer (RFC 9113
+                    // §3.4: an invalid preface ends the connection).
+                    if conn.rbuf.starts_with(H2_PREFACE_LINE) {
+                        return Ok(Outcome::Closed);
                     }
                 }
                 match head::parse(&mut conn.rbuf, head_limits, &mut scratch) {
@@ -199,11 +215,18 @@ where
                 },
             }
         };
-        // A body not read to its end leaves the stream mid-message: no next request.
+        // A body not read to its end leaves the stream mid-message: the next request can
+        // only follow once the rest is read. A small rest is read and dropped after the
+        // response; anything else closes the connection.
         let body_done = feeder.as_ref().is_none_or(Feeder::is_complete) && !body_failed;
-        drop(feeder);
+        let discard = !body_done
+            && !body_failed
+            && feeder.as_ref().is_some_and(|f| f.may_discard(DISCARD_MAX));
+        if let Some(feeder) = &mut feeder {
+            feeder.close_channel();
+        }
 
-        let keep_alive = head.keep_alive && body_done && !ctx.shutdown.is_fired();
+        let keep_alive = head.keep_alive && (body_done || discard) && !ctx.shutdown.is_fired();
         let info = RequestInfo {
             method: &method,
             version,
@@ -231,6 +254,17 @@ where
         if !keep_alive {
             conn.close(!body_done).await;
             return Ok(Outcome::Closed);
+        }
+        if let Some(feeder) = feeder.as_mut().filter(|_| !body_done) {
+            // The client may hold the rest of its body until it sees the response.
+            conn.flush().await?;
+            if !feeder
+                .discard(&mut conn.io, &mut conn.rbuf, DISCARD_MAX)
+                .await
+            {
+                conn.close(true).await;
+                return Ok(Outcome::Closed);
+            }
         }
     }
 }

@@ -104,10 +104,15 @@ pub(crate) fn parse(
             ));
         }
         Err(httparse::Error::Version) => {
-            return Err(HeadError::new(
-                StatusCode::HTTP_VERSION_NOT_SUPPORTED,
-                "unsupported HTTP version",
-            ));
+            return match version_token(buf) {
+                VersionToken::WellFormed => Err(HeadError::new(
+                    StatusCode::HTTP_VERSION_NOT_SUPPORTED,
+                    "unsupported HTTP version",
+                )),
+                VersionToken::Malformed => Err(HeadError::bad("malformed HTTP version")),
+                VersionToken::Partial if buf.len() > limits.max_header_bytes => Err(too_large(buf)),
+                VersionToken::Partial => Ok(None),
+            };
         }
         Err(_) => return Err(HeadError::bad("malformed request head")),
     };
@@ -163,6 +168,37 @@ pub(crate) fn parse(
         upgrade: framing.upgrade,
         raw: head,
     }))
+}
+
+/// What the version of a request line httparse refused is.
+#[derive(Debug, PartialEq, Eq)]
+enum VersionToken {
+    /// `HTTP/DIGIT.DIGIT`, just not one scb serves: 505.
+    WellFormed,
+    /// No version at all (the name is case-sensitive: `http/1.1` is malformed): 400.
+    Malformed,
+    /// The line has not ended and may still become a well-formed version.
+    Partial,
+}
+
+fn version_token(buf: &[u8]) -> VersionToken {
+    let (line, complete) = match buf.iter().position(|&b| b == b'\n') {
+        Some(end) => (&buf[..end], true),
+        None => (buf, false),
+    };
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let token = line.rsplit(|&b| b == b' ').next().unwrap_or_default();
+    const SHAPE: &[u8] = b"HTTP/0.0";
+    let fits = token.len() <= SHAPE.len()
+        && token.iter().zip(SHAPE).all(|(&b, &want)| match want {
+            b'0' => b.is_ascii_digit(),
+            _ => b == want,
+        });
+    match (fits, token.len() == SHAPE.len(), complete) {
+        (true, true, true) => VersionToken::WellFormed,
+        (true, _, false) => VersionToken::Partial,
+        _ => VersionToken::Malformed,
+    }
 }
 
 fn too_large(buf: &[u8]) -> HeadError {
@@ -244,7 +280,12 @@ impl Framing {
                     ));
                 }
             }
-            header::HOST => self.hosts += 1,
+            header::HOST => {
+                if !crate::http1::is_valid_host(value.as_bytes()) {
+                    return Err(HeadError::bad("invalid host"));
+                }
+                self.hosts += 1;
+            }
             header::CONNECTION => {
                 for token in value
                     .as_bytes()
@@ -467,6 +508,56 @@ mod tests {
             status_of("GET / HTTP/2.0\r\nHost: x\r\n\r\n"),
             StatusCode::HTTP_VERSION_NOT_SUPPORTED
         );
+    }
+
+    #[test]
+    fn a_malformed_version_is_400_and_only_a_well_formed_one_505() {
+        for version in ["HTTP/2.0", "HTTP/3.0", "HTTP/1.2", "HTTP/0.9"] {
+            let s = format!("GET / {version}\r\nHost: x\r\n\r\n");
+            assert_eq!(
+                status_of(&s),
+                StatusCode::HTTP_VERSION_NOT_SUPPORTED,
+                "{version}"
+            );
+        }
+        for version in [
+            "http/1.1",
+            "HTTP/1.10",
+            "HTTP/1",
+            "HTTP/a.b",
+            "HTTP/1.1x",
+            "HTTPS/1.1",
+        ] {
+            let s = format!("GET / {version}\r\nHost: x\r\n\r\n");
+            assert_eq!(status_of(&s), StatusCode::BAD_REQUEST, "{version}");
+        }
+        // A line that has not ended yet may still become a version: wait for it.
+        let mut buf = BytesMut::from(&b"GET / HTTP/2"[..]);
+        assert!(matches!(
+            parse(&mut buf, LIMITS, &mut Scratch::default()),
+            Ok(None)
+        ));
+        assert_eq!(version_token(b"GET / HTTP/2"), VersionToken::Partial);
+        assert_eq!(version_token(b"GET / http"), VersionToken::Malformed);
+    }
+
+    #[test]
+    fn an_invalid_host_is_400() {
+        for host in [
+            "a b/c",
+            "a/b",
+            "user@host",
+            "host:port",
+            "host:99999",
+            "h\x01",
+        ] {
+            let s = format!("GET / HTTP/1.1\r\nHost: {host}\r\n\r\n");
+            assert_eq!(status_of(&s), StatusCode::BAD_REQUEST, "{host:?}");
+        }
+        for host in ["example.com", "example.com:8080", "[::1]:80", "127.0.0.1"] {
+            let s = format!("GET / HTTP/1.1\r\nHost: {host}\r\n\r\n");
+            assert!(parse_str(&s).unwrap().is_some(), "{host:?}");
+        }
     }
 
     #[test]

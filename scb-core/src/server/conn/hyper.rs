@@ -162,6 +162,15 @@ where
                     ))
                 }
             });
+            if !has_valid_authority(&req) {
+                let res = error_response(
+                    StatusCode::BAD_REQUEST,
+                    "invalid host",
+                    &ctx.request_id_header,
+                    false,
+                );
+                return Ok(res.map(Either::Right));
+            }
             req.extensions_mut().insert(info);
             let res = match call_service(&mut svc, req).await {
                 Ok(res) => res.map(Either::Left),
@@ -176,6 +185,21 @@ where
             Ok(res)
         }
     })
+}
+
+/// Whether the request's authority (HTTP/2 `:authority`, an absolute-form target) and
+/// every `Host` field are `host [":" port]` (see [`crate::http1::is_valid_host`]): the
+/// same check the HTTP/1.1 driver makes, so that no transport lets an invalid Host reach
+/// redirects, forwarded headers or logs.
+fn has_valid_authority<B>(req: &Request<B>) -> bool {
+    req.uri()
+        .authority()
+        .is_none_or(|a| crate::http1::is_valid_host(a.as_str().as_bytes()))
+        && req
+            .headers()
+            .get_all(http::header::HOST)
+            .iter()
+            .all(|v| crate::http1::is_valid_host(v.as_bytes()))
 }
 
 pin_project_lite::pin_project! {

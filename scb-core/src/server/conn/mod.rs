@@ -3,6 +3,8 @@
 
 mod body;
 mod encode;
+
+pub use body::BodyError;
 mod h1;
 pub(crate) mod head;
 mod hyper;
