@@ -75,7 +75,7 @@ pub(crate) fn run(plan: Plan) -> anyhow::Result<()> {
 
     // Bind everything before starting anything, so that an address in use stops the
     // process before a single request is served.
-    let app = server.bind().context("binding the [[listen]] addresses")?;
+    let app = server.bind()?;
     let metrics = match &metrics_plan {
         Some(metrics) => {
             // One worker is plenty for a scrape every few seconds.
@@ -87,9 +87,7 @@ pub(crate) fn run(plan: Plan) -> anyhow::Result<()> {
             if let Some(grace_period) = grace_period {
                 builder = builder.grace_period(grace_period);
             }
-            let bound = builder
-                .bind()
-                .with_context(|| format!("binding the metrics address {}", metrics.listen))?;
+            let bound = builder.bind().context("the metrics listener")?;
             Some(bound)
         }
         None => None,
@@ -171,7 +169,8 @@ fn reload_tls(acceptors: &[scb_tls::TlsAcceptor]) {
     }
 }
 
-/// The pid file of a running `scb run`, removed when dropped.
+/// The pid file of a running `scb run`, removed when dropped if it still holds this
+/// process's id: a file another process has written since is theirs.
 struct PidFile(std::path::PathBuf);
 
 impl PidFile {
@@ -184,7 +183,11 @@ impl PidFile {
 
 impl Drop for PidFile {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
+        let ours = std::fs::read_to_string(&self.0)
+            .is_ok_and(|text| text.trim() == std::process::id().to_string());
+        if ours {
+            let _ = std::fs::remove_file(&self.0);
+        }
     }
 }
 

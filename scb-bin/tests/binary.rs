@@ -126,7 +126,7 @@ fn run_fails_when_the_port_is_taken() {
     let output = support::run_to_end("run", &format!("[[listen]]\naddr = \"{addr}\"\n"));
     assert!(!output.status.success());
     assert!(
-        stderr(&output).contains("binding the [[listen]] addresses"),
+        stderr(&output).contains(&format!("binding {addr}: address already in use")),
         "{}",
         stderr(&output)
     );
@@ -438,4 +438,73 @@ fn a_proxy_route_whose_upstream_is_down_answers_502_and_counts_it() {
     );
     let api = r#"scb_http_requests_total{route="api",method="GET",status="502"}"#;
     assert_eq!(metric(text, api), Some(1.0), "{text}");
+}
+
+/// A config on a fixed port (free a moment ago) with a pid file.
+fn fixed_port_config(port: u16, pid_file: &std::path::Path) -> String {
+    format!(
+        "[server]\nworkers = 2\npid_file = {:?}\n\n[[listen]]\naddr = \"127.0.0.1:{port}\"\n\n\
+         [[route]]\npath = \"/respond\"\nrespond = {{ status = 200, body = \"first\" }}\n",
+        pid_file.display().to_string()
+    )
+}
+
+#[test]
+fn a_second_run_on_a_taken_port_is_refused_and_the_first_keeps_its_traffic_and_pid_file() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = std::env::temp_dir().join(format!("scb-bin-taken-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pid_file = dir.join("scb.pid");
+    let config = fixed_port_config(port, &pid_file);
+    let first = Server::start(&config);
+    let deadline = std::time::Instant::now() + support::TIMEOUT;
+    let first_pid = loop {
+        match std::fs::read_to_string(&pid_file) {
+            Ok(text) if !text.trim().is_empty() => break text,
+            _ => assert!(std::time::Instant::now() < deadline, "no pid file"),
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+
+    let second = support::run_to_end("run", &config);
+    assert!(!second.status.success());
+    let err = stderr(&second);
+    assert!(
+        err.contains(&format!("127.0.0.1:{port}")) && err.contains("in use"),
+        "{err}"
+    );
+    // The first still serves every connection, and its pid file is still its own.
+    for _ in 0..20 {
+        assert_eq!(get(first.addr(), "/respond").text(), "first");
+    }
+    assert_eq!(std::fs::read_to_string(&pid_file).unwrap(), first_pid);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_pid_file_another_process_wrote_is_left_alone_at_exit() {
+    let dir = std::env::temp_dir().join(format!("scb-bin-pidfile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pid_file = dir.join("scb.pid");
+    let mut server = Server::start(&fixed_port_config(0, &pid_file));
+    // The pid file is written after the addresses are logged: wait for it.
+    let deadline = std::time::Instant::now() + support::TIMEOUT;
+    while std::fs::read_to_string(&pid_file).map_or(true, |t| t.trim().is_empty()) {
+        assert!(std::time::Instant::now() < deadline, "no pid file");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    std::fs::write(&pid_file, "12345\n").unwrap();
+    server.terminate();
+    assert!(server.wait().success());
+    assert_eq!(std::fs::read_to_string(&pid_file).unwrap(), "12345\n");
+    // Its own is removed.
+    let mut server = Server::start(&fixed_port_config(0, &pid_file));
+    server.terminate();
+    assert!(server.wait().success());
+    assert!(!pid_file.exists());
+    let _ = std::fs::remove_dir_all(&dir);
 }

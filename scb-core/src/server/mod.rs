@@ -163,9 +163,17 @@ impl Server {
     /// Opens every listener now, one `SO_REUSEPORT` socket per worker and address, so
     /// that an address in use is an error here and not in a worker thread later.
     ///
+    /// `SO_REUSEPORT` would let a second server (a second `scb run` by mistake) share an
+    /// address the first one serves, silently taking part of its traffic. So before the
+    /// workers' sockets are bound, each address is first bound once without it: when
+    /// another process listens there, that fails, as it does for nginx. What remains is
+    /// the moment between that check and the workers' binds.
+    ///
     /// # Errors
     ///
-    /// When no address was given, or a socket cannot be created, bound or listened on.
+    /// When no address was given, another process listens on one, or a socket cannot be
+    /// created, bound or listened on; the error names the address (same
+    /// [`ErrorKind`](std::io::ErrorKind), e.g. `AddrInUse`).
     pub fn bind(self) -> std::io::Result<BoundServer> {
         if self.addrs.is_empty() {
             return Err(std::io::Error::new(
@@ -178,9 +186,14 @@ impl Server {
         let mut per_worker: Vec<Vec<worker::Listener>> =
             (0..self.workers).map(|_| Vec::new()).collect();
         for (addr, secure) in &self.addrs {
+            let named =
+                |e: std::io::Error| std::io::Error::new(e.kind(), format!("binding {addr}: {e}"));
+            if addr.port() != 0 {
+                worker::check_unclaimed(*addr).map_err(named)?;
+            }
             let mut addr = *addr;
             for listeners in &mut per_worker {
-                let listener = worker::reuseport_listener(addr)?;
+                let listener = worker::reuseport_listener(addr).map_err(named)?;
                 // Port 0: the first bind picks the port, the others must share it.
                 addr = listener.local_addr()?;
                 listeners.push(worker::Listener {

@@ -35,6 +35,28 @@ pub(super) fn reuseport_listener(addr: SocketAddr) -> std::io::Result<std::net::
     Ok(socket.into())
 }
 
+/// Fails with `AddrInUse` when another process listens on `addr`: a socket bound without
+/// `SO_REUSEPORT` cannot share the address with anyone's listener. `SO_REUSEADDR` keeps
+/// connections of an earlier run lingering in `TIME_WAIT` from counting. The socket is
+/// closed at once.
+pub(super) fn check_unclaimed(addr: SocketAddr) -> std::io::Result<()> {
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_reuse_address(true)?;
+    if addr.is_ipv6() {
+        socket.set_only_v6(true)?;
+    }
+    socket.bind(&addr.into()).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::AddrInUse {
+            std::io::Error::new(
+                e.kind(),
+                "address already in use (another process listens on it)",
+            )
+        } else {
+            e
+        }
+    })
+}
+
 /// One of a worker's listening sockets, and its handshake if it is secure.
 #[derive(Debug)]
 pub(super) struct Listener {
