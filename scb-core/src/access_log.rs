@@ -142,12 +142,14 @@ where
     fn call(&mut self, req: Request<ReqB>) -> Self::Future {
         // The one check on the disabled path: everything else is captured only when an
         // event will be emitted.
-        let entry = tracing::enabled!(target: TARGET, tracing::Level::INFO).then(|| Entry {
-            start: Instant::now(),
-            request_id: req.extensions().get::<Id>().cloned(),
-            method: req.method().clone(),
-            // Cheap: the parts of a `Uri` are reference-counted `Bytes`.
-            uri: req.uri().clone(),
+        let entry = tracing::enabled!(target: TARGET, tracing::Level::INFO).then(|| {
+            Box::new(Entry {
+                start: Instant::now(),
+                request_id: req.extensions().get::<Id>().cloned(),
+                method: req.method().clone(),
+                // Cheap: the parts of a `Uri` are reference-counted `Bytes`.
+                uri: req.uri().clone(),
+            })
         });
         ResponseFuture {
             inner: self.inner.call(req),
@@ -191,7 +193,9 @@ pin_project! {
     pub struct ResponseFuture<F> {
         #[pin]
         inner: F,
-        entry: Option<Entry>,
+        // Boxed: only there when an event will be emitted, and a pointer is all the
+        // future carries (and moves through every layer) when it will not.
+        entry: Option<Box<Entry>>,
     }
 }
 

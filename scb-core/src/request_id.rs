@@ -42,6 +42,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
+use bytes::BytesMut;
 use http::{HeaderMap, HeaderName, HeaderValue, Request, Response};
 use pin_project_lite::pin_project;
 use tower::{Layer, Service};
@@ -71,19 +72,35 @@ pub fn is_valid(bytes: &[u8]) -> bool {
 /// not look sequential) and prefixed with 64 random bits drawn once per thread, so ids from
 /// different workers and different processes do not collide in practice. No system call is
 /// made per id. The ids are not secret and not unpredictable: do not use them as tokens.
+///
+/// No allocation per id either: ids are written into a per-thread buffer of
+/// [`IDS_PER_BUFFER`] ids and handed out as shared slices of it; a buffer is freed when
+/// the last of its ids is dropped.
 pub fn generate() -> HeaderValue {
-    let (prefix, n) = GENERATOR.with(|g| {
+    GENERATOR.with(|g| {
         let n = g.counter.get();
         g.counter.set(n.wrapping_add(1));
-        (g.prefix, n)
-    });
-    let hex = render_hex((u128::from(prefix) << 64) | u128::from(mix(n)));
-    HeaderValue::from_bytes(&hex).expect("lowercase hex digits are valid header value bytes")
+        let hex = render_hex((u128::from(g.prefix) << 64) | u128::from(mix(n)));
+        let mut buffer = g.buffer.take();
+        if buffer.capacity() < hex.len() {
+            buffer = BytesMut::with_capacity(hex.len() * IDS_PER_BUFFER);
+        }
+        buffer.extend_from_slice(&hex);
+        let id = buffer.split().freeze();
+        g.buffer.set(buffer);
+        HeaderValue::from_maybe_shared(id)
+            .expect("lowercase hex digits are valid header value bytes")
+    })
 }
+
+/// How many ids share one allocation: 4 KiB of ids, a buffer every 128 requests.
+const IDS_PER_BUFFER: usize = 128;
 
 struct Generator {
     prefix: u64,
     counter: Cell<u64>,
+    /// What is left of the current buffer (its front was handed out as ids).
+    buffer: Cell<BytesMut>,
 }
 
 thread_local! {
@@ -92,6 +109,7 @@ thread_local! {
     static GENERATOR: Generator = Generator {
         prefix: fastrand::u64(..),
         counter: Cell::new(fastrand::u64(..)),
+        buffer: Cell::new(BytesMut::new()),
     };
 }
 
@@ -300,6 +318,7 @@ mod tests {
     use std::collections::HashSet;
     use std::convert::Infallible;
 
+    use bytes::BytesMut;
     use http::{HeaderMap, HeaderName, HeaderValue, Request, Response};
     use tower::{ServiceBuilder, ServiceExt, service_fn};
 

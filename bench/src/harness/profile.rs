@@ -193,11 +193,28 @@ pub(crate) fn run(args: ProfileArgs, argv: &[String]) -> anyhow::Result<bool> {
     callgrind_control(pid, "off")?;
     started.process.stop()?;
     let instructions = callgrind_total(&cg_out)?;
+    let responses = load.responses.max(1) as f64;
     let _ = writeln!(
         report,
         "| user-space instructions (callgrind) | {:.0} | {instructions} |",
-        instructions as f64 / load.responses.max(1) as f64
+        instructions as f64 / responses
     );
+    let text = fs::read_to_string(&cg_out)?;
+    let allocs = allocations(&text);
+    let _ = writeln!(
+        report,
+        "| heap allocations (callgrind: calls into the allocator) | {:.2} | {} |",
+        allocs.total as f64 / responses,
+        allocs.total
+    );
+    for (caller, n) in allocs.by_caller.iter().take(6) {
+        let _ = writeln!(
+            report,
+            "| &nbsp;&nbsp;from `{}` | {:.2} | {n} |",
+            short(caller),
+            *n as f64 / responses
+        );
+    }
     let _ = writeln!(
         report,
         "\nThe callgrind profile is in `{}` (`callgrind_annotate --inclusive=yes` reads it).",
@@ -403,6 +420,104 @@ fn callgrind_control(pid: i32, state: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Heap allocations in a callgrind profile: calls into the allocator's entry points from
+/// outside the allocator, by calling function, most first.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Allocations {
+    total: u64,
+    by_caller: Vec<(String, u64)>,
+}
+
+/// Whether `function` is an entry point that allocates: mimalloc's (the `scb` binary's
+/// allocator) or the C library's.
+fn allocates(function: &str) -> bool {
+    const ENTRIES: [&str; 7] = [
+        "mi_malloc",
+        "mi_zalloc",
+        "mi_calloc",
+        "mi_realloc",
+        "malloc",
+        "calloc",
+        "realloc",
+    ];
+    ENTRIES.iter().any(|e| {
+        function == *e
+            || function
+                .strip_prefix(e)
+                .is_some_and(|rest| rest.starts_with('_'))
+    })
+}
+
+/// Whether `function` belongs to an allocator (its internal calls are not allocations).
+fn in_allocator(function: &str) -> bool {
+    function.starts_with("mi_") || function.starts_with("_mi_") || allocates(function)
+}
+
+/// Reads callgrind's format: `fn=(id) name` starts a function's records, `cfn=(id)
+/// [name]` names a callee and the `calls=N ...` line after it counts the calls; a name is
+/// given once per id and then referred to by the id alone.
+fn allocations(text: &str) -> Allocations {
+    use std::collections::HashMap;
+    fn name_of<'a>(spec: &'a str, names: &mut HashMap<&'a str, &'a str>) -> &'a str {
+        let spec = spec.trim();
+        let (id, name) = match spec.split_once(' ') {
+            Some((id, name)) => (id, name.trim()),
+            None => (spec, ""),
+        };
+        if !name.is_empty() {
+            names.insert(id, name);
+        }
+        names.get(id).copied().unwrap_or(id)
+    }
+    let mut names = HashMap::new();
+    let mut counts: HashMap<&str, u64> = HashMap::new();
+    let (mut function, mut callee) = ("", "");
+    for line in text.lines() {
+        if let Some(spec) = line.strip_prefix("fn=") {
+            function = name_of(spec, &mut names);
+        } else if let Some(spec) = line.strip_prefix("cfn=") {
+            callee = name_of(spec, &mut names);
+        } else if let Some(rest) = line.strip_prefix("calls=")
+            && allocates(callee)
+            && !in_allocator(function)
+        {
+            let n: u64 = rest
+                .split_whitespace()
+                .next()
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0);
+            *counts.entry(function).or_default() += n;
+        }
+    }
+    let mut by_caller: Vec<(String, u64)> =
+        counts.into_iter().map(|(f, n)| (f.to_owned(), n)).collect();
+    by_caller.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    Allocations {
+        total: by_caller.iter().map(|(_, n)| n).sum(),
+        by_caller,
+    }
+}
+
+/// A function name without its generic arguments, for a table cell.
+fn short(function: &str) -> String {
+    let mut out = String::new();
+    let mut depth = 0usize;
+    for c in function.chars() {
+        match c {
+            '<' => {
+                if depth == 0 {
+                    out.push_str("<..>");
+                }
+                depth += 1;
+            }
+            '>' => depth = depth.saturating_sub(1),
+            _ if depth == 0 => out.push(c),
+            _ => {}
+        }
+    }
+    out
+}
+
 /// The instruction total of a callgrind output file (`totals:` or `summary:` line).
 fn callgrind_total(path: &Path) -> anyhow::Result<u64> {
     let text = fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
@@ -450,6 +565,47 @@ mod tests {
         let status = "Name:\tscb\nvoluntary_ctxt_switches:\t120\nnonvoluntary_ctxt_switches:\t7\n";
         assert_eq!(parse_switches(status), (120, 7));
         assert_eq!(parse_switches("Name:\tx\n"), (0, 0));
+    }
+
+    #[test]
+    fn allocations_are_calls_into_the_allocator_from_outside_it() {
+        let text = "\
+fn=(1) http::header::map::HeaderMap<T>::try_with_capacity
+cfn=(2) mi_malloc_aligned
+calls=4 0
+0 100
+fn=(3) scb::handler
+cfn=(2)
+calls=3 0
+0 50
+cfn=(4) mi_free
+calls=7 0
+0 20
+fn=(2)
+cfn=(5) _mi_malloc_generic
+calls=9 0
+0 10
+fn=(6) mi_theap_malloc_aligned
+cfn=(2)
+calls=5 0
+0 1
+";
+        let allocs = allocations(text);
+        assert_eq!(allocs.total, 7);
+        assert_eq!(
+            allocs.by_caller,
+            [
+                (
+                    "http::header::map::HeaderMap<T>::try_with_capacity".to_owned(),
+                    4
+                ),
+                ("scb::handler".to_owned(), 3)
+            ]
+        );
+        assert_eq!(
+            short("http::header::map::HeaderMap<T>::try_with_capacity"),
+            "http::header::map::HeaderMap<..>::try_with_capacity"
+        );
     }
 
     #[test]
