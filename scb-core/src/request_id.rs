@@ -318,7 +318,6 @@ mod tests {
     use std::collections::HashSet;
     use std::convert::Infallible;
 
-    use bytes::BytesMut;
     use http::{HeaderMap, HeaderName, HeaderValue, Request, Response};
     use tower::{ServiceBuilder, ServiceExt, service_fn};
 
