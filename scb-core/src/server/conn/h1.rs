@@ -373,8 +373,15 @@ impl Conn<'_> {
             .downcast_mut::<Body>()
             .and_then(|b| b.file_region().cloned());
         if let Some(region) = region.filter(|r| Some(r.len()) == expected) {
-            self.flush().await?;
-            sys::send_file(&self.io, &region, self.ctx.limits.send_timeout).await?;
+            // Head and file in full segments; uncorked at the end, whatever happened.
+            sys::cork(&self.io, true);
+            let sent = async {
+                self.flush().await?;
+                sys::send_file(&self.io, &region, self.ctx.limits.send_timeout).await
+            }
+            .await;
+            sys::cork(&self.io, false);
+            sent?;
             return Ok(encoded.keep_alive);
         }
 

@@ -9,6 +9,6 @@ mod linux;
 mod portable;
 
 #[cfg(target_os = "linux")]
-pub(crate) use linux::{raise_nofile_limit, send_file};
+pub(crate) use linux::{cork, raise_nofile_limit, send_file};
 #[cfg(not(target_os = "linux"))]
-pub(crate) use portable::{raise_nofile_limit, send_file};
+pub(crate) use portable::{cork, raise_nofile_limit, send_file};

@@ -9,6 +9,9 @@ use crate::body::FileShrunk;
 
 pub(crate) fn raise_nofile_limit() {}
 
+/// No `TCP_CORK` here: segments go as they are written.
+pub(crate) fn cork(_stream: &TcpStream, _corked: bool) {}
+
 /// Portable stand-in for `sendfile(2)`: positional reads and ordinary writes.
 pub(crate) async fn send_file(
     stream: &TcpStream,
