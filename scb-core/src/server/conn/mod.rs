@@ -9,12 +9,14 @@ mod h1;
 pub(crate) mod head;
 mod hyper;
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
 use std::rc::Rc;
+use std::task::{Context, Poll, ready};
 
 use bytes::Bytes;
-use futures_util::FutureExt as _;
 use http::{HeaderName, HeaderValue, Request, Response, StatusCode, header};
 use tokio::net::TcpStream;
 use tower::Service;
@@ -104,31 +106,91 @@ pub(crate) async fn serve_secure<S, B>(
 
 /// Calls the service, turning a panic (in `call` or in the future) or a service error
 /// into `Err(())`, logged here, so that the driver answers 500 and the worker goes on.
-pub(crate) async fn call_service<S, B>(svc: &mut S, req: Request<Body>) -> Result<Response<B>, ()>
+pub(crate) fn call_service<S, B>(svc: &mut S, req: Request<Body>) -> CallService<'_, S>
 where
     S: Service<Request<Body>, Response = Response<B>>,
     S::Error: Into<BoxError>,
 {
-    if let Err(e) = futures_util::future::poll_fn(|cx| svc.poll_ready(cx)).await {
-        tracing::error!(error = %e.into(), "service not ready");
-        return Err(());
+    CallService {
+        svc,
+        state: CallState::Ready { req: Some(req) },
     }
-    let fut = match std::panic::catch_unwind(AssertUnwindSafe(|| svc.call(req))) {
-        Ok(fut) => fut,
-        Err(panic) => {
-            log_panic(&*panic);
-            return Err(());
-        }
-    };
-    match AssertUnwindSafe(fut).catch_unwind().await {
-        Ok(Ok(res)) => Ok(res),
-        Ok(Err(e)) => {
-            tracing::error!(error = %e.into(), "service failed");
-            Err(())
-        }
-        Err(panic) => {
-            log_panic(&*panic);
-            Err(())
+}
+
+pin_project_lite::pin_project! {
+    /// The future of [`call_service`], written out by hand: the service's future is moved
+    /// once, into this future's place, and polled there. An `async` block with
+    /// `catch_unwind` around the call and around the future moved the service's future
+    /// (hundreds of bytes, the whole stack's) four times per request.
+    pub(crate) struct CallService<'a, S>
+    where
+        S: Service<Request<Body>>,
+    {
+        svc: &'a mut S,
+        #[pin]
+        state: CallState<S::Future>,
+    }
+}
+
+pin_project_lite::pin_project! {
+    #[project = CallStateProj]
+    enum CallState<F> {
+        Ready { req: Option<Request<Body>> },
+        Running { #[pin] future: F },
+        Done,
+    }
+}
+
+impl<S, B> Future for CallService<'_, S>
+where
+    S: Service<Request<Body>, Response = Response<B>>,
+    S::Error: Into<BoxError>,
+{
+    type Output = Result<Response<B>, ()>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        loop {
+            match this.state.as_mut().project() {
+                CallStateProj::Ready { req } => {
+                    if let Err(e) = ready!(this.svc.poll_ready(cx)) {
+                        tracing::error!(error = %e.into(), "service not ready");
+                        this.state.set(CallState::Done);
+                        return Poll::Ready(Err(()));
+                    }
+                    let Some(req) = req.take() else {
+                        return Poll::Ready(Err(()));
+                    };
+                    let svc = &mut **this.svc;
+                    match std::panic::catch_unwind(AssertUnwindSafe(|| svc.call(req))) {
+                        Ok(future) => this.state.set(CallState::Running { future }),
+                        Err(panic) => {
+                            log_panic(&*panic);
+                            this.state.set(CallState::Done);
+                            return Poll::Ready(Err(()));
+                        }
+                    }
+                }
+                CallStateProj::Running { future } => {
+                    let polled = std::panic::catch_unwind(AssertUnwindSafe(|| future.poll(cx)));
+                    let result = match polled {
+                        Ok(Poll::Pending) => return Poll::Pending,
+                        Ok(Poll::Ready(Ok(res))) => Ok(res),
+                        Ok(Poll::Ready(Err(e))) => {
+                            tracing::error!(error = %e.into(), "service failed");
+                            Err(())
+                        }
+                        Err(panic) => {
+                            log_panic(&*panic);
+                            Err(())
+                        }
+                    };
+                    // Dropped now: after a panic it is not polled again.
+                    this.state.set(CallState::Done);
+                    return Poll::Ready(result);
+                }
+                CallStateProj::Done => return Poll::Ready(Err(())),
+            }
         }
     }
 }
