@@ -1,10 +1,11 @@
 //! [`ServeStatic`]: a tower service that serves the files beneath a directory.
 //!
-//! Each request is decided inline on the worker: the path is normalised, then opened with
-//! one `openat2(RESOLVE_BENEATH | RESOLVE_CACHED)` from the root's descriptor, and a small
-//! file is read whole with `preadv2(RWF_NOWAIT)`. Only when the kernel answers that this
-//! would wait for the disk does the whole request run once more on tokio's blocking pool;
-//! with a warm page cache nothing leaves the worker thread.
+//! Each request is decided inline on the worker: the path is normalised and looked up in
+//! the worker's open-file cache; a name not there is opened with one
+//! `openat2(RESOLVE_BENEATH | RESOLVE_CACHED)` from the root's descriptor, a small file is
+//! read whole with `preadv2(RWF_NOWAIT)`, and what was found is kept. Only when the kernel
+//! answers that this would wait for the disk does the whole request run once more on
+//! tokio's blocking pool; with a warm page cache nothing leaves the worker thread.
 //!
 //! ```no_run
 //! use scb_static::ServeStatic;
