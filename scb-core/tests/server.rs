@@ -977,3 +977,82 @@ fn a_streamed_body_goes_out_as_it_is_produced() {
     handle.shutdown();
     handle.join();
 }
+
+/// One HTTP/2 frame: its header and payload.
+fn h2_frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let len = u32::try_from(payload.len()).unwrap().to_be_bytes();
+    let mut frame = vec![len[1], len[2], len[3], kind, flags];
+    frame.extend_from_slice(&stream.to_be_bytes());
+    frame.extend_from_slice(payload);
+    frame
+}
+
+#[test]
+fn an_h2_body_longer_than_its_content_length_is_a_stream_error_even_when_the_handler_ignores_it() {
+    let server = TestServer::start(1, Limits::default());
+    let mut s = server.connect();
+    let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    out.extend(h2_frame(0x4, 0, 0, &[]));
+    // HPACK: :method POST, :scheme http, :path /hello, :authority t, content-length 10.
+    let mut block = vec![0x83, 0x86, 0x04, 6];
+    block.extend_from_slice(b"/hello");
+    block.extend_from_slice(&[0x01, 1, b't', 0x0f, 13, 2]);
+    block.extend_from_slice(b"10");
+    out.extend(h2_frame(0x1, 0x4, 1, &block));
+    // A PING behind the HEADERS: once its ACK is back the server has read the HEADERS
+    // and its handler, which ignores bodies, has been called.
+    out.extend(h2_frame(0x6, 0, 0, b"12345678"));
+    s.write_all(&out).unwrap();
+    let mut seen = Vec::new();
+    while !seen
+        .windows(17)
+        .any(|w| w[3] == 0x6 && w[4] == 0x1 && &w[9..] == b"12345678")
+    {
+        let mut chunk = [0u8; 4096];
+        let n = s.read(&mut chunk).expect("a PING ACK");
+        assert!(n > 0, "closed before the PING ACK");
+        seen.extend_from_slice(&chunk[..n]);
+    }
+    // Only now the body: five bytes and the end of the stream, not the ten promised.
+    s.write_all(&h2_frame(0x0, 0x1, 1, b"short")).unwrap();
+    let mut buf = seen;
+
+    let verdict = loop {
+        while buf.len() < 9
+            || buf.len()
+                < 9 + (usize::from(buf[0]) << 16 | usize::from(buf[1]) << 8 | usize::from(buf[2]))
+        {
+            let mut chunk = [0u8; 4096];
+            let n = s
+                .read(&mut chunk)
+                .expect("the server answers within the timeout");
+            assert!(n > 0, "closed without a verdict on the stream");
+            buf.extend_from_slice(&chunk[..n]);
+        }
+        let len = usize::from(buf[0]) << 16 | usize::from(buf[1]) << 8 | usize::from(buf[2]);
+        let (kind, stream) = (
+            buf[3],
+            u32::from_be_bytes([buf[5], buf[6], buf[7], buf[8]]) & 0x7fff_ffff,
+        );
+        let payload = buf[9..9 + len].to_vec();
+        buf.drain(..9 + len);
+        match (kind, stream) {
+            (0x3, 1) => {
+                break (
+                    "rst_stream",
+                    u32::from_be_bytes(payload[..4].try_into().unwrap()),
+                );
+            }
+            (0x7, _) => {
+                break (
+                    "goaway",
+                    u32::from_be_bytes(payload[4..8].try_into().unwrap()),
+                );
+            }
+            (0x1, 1) => break ("headers", 0),
+            _ => {}
+        }
+    };
+    // RFC 9113 §8.1.1: a stream error of type PROTOCOL_ERROR (1), not a response.
+    assert_eq!(verdict, ("rst_stream", 1));
+}

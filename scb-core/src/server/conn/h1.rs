@@ -50,7 +50,7 @@ const COPY_MAX: usize = 512;
 /// came with a small body its handler ignored keeps its connection, as with nginx. Beyond
 /// this the connection is closed: reading a large body nobody wants costs more than a new
 /// connection.
-const DISCARD_MAX: u64 = 64 * 1024;
+pub(super) const DISCARD_MAX: u64 = 64 * 1024;
 
 /// How long, and how much, to keep reading after deciding to close a connection whose
 /// client may still be sending: closing with unread input makes the kernel send RST, which
