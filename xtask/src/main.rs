@@ -5,13 +5,17 @@
 //!   clippy with warnings denied, every test (doctests included), the docs with warnings
 //!   denied, clippy over the fuzz targets and the `fuzzing` features (so that they cannot
 //!   rot; that much builds on stable), and a quick run of the benchmark harness as a
-//!   smoke test of every server configuration. `.ci/run` runs exactly this. It runs no
-//!   fuzzing: that needs `-Z` flags, which CI has no business relying on.
+//!   smoke test of every server configuration, and two h2spec runs. `.ci/run` runs
+//!   exactly this. It runs no fuzzing: that needs `-Z` flags, which CI has no business
+//!   relying on.
 //! - `bench [ARGS]`: builds the release binaries and runs the load harness (`bench/`):
 //!   scb against nginx, Caddy and axum + ServeDir; ARGS go to the harness
 //!   (`--quick`, `--servers`, `--scenarios`, `--duration`, `--workers`, ...).
 //! - `profile SCENARIO [ARGS]`: syscalls, context switches and instructions per request
 //!   for scb in one scenario (strace, /proc, callgrind), through the harness.
+//! - `h2spec [RUNS]`: the HTTP/2 conformance suite (`../shared/tools/h2spec/h2spec`)
+//!   against scb's h2c and TLS listeners RUNS times each (default 5), through the harness;
+//!   fails on any case outside its documented list of known deviations.
 //! - `fuzz TARGET [SECONDS]`: runs one cargo-fuzz target of `fuzz/` for SECONDS (default
 //!   60) and fails if it finds a crash, a hang or a leak; the input is left in
 //!   `fuzz/artifacts/TARGET/`.
@@ -48,6 +52,8 @@ commands:
   bench [ARGS]        build release binaries, run the load harness; ARGS go to it
                       (--quick --servers a,b --scenarios a,b --duration S --workers N ...)
   profile SCENARIO    syscalls, context switches and instructions per request for scb
+  h2spec [RUNS]       the HTTP/2 conformance suite against scb's h2c and TLS listeners,
+                      RUNS times each (default 5); fails on a case outside the known list
   fuzz TARGET [SECONDS]
                       run a fuzz target for SECONDS (default 60) on stable, through
                       RUSTC_BOOTSTRAP=1 cargo fuzz; fails on a crash, kept in
@@ -61,6 +67,10 @@ fn main() -> ExitCode {
         Some("bench") => bench(&std::env::args().skip(2).collect::<Vec<_>>(), "run"),
         Some("profile") if std::env::args().len() >= 3 => {
             bench(&std::env::args().skip(2).collect::<Vec<_>>(), "profile")
+        }
+        Some("h2spec") if (2..=3).contains(&std::env::args().len()) => {
+            let runs = std::env::args().nth(2).unwrap_or_else(|| "5".to_owned());
+            bench(&["--runs".to_owned(), runs], "h2spec")
         }
         Some("fuzz") if (3..=4).contains(&std::env::args().len()) => {
             let args: Vec<String> = std::env::args().skip(2).collect();
@@ -174,7 +184,7 @@ fn ci() -> anyhow::Result<()> {
             .map(|(k, v)| format!("{k}=\"{v}\" "))
             .chain(std::iter::once(format!("cargo {}", step.args.join(" "))))
             .collect();
-        say(&format!("==> [{}/{}] {shown}", i + 1, CI.len() + 1));
+        say(&format!("==> [{}/{}] {shown}", i + 1, CI.len() + 2));
         let mut command = Command::new(&cargo);
         command
             .args(step.args)
@@ -193,9 +203,15 @@ fn ci() -> anyhow::Result<()> {
     say(&format!(
         "==> [{}/{}] cargo xtask bench --quick",
         CI.len() + 1,
-        CI.len() + 1
+        CI.len() + 2
     ));
     bench(&["--quick".to_owned()], "run").context("the benchmark smoke test")?;
+    say(&format!(
+        "==> [{}/{}] cargo xtask h2spec 2",
+        CI.len() + 2,
+        CI.len() + 2
+    ));
+    bench(&["--runs".to_owned(), "2".to_owned()], "h2spec").context("HTTP/2 conformance")?;
     say("==> ci passed");
     // One closing line for the whole run: cargo prints a `test result` per test binary,
     // and the last of them (an empty crate's doctests) says 0 passed.
@@ -254,7 +270,7 @@ fn run_counting_tests(
 }
 
 /// Builds the release binaries the harness drives and runs the harness's `mode`
-/// (`run` or `profile`) with `args`.
+/// (`run`, `profile` or `h2spec`) with `args`.
 fn bench(args: &[String], mode: &str) -> anyhow::Result<()> {
     let root = workspace_root();
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
@@ -269,12 +285,14 @@ fn bench(args: &[String], mode: &str) -> anyhow::Result<()> {
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map_or_else(|| root.join("target"), PathBuf::from)
         .join("release");
-    let status = Command::new(target.join("bench"))
-        .arg(mode)
-        .arg("--scb")
-        .arg(target.join("scb"))
-        .arg("--axum-servedir")
-        .arg(target.join("axum-servedir"))
+    let mut command = Command::new(target.join("bench"));
+    command.arg(mode).arg("--scb").arg(target.join("scb"));
+    if mode != "h2spec" {
+        command
+            .arg("--axum-servedir")
+            .arg(target.join("axum-servedir"));
+    }
+    let status = command
         .args(args)
         .current_dir(&root)
         .status()

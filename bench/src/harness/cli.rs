@@ -25,6 +25,8 @@ enum Command {
     Run(Args),
     /// Syscalls, context switches and instructions per request for scb in one scenario.
     Profile(ProfileArgs),
+    /// The HTTP/2 conformance suite (h2spec) against scb's plain and TLS listeners.
+    H2spec(crate::harness::h2spec::H2specArgs),
 }
 
 /// What the command line asks for.
@@ -34,6 +36,8 @@ pub(crate) enum Mode {
     Run(Args),
     /// A profile of scb.
     Profile(ProfileArgs),
+    /// h2spec against scb.
+    H2spec(crate::harness::h2spec::H2specArgs),
 }
 
 /// The flags of `bench profile`.
@@ -53,6 +57,7 @@ impl Cli {
         match self.command {
             Some(Command::Run(args)) => Mode::Run(args),
             Some(Command::Profile(args)) => Mode::Profile(args),
+            Some(Command::H2spec(args)) => Mode::H2spec(args),
             None => Mode::Run(self.args),
         }
     }
@@ -62,6 +67,7 @@ impl Cli {
     pub(crate) fn into_args(self) -> Args {
         match self.into_mode() {
             Mode::Run(args) | Mode::Profile(ProfileArgs { run: args, .. }) => args,
+            Mode::H2spec(_) => panic!("h2spec has no run flags"),
         }
     }
 }

@@ -16,6 +16,7 @@
 //! - [`run`]: the whole run, scenario by scenario, server by server.
 //! - [`profile`]: why scb costs what it costs in one scenario (strace, /proc, perf,
 //!   callgrind).
+//! - [`h2spec`]: the HTTP/2 conformance suite against scb's listeners, repeated.
 
 pub(crate) mod cert;
 pub(crate) mod chart;
@@ -26,6 +27,7 @@ pub(crate) mod export;
 pub(crate) mod figures;
 pub(crate) mod fixtures;
 pub(crate) mod h2load;
+pub(crate) mod h2spec;
 pub(crate) mod http_client;
 pub(crate) mod load;
 pub(crate) mod ports;

@@ -40,6 +40,7 @@ pub(crate) fn main() -> ExitCode {
     let result = match Cli::parse().into_mode() {
         Mode::Run(args) => run(args, &argv),
         Mode::Profile(args) => crate::harness::profile::run(args, &argv),
+        Mode::H2spec(args) => crate::harness::h2spec::run(&args),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,
