@@ -1,6 +1,9 @@
 //! Differential test: scb's HTTP/1.1 driver against pure hyper, same handler, same byte
 //! streams (pipelined, split across writes, bodies, HEAD, HTTP/1.0, close). The responses
-//! must be byte-identical except for the Date value.
+//! must be byte-identical except for the Date value. Malformed streams (every framing
+//! refusal of RFC 9112) must get the same kind of verdict from both, or one where scb is
+//! the stricter for a stated reason, and the same verdict from scb however the stream is
+//! split.
 
 use std::convert::Infallible;
 use std::io::{Read, Write};
@@ -143,6 +146,172 @@ fn fast_path_and_hyper_answer_byte_identically() {
         let theirs = exchange(hyper, &parts);
         assert!(!ours.is_empty(), "{name}: no response");
         assert_eq!(ours, theirs, "{name}: scb and hyper differ");
+    }
+    handle.shutdown();
+    handle.join();
+}
+
+/// What a server made of a stream: the handler's answer, a refusal (the server's own
+/// status, the handler never called), or a closed connection with no answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Verdict {
+    Handled(String),
+    Refused(u16),
+    Closed,
+}
+
+/// Sends `parts` as separate writes, then reads the first response (or the close).
+fn verdict(addr: SocketAddr, parts: &[&[u8]]) -> Verdict {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_nodelay(true).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    for part in parts {
+        // The server may already have refused and closed: that is a verdict too.
+        if s.write_all(part).is_err() {
+            break;
+        }
+    }
+    let _ = s.shutdown(std::net::Shutdown::Write);
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    let text = String::from_utf8_lossy(&out);
+    let Some(status) = text
+        .strip_prefix("HTTP/1.1 ")
+        .or_else(|| text.strip_prefix("HTTP/1.0 "))
+        .and_then(|rest| rest.get(..3))
+        .and_then(|code| code.parse::<u16>().ok())
+    else {
+        return Verdict::Closed;
+    };
+    match text.split_once("\r\n\r\n") {
+        Some((_, body)) if status == 200 && body.starts_with("handled ") => {
+            Verdict::Handled(body.lines().next().unwrap_or_default().to_owned())
+        }
+        _ => Verdict::Refused(status),
+    }
+}
+
+/// The handler of the malformed-stream test: says what it received.
+async fn handled<B>(req: Request<B>) -> Result<Response<Full<Bytes>>, Infallible>
+where
+    B: http_body::Body<Data = Bytes>,
+    B::Error: std::fmt::Debug,
+{
+    let head = format!("{} {}", req.method(), req.uri());
+    let body = match req.into_body().collect().await {
+        Ok(b) => String::from_utf8_lossy(&b.to_bytes()).into_owned(),
+        Err(_) => "<body error>".to_owned(),
+    };
+    Ok(Response::new(Full::new(Bytes::from(format!(
+        "handled {head} [{body}]\n"
+    )))))
+}
+
+/// scb's server with [`handled`].
+fn start_scb_handled() -> (SocketAddr, ServerHandle) {
+    let bound = Server::builder()
+        .workers(1)
+        .listen("127.0.0.1:0".parse().unwrap())
+        .bind()
+        .unwrap();
+    let addr = bound.local_addrs()[0];
+    (
+        addr,
+        bound.start(|_| tower::service_fn(handled::<scb_core::Body>)),
+    )
+}
+
+/// hyper's server with [`handled`], on a thread of its own for the test's life.
+fn start_hyper_handled() -> SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+            loop {
+                let (stream, _) = listener.accept().await.unwrap();
+                tokio::spawn(async move {
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(
+                            hyper_util::rt::TokioIo::new(stream),
+                            hyper::service::service_fn(handled::<hyper::body::Incoming>),
+                        )
+                        .await;
+                });
+            }
+        });
+    });
+    addr
+}
+
+/// Whether a verdict refuses the request: a 4xx/5xx of the server's own, or a close.
+fn refuses(v: &Verdict) -> bool {
+    matches!(v, Verdict::Refused(_) | Verdict::Closed)
+}
+
+/// Every framing refusal of RFC 9112 and a few neighbours, as whole request streams, with
+/// `None` where hyper reaches the same kind of verdict and, where it does not, why scb's
+/// stricter reading is the safer one.
+const MALFORMED: [(&str, &[u8], Option<&str>); 22] = [
+    ("CL and TE", b"POST /a HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", Some("RFC 9112 6.3: a server may process CL+TE as chunked and close (hyper), or refuse it (scb): the classic smuggling shape, never guessed here")),
+    ("two different CLs", b"POST /a HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!", None),
+    ("two equal CLs", b"POST /a HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\nhello", Some("RFC 9110 8.6 lets a recipient collapse identical values (hyper does); scb refuses any repeated Content-Length, which no honest client sends")),
+    ("CL list", b"POST /a HTTP/1.1\r\nHost: t\r\nContent-Length: 5, 5\r\n\r\nhello", None),
+    ("CL with a sign", b"POST /a HTTP/1.1\r\nHost: t\r\nContent-Length: +5\r\n\r\nhello", None),
+    ("CL not a number", b"POST /a HTTP/1.1\r\nHost: t\r\nContent-Length: five\r\n\r\nhello", None),
+    ("TE gzip only", b"POST /a HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: gzip\r\n\r\nhello", None),
+    ("TE chunked twice", b"POST /a HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", Some("hyper reads two chunked codings as one; scb refuses a repeated Transfer-Encoding field (a body coded twice would be decoded once)")),
+    ("TE in HTTP/1.0", b"POST /a HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", None),
+    ("obs-fold", b"GET /a HTTP/1.1\r\nHost: t\r\nX-A: one\r\n two\r\n\r\n", None),
+    ("space before colon", b"GET /a HTTP/1.1\r\nHost: t\r\nX-A : one\r\n\r\n", None),
+    ("chunk size junk", b"POST /a HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n5x\r\nhello\r\n0\r\n\r\n", None),
+    ("chunk size too large", b"POST /a HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\nffffffffffffffffff\r\nhello\r\n0\r\n\r\n", None),
+    ("chunk size negative", b"POST /a HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n-5\r\nhello\r\n0\r\n\r\n", None),
+    ("chunk without CRLF", b"POST /a HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhelloXX0\r\n\r\n", None),
+    ("no host", b"GET /a HTTP/1.1\r\n\r\n", Some("RFC 9112 3.2: a server must answer 400 to an HTTP/1.1 request without Host; hyper does not check")),
+    ("two hosts", b"GET /a HTTP/1.1\r\nHost: t\r\nHost: u\r\n\r\n", Some("RFC 9112 3.2: 400 for more than one Host; hyper does not check")),
+    ("invalid host", b"GET /a HTTP/1.1\r\nHost: a b/c\r\n\r\n", Some("RFC 9112 3.2 with RFC 3986's host: 400; hyper does not check")),
+    ("lower-case version", b"GET /a http/1.1\r\nHost: t\r\n\r\n", None),
+    ("NUL in a value", b"GET /a HTTP/1.1\r\nHost: t\r\nX-A: a\x00b\r\n\r\n", None),
+    ("bare LF line ends", b"GET /a HTTP/1.1\nHost: t\n\n", Some("RFC 9112 2.2 lets a recipient accept a bare LF; both do")),
+    ("well formed, for the record", b"POST /a HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n\r\nhello", None),
+];
+
+#[test]
+fn malformed_streams_get_the_same_verdict_split_anywhere_and_hyper_agrees_or_is_laxer() {
+    let (scb, handle) = start_scb_handled();
+    let hyper = start_hyper_handled();
+    for (name, stream, difference) in MALFORMED {
+        let ours = verdict(scb, &[stream]);
+        let theirs = verdict(hyper, &[stream]);
+        match difference {
+            None => assert_eq!(
+                refuses(&ours),
+                refuses(&theirs),
+                "{name}: scb {ours:?}, hyper {theirs:?}"
+            ),
+            // A documented difference: scb may only ever be the stricter one, and a
+            // request both accept must reach the handler the same way.
+            Some(_) => {
+                assert!(
+                    refuses(&ours) || !refuses(&theirs),
+                    "{name}: scb accepts what hyper refuses: {ours:?} vs {theirs:?}"
+                );
+                if !refuses(&ours) {
+                    assert_eq!(ours, theirs, "{name}");
+                }
+            }
+        }
+        // However the bytes arrive, the verdict is the same.
+        for at in 1..stream.len() {
+            let split = verdict(scb, &[&stream[..at], &stream[at..]]);
+            assert_eq!(split, ours, "{name}: split at byte {at}");
+        }
     }
     handle.shutdown();
     handle.join();
