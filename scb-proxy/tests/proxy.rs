@@ -455,6 +455,40 @@ async fn the_only_upstream_failing_three_times_in_a_row_serves_the_fourth_reques
 }
 
 #[tokio::test]
+async fn an_upstream_restarted_on_its_port_takes_requests_with_no_client_error() {
+    let first = Named::spawn("first").await;
+    let addr = first.addr;
+    let proxy = proxy_to(addr, |b| b);
+    // Keep-alive connections are pooled.
+    for _ in 0..10 {
+        assert_eq!(fetch(&proxy, "/").await, (StatusCode::OK, "first".into()));
+    }
+    // The upstream dies (its connections close) and comes back on the same port.
+    drop(first);
+    // The abort takes effect when the runtime next runs the task: the port is free soon.
+    let deadline = Instant::now() + WAIT;
+    let listener = loop {
+        match TcpListener::bind(addr).await {
+            Ok(listener) => break listener,
+            Err(e) if Instant::now() < deadline => {
+                assert_eq!(e.kind(), std::io::ErrorKind::AddrInUse);
+                tokio::task::yield_now().await;
+            }
+            Err(e) => panic!("the old upstream kept its port: {e}"),
+        }
+    };
+    let second = Named::spawn_on(listener, "second");
+    for i in 0..10 {
+        assert_eq!(
+            fetch(&proxy, "/").await,
+            (StatusCode::OK, "second".into()),
+            "request {i} after the restart"
+        );
+    }
+    assert_eq!(second.hits(), 10);
+}
+
+#[tokio::test]
 async fn with_every_upstream_marked_down_a_request_is_still_tried() {
     let (a, b) = (closed_port(), closed_port());
     let proxy = ReverseProxy::builder([upstream(a), upstream(b)])

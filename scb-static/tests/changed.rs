@@ -107,3 +107,27 @@ fn a_file_replaced_by_rename_is_sent_whole_in_its_old_version() {
     assert_eq!(body[0], b'a');
     let _ = std::fs::remove_dir_all(&root);
 }
+
+#[test]
+fn a_file_truncated_mid_transfer_ends_short_and_is_never_padded() {
+    let root = dir("truncated");
+    let path = root.join("big.bin");
+    let (len, body) = fetch_while(&root, || {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(1 << 20)
+            .unwrap();
+    });
+    assert_eq!(len, SIZE);
+    assert!(
+        body.len() < SIZE,
+        "the connection must close short of the length"
+    );
+    assert!(
+        body.iter().all(|&b| b == b'a'),
+        "only the file's own bytes, no padding"
+    );
+    let _ = std::fs::remove_dir_all(&root);
+}

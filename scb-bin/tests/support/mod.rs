@@ -97,6 +97,23 @@ impl Server {
         Self::spawn(command, listeners, metrics, path)
     }
 
+    /// [`start`](Self::start) under `wrapper` (a program and its arguments, such as
+    /// `prlimit --nofile=48`), which runs the scb binary with `run --config FILE`.
+    pub(crate) fn start_under(config: &str, wrapper: &[&str]) -> Self {
+        let listeners = config.matches("[[listen]]").count();
+        let metrics = config.contains("[metrics]");
+        let path = config_file(config);
+        let mut command = Command::new(wrapper[0]);
+        command
+            .args(&wrapper[1..])
+            .arg(env!("CARGO_BIN_EXE_scb"))
+            .env("RUST_LOG", "info")
+            .arg("run")
+            .arg("--config")
+            .arg(&path);
+        Self::spawn(command, listeners, metrics, path)
+    }
+
     /// Starts `scb serve DIR` on a free port.
     #[allow(
         dead_code,

@@ -256,6 +256,7 @@ pub(crate) async fn head_echo() -> RawUpstream {
 }
 
 /// A well-behaved upstream: hyper's HTTP/1.1 server running `handler` on every request.
+/// Dropped, it stops listening and closes its connections.
 #[derive(Debug)]
 pub(crate) struct HttpUpstream {
     pub(crate) addr: SocketAddr,
@@ -278,12 +279,16 @@ impl HttpUpstream {
     {
         let addr = listener.local_addr().unwrap();
         let task = tokio::spawn(async move {
+            // The connections live in the accept task's set: dropping the upstream (which
+            // aborts that task) closes every one of them, as a process that dies would.
+            let mut connections = tokio::task::JoinSet::new();
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
                     continue;
                 };
+                while connections.try_join_next().is_some() {}
                 let handler = handler.clone();
-                tokio::spawn(async move {
+                connections.spawn(async move {
                     let svc = hyper::service::service_fn(move |req| {
                         let fut = handler(req);
                         async move { Ok::<_, Infallible>(fut.await) }

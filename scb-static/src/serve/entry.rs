@@ -52,6 +52,16 @@ pub(crate) enum Probe {
     Taken,
     /// Nothing is there.
     NotFound,
+    /// The lookup failed for want of a resource (descriptors, memory): 503, and not
+    /// cached.
+    Unavailable,
+}
+
+/// The errno values of resource exhaustion, from rustix rather than libc.
+mod libc_code {
+    pub(super) const EMFILE: i32 = rustix::io::Errno::MFILE.raw_os_error();
+    pub(super) const ENFILE: i32 = rustix::io::Errno::NFILE.raw_os_error();
+    pub(super) const ENOMEM: i32 = rustix::io::Errno::NOMEM.raw_os_error();
 }
 
 /// A regular file as it was opened: its content and the header values of its responses.
@@ -217,7 +227,21 @@ impl Entry {
             Err(OpenError::Io(e)) => {
                 tracing::warn!(path = name, error = %e, "static file lookup failed");
                 self.cacheable = false;
-                (Probe::Taken, None)
+                // Out of descriptors or memory: the file may well be there, and the
+                // next request may get it. Anything else is the name's own trouble.
+                let exhausted = matches!(
+                    e.raw_os_error(),
+                    Some(code) if [libc_code::EMFILE, libc_code::ENFILE, libc_code::ENOMEM]
+                        .contains(&code)
+                );
+                (
+                    if exhausted {
+                        Probe::Unavailable
+                    } else {
+                        Probe::Taken
+                    },
+                    None,
+                )
             }
         };
         // A name that could not be opened is remembered by what `stat` says of it.

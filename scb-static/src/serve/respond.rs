@@ -65,6 +65,7 @@ pub(crate) fn respond(
             ));
         }
         Selected::Forbidden => return Ok(status(StatusCode::FORBIDDEN)),
+        Selected::Unavailable => return Ok(unavailable()),
         Selected::Missing => {}
         Selected::Dir => {
             if !path.trailing_slash {
@@ -89,6 +90,7 @@ pub(crate) fn respond(
                         ));
                     }
                     Selected::Forbidden => return Ok(status(StatusCode::FORBIDDEN)),
+                    Selected::Unavailable => return Ok(unavailable()),
                     // An "index" that is itself a directory is no index.
                     Selected::Dir => return not_found(config, page, method, resolver),
                     Selected::Missing => {}
@@ -126,6 +128,8 @@ enum Selected<'e> {
     /// the root is [`Missing`](Self::Missing), not this: the client learns nothing about
     /// what lies outside.
     Forbidden,
+    /// The server ran out of descriptors or memory looking: 503.
+    Unavailable,
     /// Nothing this client may have: 404, or 406 when only identity was missing.
     Missing,
 }
@@ -144,6 +148,7 @@ fn select<'e>(entry: &'e Entry, candidates: &Candidates) -> Selected<'e> {
             Selected::Variant(variant, None)
         }
         Probe::Forbidden => Selected::Forbidden,
+        Probe::Unavailable => Selected::Unavailable,
         _ => Selected::Missing,
     }
 }
@@ -171,6 +176,7 @@ fn serve_fallback(
         Selected::Missing if !candidates.identity_acceptable() => {
             Ok(status(StatusCode::NOT_ACCEPTABLE))
         }
+        Selected::Unavailable => Ok(unavailable()),
         _ => not_found(config, page, &req.method, resolver),
     }
 }
@@ -328,6 +334,14 @@ pub(crate) struct NoFile;
 fn no_file(code: StatusCode) -> Response<Body> {
     let mut res = status(code);
     res.extensions_mut().insert(NoFile);
+    res
+}
+
+/// 503 with `Retry-After: 1`: the server is out of descriptors (or memory) for now.
+fn unavailable() -> Response<Body> {
+    let mut res = status(StatusCode::SERVICE_UNAVAILABLE);
+    res.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
     res
 }
 
