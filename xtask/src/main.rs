@@ -16,6 +16,9 @@
 //! - `h2spec [RUNS]`: the HTTP/2 conformance suite (`../shared/tools/h2spec/h2spec`)
 //!   against scb's h2c and TLS listeners RUNS times each (default 5), through the harness;
 //!   fails on any case outside its documented list of known deviations.
+//! - `soak [--time S] [--chunk S]`: scb under mixed load (every route kind, keep-alive
+//!   and new connections, HTTP/2 over TLS, misbehaving clients, an upstream that drops
+//!   requests) for a bounded time, with RSS, descriptors and errors by kind.
 //! - `fuzz TARGET [SECONDS]`: runs one cargo-fuzz target of `fuzz/` for SECONDS (default
 //!   60) and fails if it finds a crash, a hang or a leak; the input is left in
 //!   `fuzz/artifacts/TARGET/`.
@@ -54,6 +57,8 @@ commands:
   profile SCENARIO    syscalls, context switches and instructions per request for scb
   h2spec [RUNS]       the HTTP/2 conformance suite against scb's h2c and TLS listeners,
                       RUNS times each (default 5); fails on a case outside the known list
+  soak [--time S]     mixed and misbehaving load for S seconds (default 600); fails on
+                      an unexpected error, RSS growth or a descriptor leak
   fuzz TARGET [SECONDS]
                       run a fuzz target for SECONDS (default 60) on stable, through
                       RUSTC_BOOTSTRAP=1 cargo fuzz; fails on a crash, kept in
@@ -72,6 +77,7 @@ fn main() -> ExitCode {
             let runs = std::env::args().nth(2).unwrap_or_else(|| "5".to_owned());
             bench(&["--runs".to_owned(), runs], "h2spec")
         }
+        Some("soak") => bench(&std::env::args().skip(2).collect::<Vec<_>>(), "soak"),
         Some("fuzz") if (3..=4).contains(&std::env::args().len()) => {
             let args: Vec<String> = std::env::args().skip(2).collect();
             fuzz(&args[0], args.get(1).map(String::as_str))
@@ -270,7 +276,7 @@ fn run_counting_tests(
 }
 
 /// Builds the release binaries the harness drives and runs the harness's `mode`
-/// (`run`, `profile` or `h2spec`) with `args`.
+/// (`run`, `profile`, `h2spec` or `soak`) with `args`.
 fn bench(args: &[String], mode: &str) -> anyhow::Result<()> {
     let root = workspace_root();
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
@@ -287,7 +293,7 @@ fn bench(args: &[String], mode: &str) -> anyhow::Result<()> {
         .join("release");
     let mut command = Command::new(target.join("bench"));
     command.arg(mode).arg("--scb").arg(target.join("scb"));
-    if mode != "h2spec" {
+    if !matches!(mode, "h2spec" | "soak") {
         command
             .arg("--axum-servedir")
             .arg(target.join("axum-servedir"));

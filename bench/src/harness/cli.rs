@@ -27,6 +27,8 @@ enum Command {
     Profile(ProfileArgs),
     /// The HTTP/2 conformance suite (h2spec) against scb's plain and TLS listeners.
     H2spec(crate::harness::h2spec::H2specArgs),
+    /// scb under mixed load for a while: RSS, descriptors and errors.
+    Soak(crate::harness::soak::SoakArgs),
 }
 
 /// What the command line asks for.
@@ -38,6 +40,8 @@ pub(crate) enum Mode {
     Profile(ProfileArgs),
     /// h2spec against scb.
     H2spec(crate::harness::h2spec::H2specArgs),
+    /// The soak.
+    Soak(crate::harness::soak::SoakArgs),
 }
 
 /// The flags of `bench profile`.
@@ -58,6 +62,7 @@ impl Cli {
             Some(Command::Run(args)) => Mode::Run(args),
             Some(Command::Profile(args)) => Mode::Profile(args),
             Some(Command::H2spec(args)) => Mode::H2spec(args),
+            Some(Command::Soak(args)) => Mode::Soak(args),
             None => Mode::Run(self.args),
         }
     }
@@ -67,7 +72,7 @@ impl Cli {
     pub(crate) fn into_args(self) -> Args {
         match self.into_mode() {
             Mode::Run(args) | Mode::Profile(ProfileArgs { run: args, .. }) => args,
-            Mode::H2spec(_) => panic!("h2spec has no run flags"),
+            Mode::H2spec(_) | Mode::Soak(_) => panic!("no run flags"),
         }
     }
 }

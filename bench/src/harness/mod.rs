@@ -17,6 +17,8 @@
 //! - [`profile`]: why scb costs what it costs in one scenario (strace, /proc, perf,
 //!   callgrind).
 //! - [`h2spec`]: the HTTP/2 conformance suite against scb's listeners, repeated.
+//! - [`soak`]: scb under mixed and misbehaving load for a bounded time, RSS and
+//!   descriptors sampled, errors counted by kind.
 
 pub(crate) mod cert;
 pub(crate) mod chart;
@@ -40,6 +42,7 @@ pub(crate) mod run;
 pub(crate) mod scenario;
 pub(crate) mod server;
 pub(crate) mod settings;
+pub(crate) mod soak;
 pub(crate) mod template;
 pub(crate) mod timefmt;
 pub(crate) mod tools;

@@ -41,6 +41,7 @@ pub(crate) fn main() -> ExitCode {
         Mode::Run(args) => run(args, &argv),
         Mode::Profile(args) => crate::harness::profile::run(args, &argv),
         Mode::H2spec(args) => crate::harness::h2spec::run(&args),
+        Mode::Soak(args) => crate::harness::soak::run(&args),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,

@@ -37,11 +37,11 @@ const CADDY: Tool = Tool {
     program: "caddy",
     package: "caddy",
 };
-const WRK: Tool = Tool {
+pub(crate) const WRK: Tool = Tool {
     program: "wrk",
     package: "wrk",
 };
-const H2LOAD: Tool = Tool {
+pub(crate) const H2LOAD: Tool = Tool {
     program: "h2load",
     package: "nghttp2-client",
 };
