@@ -121,7 +121,7 @@ pub(crate) fn run(args: &SoakArgs) -> anyhow::Result<bool> {
     for i in 0..FILES {
         fs::write(
             docroot.join(format!("files/{i:03}.txt")),
-            format!("{i:03}").repeat(342)[..1024].as_bytes(),
+            &format!("{i:03}").repeat(342).as_bytes()[..1024],
         )?;
     }
     let cert = cert::create(&work)?;
@@ -353,7 +353,7 @@ fn serve_upstream(mut stream: TcpStream, count: &AtomicU64) {
         while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
             buf.drain(..end + 4);
             let n = count.fetch_add(1, Ordering::Relaxed) + 1;
-            if n % UPSTREAM_DROP_EVERY == 0 {
+            if n.is_multiple_of(UPSTREAM_DROP_EVERY) {
                 return;
             }
             if stream
