@@ -596,7 +596,9 @@ fn render(name: &str, workdir: &Path, docroot: &Path, cert: &Path, key: &Path) -
 }
 
 /// `program` from PATH or one of `fallbacks`, or `None` (the test is skipped, with a
-/// note) when it is not installed: the harness installs nginx and Caddy, `cargo test` may not.
+/// note) when it is not installed: the harness installs nginx and Caddy, `cargo test` may
+/// not. With `SCB_REQUIRE_TOOLS` set (`cargo xtask ci` sets it) a missing program fails
+/// the test instead.
 fn installed(program: &str, fallbacks: &[&str]) -> Option<PathBuf> {
     let on_path = std::env::var_os("PATH").and_then(|path| {
         std::env::split_paths(&path)
@@ -610,6 +612,10 @@ fn installed(program: &str, fallbacks: &[&str]) -> Option<PathBuf> {
             .find(|candidate| candidate.is_file())
     });
     if found.is_none() {
+        assert!(
+            std::env::var_os("SCB_REQUIRE_TOOLS").is_none(),
+            "{program} is not installed, and SCB_REQUIRE_TOOLS says this check must run"
+        );
         #[allow(
             clippy::print_stderr,
             reason = "the only way a skipped test can say so"
