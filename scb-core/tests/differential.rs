@@ -46,13 +46,36 @@ where
     Ok(res.unwrap())
 }
 
+/// A handshake that secures nothing: the connection goes on as the transport a TLS
+/// listener's connections are (a boxed stream, no `sendfile`), through the same driver.
+/// rustls itself only moves bytes; what the driver does with them is what is compared.
+struct PassThrough;
+
+impl scb_core::server::Handshake for PassThrough {
+    fn handshake(&self, tcp: tokio::net::TcpStream) -> scb_core::server::HandshakeFuture {
+        Box::pin(async move {
+            Ok(scb_core::server::Secured {
+                io: Box::new(tcp),
+                protocol: scb_core::server::Protocol::Http1,
+            })
+        })
+    }
+}
+
 fn start_scb() -> (SocketAddr, ServerHandle) {
-    let bound = Server::builder()
-        .workers(1)
-        .limits(Limits::default())
-        .listen("127.0.0.1:0".parse().unwrap())
-        .bind()
-        .unwrap();
+    start_scb_on(false)
+}
+
+/// scb with [`handle`] on a plain listener, or on a secure one with [`PassThrough`].
+fn start_scb_on(secure: bool) -> (SocketAddr, ServerHandle) {
+    let builder = Server::builder().workers(1).limits(Limits::default());
+    let addr = "127.0.0.1:0".parse().unwrap();
+    let builder = if secure {
+        builder.listen_secure(addr, std::sync::Arc::new(PassThrough))
+    } else {
+        builder.listen(addr)
+    };
+    let bound = builder.bind().unwrap();
     let addr = bound.local_addrs()[0];
     (
         addr,
@@ -117,6 +140,7 @@ const CLOSE: &[u8] = b"GET /hello HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r
 #[test]
 fn fast_path_and_hyper_answer_byte_identically() {
     let (scb, handle) = start_scb();
+    let (secure, secure_handle) = start_scb_on(true);
     let hyper = start_hyper();
     let streams: Vec<(&str, Vec<&[u8]>)> = vec![
         ("single close", vec![CLOSE]),
@@ -146,9 +170,17 @@ fn fast_path_and_hyper_answer_byte_identically() {
         let theirs = exchange(hyper, &parts);
         assert!(!ours.is_empty(), "{name}: no response");
         assert_eq!(ours, theirs, "{name}: scb and hyper differ");
+        // The secure listener's transport: the same driver, the same bytes.
+        assert_eq!(
+            exchange(secure, &parts),
+            ours,
+            "{name}: secure transport differs"
+        );
     }
     handle.shutdown();
     handle.join();
+    secure_handle.shutdown();
+    secure_handle.join();
 }
 
 /// What a server made of a stream: the handler's answer, a refusal (the server's own
@@ -207,13 +239,16 @@ where
     )))))
 }
 
-/// scb's server with [`handled`].
-fn start_scb_handled() -> (SocketAddr, ServerHandle) {
-    let bound = Server::builder()
-        .workers(1)
-        .listen("127.0.0.1:0".parse().unwrap())
-        .bind()
-        .unwrap();
+/// scb's server with [`handled`], on a plain or a [`PassThrough`] secure listener.
+fn start_scb_handled(secure: bool) -> (SocketAddr, ServerHandle) {
+    let addr = "127.0.0.1:0".parse().unwrap();
+    let builder = Server::builder().workers(1);
+    let builder = if secure {
+        builder.listen_secure(addr, std::sync::Arc::new(PassThrough))
+    } else {
+        builder.listen(addr)
+    };
+    let bound = builder.bind().unwrap();
     let addr = bound.local_addrs()[0];
     (
         addr,
@@ -284,7 +319,8 @@ const MALFORMED: [(&str, &[u8], Option<&str>); 22] = [
 
 #[test]
 fn malformed_streams_get_the_same_verdict_split_anywhere_and_hyper_agrees_or_is_laxer() {
-    let (scb, handle) = start_scb_handled();
+    let (scb, handle) = start_scb_handled(false);
+    let (secure, secure_handle) = start_scb_handled(true);
     let hyper = start_hyper_handled();
     for (name, stream, difference) in MALFORMED {
         let ours = verdict(scb, &[stream]);
@@ -307,7 +343,8 @@ fn malformed_streams_get_the_same_verdict_split_anywhere_and_hyper_agrees_or_is_
                 }
             }
         }
-        // However the bytes arrive, the verdict is the same.
+        // However the bytes arrive, and on either transport, the verdict is the same.
+        assert_eq!(verdict(secure, &[stream]), ours, "{name}: secure transport");
         for at in 1..stream.len() {
             let split = verdict(scb, &[&stream[..at], &stream[at..]]);
             assert_eq!(split, ours, "{name}: split at byte {at}");
@@ -315,4 +352,6 @@ fn malformed_streams_get_the_same_verdict_split_anywhere_and_hyper_agrees_or_is_
     }
     handle.shutdown();
     handle.join();
+    secure_handle.shutdown();
+    secure_handle.join();
 }

@@ -140,3 +140,51 @@ fn a_handshake_that_never_finishes_is_closed_at_the_timeout() {
     handle.shutdown();
     handle.join();
 }
+
+#[test]
+fn http1_over_a_secure_listener_gets_the_drivers_own_answers_with_a_request_id() {
+    let limits = Limits {
+        max_header_bytes: 1024,
+        ..Limits::default()
+    };
+    let (addr, handle) = start(limits);
+    let exchange = |raw: &[u8]| {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(b"1").unwrap();
+        s.write_all(raw).unwrap();
+        let mut out = Vec::new();
+        let _ = s.read_to_end(&mut out);
+        String::from_utf8_lossy(&out).into_owned()
+    };
+    let big = format!(
+        "GET / HTTP/1.1\r\nHost: t\r\nX-Big: {}\r\n\r\n",
+        "a".repeat(4000)
+    );
+    for (raw, status) in [
+        (big.as_bytes(), "431"),
+        (b"GET / HTTP/1.1\r\nHost: a b\r\n\r\n".as_slice(), "400"),
+        (
+            b"GET / HTTP/1.1\r\nHost: t\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n"
+                .as_slice(),
+            "400",
+        ),
+    ] {
+        let out = exchange(raw);
+        assert!(out.starts_with(&format!("HTTP/1.1 {status}")), "{out}");
+        assert!(
+            out.to_ascii_lowercase().contains("\r\nx-request-id: "),
+            "{out}"
+        );
+    }
+    // Keep-alive with a small unread body, as on plain TCP.
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"1GET / HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\n\r\nabcGET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    assert_eq!(out.matches("HTTP/1.1 200").count(), 2, "{out}");
+    handle.shutdown();
+    handle.join();
+}

@@ -5,8 +5,9 @@
 //! this trait with rustls). A listener added with
 //! [`Server::listen_secure`](super::Server::listen_secure) runs the handshake on the
 //! worker, bounded by [`Limits::handshake_timeout`](super::Limits::handshake_timeout),
-//! then serves HTTP/2 when ALPN chose `h2` and HTTP/1.1 otherwise, both through hyper
-//! (there is no `sendfile` through TLS: file bodies are read and encrypted).
+//! then serves HTTP/2 (hyper) when ALPN chose `h2` and HTTP/1.1 (scb's own driver, as on
+//! plain listeners) otherwise. There is no `sendfile` through TLS: file bodies are read
+//! and encrypted.
 
 use std::fmt;
 use std::future::Future;

@@ -76,23 +76,76 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Rewind<T> {
     }
 }
 
-/// Writes all of `buf`, failing with `TimedOut` when the socket stays unwritable for
+/// The byte stream a connection driver speaks HTTP/1.1 on: a plain TCP socket, or a
+/// secured stream (TLS) that a [`Handshake`](super::Handshake) produced.
+pub(crate) trait Transport: AsyncRead + AsyncWrite + Unpin {
+    /// The TCP socket itself when bytes written to the transport go to it unchanged:
+    /// only then can a file region go out with `sendfile` and a socket option such as
+    /// `TCP_CORK` apply. `None` for TLS, whose records are encrypted in user space.
+    fn plain_tcp(&self) -> Option<&tokio::net::TcpStream> {
+        None
+    }
+}
+
+impl Transport for tokio::net::TcpStream {
+    fn plain_tcp(&self) -> Option<&tokio::net::TcpStream> {
+        Some(self)
+    }
+}
+
+impl Transport for Box<dyn super::SecureIo> {}
+
+/// Writes all of `buf`, failing with `TimedOut` when the transport stays unwritable for
 /// `send_timeout`: a slow reader is given as long as it keeps reading, a stalled one is not.
-///
-/// Each write is tried first without waiting (the socket usually has room), so the timer
-/// is only armed when a write would block.
-pub(crate) async fn write_all_progress(
-    io: &tokio::net::TcpStream,
+pub(crate) async fn write_all_progress<T: Transport>(
+    io: &mut T,
     buf: &[u8],
     send_timeout: Duration,
 ) -> io::Result<()> {
     write_all_vectored(io, buf, &[], send_timeout).await
 }
 
-/// [`write_all_progress`] of `head` then `data`, gathered by `writev`: a response head
-/// goes out with a body that lives in a buffer of its own (a cached file's bytes) in one
-/// call, without copying the body behind the head first.
-pub(crate) async fn write_all_vectored(
+/// [`write_all_progress`] of `head` then `data`, gathered by `writev` on plain TCP: a
+/// response head goes out with a body that lives in a buffer of its own (a cached file's
+/// bytes) in one call, without copying the body behind the head first. On other
+/// transports, their own vectored write, then a flush (TLS keeps records buffered until
+/// flushed).
+pub(crate) async fn write_all_vectored<T: Transport>(
+    io: &mut T,
+    head: &[u8],
+    data: &[u8],
+    send_timeout: Duration,
+) -> io::Result<()> {
+    if let Some(tcp) = io.plain_tcp() {
+        return write_all_tcp(tcp, head, data, send_timeout).await;
+    }
+    let timed_out = |_| io::Error::new(io::ErrorKind::TimedOut, "send timeout");
+    let (mut head, mut data) = (head, data);
+    while !head.is_empty() || !data.is_empty() {
+        // Bounded per call, as on TCP: a TLS stream takes more plaintext only once the
+        // socket has taken the records before it, so each call is progress.
+        let bufs = [io::IoSlice::new(head), io::IoSlice::new(data)];
+        let n = tokio::time::timeout(
+            send_timeout,
+            tokio::io::AsyncWriteExt::write_vectored(io, &bufs),
+        )
+        .await
+        .map_err(timed_out)??;
+        if n == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        let from_head = n.min(head.len());
+        head = &head[from_head..];
+        data = &data[n - from_head..];
+    }
+    tokio::time::timeout(send_timeout, tokio::io::AsyncWriteExt::flush(io))
+        .await
+        .map_err(timed_out)?
+}
+
+/// [`write_all_vectored`] on plain TCP: each write is tried first without waiting (the
+/// socket usually has room), so the timer is only armed when a write would block.
+async fn write_all_tcp(
     io: &tokio::net::TcpStream,
     mut head: &[u8],
     mut data: &[u8],
@@ -142,7 +195,7 @@ mod tests {
     #[tokio::test]
     async fn a_vectored_write_sends_head_then_data_across_partial_writes() {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let client = tokio::net::TcpStream::connect(listener.local_addr().unwrap())
+        let mut client = tokio::net::TcpStream::connect(listener.local_addr().unwrap())
             .await
             .unwrap();
         let (mut server, _) = listener.accept().await.unwrap();
@@ -155,7 +208,7 @@ mod tests {
             server.read_to_end(&mut got).await.unwrap();
             got
         });
-        write_all_vectored(&client, &head, &data, Duration::from_secs(10))
+        write_all_vectored(&mut client, &head, &data, Duration::from_secs(10))
             .await
             .unwrap();
         drop(client);
@@ -167,13 +220,13 @@ mod tests {
     #[tokio::test]
     async fn write_times_out_when_the_peer_stops_reading() {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let client = tokio::net::TcpStream::connect(listener.local_addr().unwrap())
+        let mut client = tokio::net::TcpStream::connect(listener.local_addr().unwrap())
             .await
             .unwrap();
         let (_server, _) = listener.accept().await.unwrap();
         // Far more than both socket buffers hold; the peer never reads.
         let big = vec![0u8; 64 << 20];
-        let err = write_all_progress(&client, &big, Duration::from_millis(100))
+        let err = write_all_progress(&mut client, &big, Duration::from_millis(100))
             .await
             .unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::TimedOut);

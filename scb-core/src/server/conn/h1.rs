@@ -7,6 +7,10 @@
 //! bodies (`body`, `chunked`), encodes response heads (`encode`) and loops. Pipelined
 //! responses are batched into one write. Anything outside plain HTTP/1.1 (the HTTP/2
 //! preface, an `Upgrade` or CONNECT) is handed to hyper with the bytes already read.
+//!
+//! One driver for every transport: plain TCP and TLS (any [`Transport`]) get the same
+//! parsing, limits and answers; only a file region's `sendfile` needs the TCP socket
+//! itself, and over TLS the region is read and written like any body.
 
 use std::any::Any;
 use std::pin::{Pin, pin};
@@ -16,7 +20,6 @@ use std::task::Poll;
 use bytes::{Bytes, BytesMut};
 use http::{Method, Request, Response, StatusCode, Version};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-use tokio::net::TcpStream;
 use tokio::sync::futures::OwnedNotified;
 use tokio::time::{Instant, Sleep};
 use tower::Service;
@@ -25,7 +28,7 @@ use super::body::Feeder;
 use super::encode::{self, Framing, RequestInfo};
 use super::head::{self, BodyFraming, HeadError, HeadLimits, Scratch};
 use super::{ConnCtx, call_service, error_response};
-use crate::server::io::{Rewind, write_all_progress, write_all_vectored};
+use crate::server::io::{Rewind, Transport, write_all_progress, write_all_vectored};
 use crate::server::{ConnectInfo, sys};
 use crate::{Body, BoxError};
 
@@ -59,14 +62,14 @@ const LINGER_TIME: std::time::Duration = std::time::Duration::from_secs(2);
 const LINGER_BYTES: usize = 1 << 20;
 
 /// How a connection ended.
-pub(crate) enum Outcome {
+pub(crate) enum Outcome<T> {
     Closed,
-    Http2(Rewind<TcpStream>),
-    Upgrade(Rewind<TcpStream>),
+    Http2(Rewind<T>),
+    Upgrade(Rewind<T>),
 }
 
-struct Conn<'a> {
-    io: TcpStream,
+struct Conn<'a, T> {
+    io: T,
     rbuf: BytesMut,
     wbuf: Vec<u8>,
     ctx: &'a ConnCtx,
@@ -78,13 +81,19 @@ struct Conn<'a> {
     shutdown: Pin<Box<OwnedNotified>>,
 }
 
-pub(crate) async fn serve<S, B>(
-    io: TcpStream,
+/// Serves HTTP/1.1 on `io` until the connection ends or leaves HTTP/1.1. With
+/// `detect_h2`, a connection that opens with the HTTP/2 preface is handed back as
+/// [`Outcome::Http2`] (h2c with prior knowledge, on a plain listener; over TLS, ALPN
+/// decides instead).
+pub(crate) async fn serve<T, S, B>(
+    io: T,
+    detect_h2: bool,
     info: ConnectInfo,
     mut svc: S,
     ctx: &Rc<ConnCtx>,
-) -> std::io::Result<Outcome>
+) -> std::io::Result<Outcome<T>>
 where
+    T: Transport,
     S: Service<Request<Body>, Response = Response<B>>,
     S::Error: Into<BoxError>,
     B: http_body::Body<Data = Bytes> + 'static,
@@ -116,7 +125,7 @@ where
         // Read one request head.
         let head = loop {
             if !conn.rbuf.is_empty() {
-                if first && conn.rbuf[0] == H2_PREFACE[0] {
+                if first && detect_h2 && conn.rbuf[0] == H2_PREFACE[0] {
                     let n = conn.rbuf.len().min(H2_PREFACE.len());
                     if conn.rbuf[..n] == H2_PREFACE[..n] {
                         if n == H2_PREFACE.len() {
@@ -269,7 +278,7 @@ where
     }
 }
 
-impl Conn<'_> {
+impl<T: Transport> Conn<'_, T> {
     /// Reads more input. Between requests (`deadline` is `None`) it waits up to the idle
     /// keep-alive timeout and gives way to shutdown; inside a head it waits until the
     /// head's deadline and answers 408 when it passes. Returns false when the connection
@@ -328,7 +337,7 @@ impl Conn<'_> {
     async fn flush(&mut self) -> std::io::Result<()> {
         if !self.wbuf.is_empty() {
             let result =
-                write_all_progress(&self.io, &self.wbuf, self.ctx.limits.send_timeout).await;
+                write_all_progress(&mut self.io, &self.wbuf, self.ctx.limits.send_timeout).await;
             self.wbuf.clear();
             result?;
         }
@@ -343,7 +352,7 @@ impl Conn<'_> {
             return Ok(());
         }
         let result =
-            write_all_vectored(&self.io, &self.wbuf, data, self.ctx.limits.send_timeout).await;
+            write_all_vectored(&mut self.io, &self.wbuf, data, self.ctx.limits.send_timeout).await;
         self.wbuf.clear();
         result
     }
@@ -374,15 +383,20 @@ impl Conn<'_> {
             .and_then(|b| b.file_region().cloned());
         if let Some(region) = region.filter(|r| Some(r.len()) == expected) {
             // Head and file in full segments; uncorked at the end, whatever happened.
-            sys::cork(&self.io, true);
-            let sent = async {
-                self.flush().await?;
-                sys::send_file(&self.io, &region, self.ctx.limits.send_timeout).await
+            if let Some(tcp) = self.io.plain_tcp() {
+                sys::cork(tcp, true);
+                let sent = async {
+                    self.flush().await?;
+                    let tcp = self.io.plain_tcp().ok_or(std::io::ErrorKind::Unsupported)?;
+                    sys::send_file(tcp, &region, self.ctx.limits.send_timeout).await
+                }
+                .await;
+                if let Some(tcp) = self.io.plain_tcp() {
+                    sys::cork(tcp, false);
+                }
+                sent?;
+                return Ok(encoded.keep_alive);
             }
-            .await;
-            sys::cork(&self.io, false);
-            sent?;
-            return Ok(encoded.keep_alive);
         }
 
         let chunked = encoded.framing == Framing::Chunked;

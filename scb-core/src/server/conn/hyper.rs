@@ -1,5 +1,5 @@
-//! The hand-off to hyper: HTTP/2 with prior knowledge (h2c), HTTP/1.1 upgrades, and every
-//! connection of a secure (TLS) listener.
+//! The hand-off to hyper: HTTP/2 (h2c with prior knowledge, and TLS connections whose
+//! ALPN chose `h2`) and HTTP/1.1 connections after an upgrade or CONNECT.
 //!
 //! hyper runs on the worker's own thread: its HTTP/2 stream tasks are spawned with
 //! `spawn_local`, so services need not be `Send`.

@@ -21,6 +21,7 @@ use http::{HeaderName, HeaderValue, Request, Response, StatusCode, header};
 use tokio::net::TcpStream;
 use tower::Service;
 
+use super::io;
 use super::shutdown::Trigger;
 use super::{ConnectInfo, Handshake, Limits, Protocol};
 use crate::{Body, BoxError};
@@ -52,16 +53,32 @@ pub(crate) async fn serve<S, B>(
         local,
         secure: false,
     };
-    match h1::serve(stream, info, svc.clone(), &ctx).await {
+    serve_h1(stream, true, info, svc, &ctx).await;
+}
+
+/// HTTP/1.1 through scb's driver, on any transport, then hyper for what leaves it (h2c,
+/// an upgrade).
+async fn serve_h1<T, S, B>(io: T, detect_h2: bool, info: ConnectInfo, svc: S, ctx: &Rc<ConnCtx>)
+where
+    T: io::Transport + Send + 'static,
+    S: Service<Request<Body>, Response = Response<B>> + Clone + 'static,
+    S::Error: Into<BoxError>,
+    S::Future: 'static,
+    B: http_body::Body<Data = Bytes> + 'static,
+    B::Error: Into<BoxError>,
+{
+    match h1::serve(io, detect_h2, info, svc.clone(), ctx).await {
         Ok(h1::Outcome::Closed) => {}
-        Ok(h1::Outcome::Http2(io)) => hyper::serve_h2(io, info, svc, &ctx).await,
-        Ok(h1::Outcome::Upgrade(io)) => hyper::serve_h1(io, info, svc, &ctx).await,
-        Err(e) => tracing::debug!(peer = %remote, error = %e, "connection ended with an error"),
+        Ok(h1::Outcome::Http2(io)) => hyper::serve_h2(io, info, svc, ctx).await,
+        Ok(h1::Outcome::Upgrade(io)) => hyper::serve_h1(io, info, svc, ctx).await,
+        Err(e) => {
+            tracing::debug!(peer = %info.remote, error = %e, "connection ended with an error");
+        }
     }
 }
 
 /// Serves one connection of a secure listener: the handshake (bounded by the handshake
-/// timeout), then HTTP/2 or HTTP/1.1 through hyper, as ALPN chose.
+/// timeout), then HTTP/2 through hyper or HTTP/1.1 through scb's driver, as ALPN chose.
 pub(crate) async fn serve_secure<S, B>(
     stream: TcpStream,
     remote: SocketAddr,
@@ -100,7 +117,7 @@ pub(crate) async fn serve_secure<S, B>(
     };
     match secured.protocol {
         Protocol::Http2 => hyper::serve_h2(secured.io, info, svc, &ctx).await,
-        Protocol::Http1 => hyper::serve_h1(secured.io, info, svc, &ctx).await,
+        Protocol::Http1 => serve_h1(secured.io, false, info, svc, &ctx).await,
     }
 }
 
