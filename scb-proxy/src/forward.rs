@@ -73,16 +73,11 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
 fn connection_tokens(headers: &HeaderMap) -> Option<Vec<HeaderName>> {
     let mut names = Vec::new();
     for value in headers.get_all(header::CONNECTION) {
-        let Ok(value) = value.to_str() else { continue };
-        for token in value.split(',') {
-            let token = token.trim();
-            if token.is_empty()
-                || token.eq_ignore_ascii_case("close")
-                || token.eq_ignore_ascii_case("keep-alive")
-            {
+        for token in scb_core::http1::connection_tokens(value.as_bytes()) {
+            if token.eq_ignore_ascii_case(b"close") || token.eq_ignore_ascii_case(b"keep-alive") {
                 continue;
             }
-            if let Ok(name) = HeaderName::from_bytes(token.as_bytes()) {
+            if let Ok(name) = HeaderName::from_bytes(token) {
                 names.push(name);
             }
         }
@@ -93,12 +88,13 @@ fn connection_tokens(headers: &HeaderMap) -> Option<Vec<HeaderName>> {
 /// Whether `headers` ask to upgrade the connection (`Connection: upgrade` and `Upgrade`).
 pub(crate) fn wants_upgrade(headers: &HeaderMap) -> bool {
     headers.contains_key(header::UPGRADE)
-        && headers.get_all(header::CONNECTION).iter().any(|value| {
-            value
-                .as_bytes()
-                .split(|&b| b == b',')
-                .any(|token| token.trim_ascii().eq_ignore_ascii_case(b"upgrade"))
-        })
+        && scb_core::http1::ConnectionOptions::of(
+            headers
+                .get_all(header::CONNECTION)
+                .iter()
+                .map(|v| v.as_bytes()),
+        )
+        .upgrade
 }
 
 /// Which clients may tell us who *their* client was.

@@ -136,6 +136,56 @@ const fn is_sub_delim(b: u8) -> bool {
     )
 }
 
+/// The options of one `Connection` field value (RFC 9110 §7.6.1): its comma-separated
+/// tokens, trimmed, empty ones left out. The one reading of `Connection` for the server's
+/// request heads and responses and for the proxy's upstream responses and forwarding.
+///
+/// ```
+/// let tokens: Vec<&[u8]> = scb_core::http1::connection_tokens(b" keep-alive,, Upgrade ").collect();
+/// assert_eq!(tokens, [&b"keep-alive"[..], b"Upgrade"]);
+/// ```
+pub fn connection_tokens(value: &[u8]) -> impl Iterator<Item = &[u8]> {
+    value
+        .split(|&b| b == b',')
+        .map(<[u8]>::trim_ascii)
+        .filter(|token| !token.is_empty())
+}
+
+/// What the `Connection` fields of a message ask of the connection.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ConnectionOptions {
+    /// `close`: no message after this one.
+    pub close: bool,
+    /// `keep-alive`: an HTTP/1.0 peer asks to keep the connection.
+    pub keep_alive: bool,
+    /// `upgrade`: the `Upgrade` field is meant for this hop.
+    pub upgrade: bool,
+}
+
+impl ConnectionOptions {
+    /// Adds what one `Connection` field value says (case-insensitively).
+    pub fn add(&mut self, value: &[u8]) {
+        for token in connection_tokens(value) {
+            if token.eq_ignore_ascii_case(b"close") {
+                self.close = true;
+            } else if token.eq_ignore_ascii_case(b"keep-alive") {
+                self.keep_alive = true;
+            } else if token.eq_ignore_ascii_case(b"upgrade") {
+                self.upgrade = true;
+            }
+        }
+    }
+
+    /// The options of every value given.
+    pub fn of<'a>(values: impl IntoIterator<Item = &'a [u8]>) -> Self {
+        let mut options = Self::default();
+        for value in values {
+            options.add(value);
+        }
+        options
+    }
+}
+
 /// The chunk-size line for a chunk of `len` bytes.
 pub fn chunk_header(dst: &mut Vec<u8>, len: usize) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
@@ -218,6 +268,23 @@ mod tests {
         ] {
             assert!(!is_valid_host(bad), "{:?}", String::from_utf8_lossy(bad));
         }
+    }
+
+    #[test]
+    fn connection_options_are_read_from_every_value() {
+        let options = ConnectionOptions::of([&b"Keep-Alive, x-a"[..], b"UPGRADE", b" close "]);
+        assert_eq!(
+            options,
+            ConnectionOptions {
+                close: true,
+                keep_alive: true,
+                upgrade: true
+            }
+        );
+        assert_eq!(
+            ConnectionOptions::of([&b"closed, x"[..]]),
+            ConnectionOptions::default()
+        );
     }
 
     #[test]

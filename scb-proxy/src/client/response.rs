@@ -171,17 +171,9 @@ impl Rules {
                 self.chunked = true;
             }
             header::CONNECTION => {
-                for token in value
-                    .as_bytes()
-                    .split(|&b| b == b',')
-                    .map(<[u8]>::trim_ascii)
-                {
-                    if token.eq_ignore_ascii_case(b"close") {
-                        self.close = true;
-                    } else if token.eq_ignore_ascii_case(b"keep-alive") {
-                        self.keep_alive = true;
-                    }
-                }
+                let options = scb_core::http1::ConnectionOptions::of([value.as_bytes()]);
+                self.close |= options.close;
+                self.keep_alive |= options.keep_alive;
             }
             _ => {}
         }

@@ -181,9 +181,7 @@ fn parse_len(v: &HeaderValue) -> Option<u64> {
 }
 
 fn connection_has_close(v: &HeaderValue) -> bool {
-    v.as_bytes()
-        .split(|&b| b == b',')
-        .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"close"))
+    crate::http1::ConnectionOptions::of([v.as_bytes()]).close
 }
 
 struct CachedDate {

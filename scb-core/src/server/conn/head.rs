@@ -287,17 +287,9 @@ impl Framing {
                 self.hosts += 1;
             }
             header::CONNECTION => {
-                for token in value
-                    .as_bytes()
-                    .split(|&b| b == b',')
-                    .map(<[u8]>::trim_ascii)
-                {
-                    if token.eq_ignore_ascii_case(b"close") {
-                        self.saw_close = true;
-                    } else if token.eq_ignore_ascii_case(b"keep-alive") {
-                        self.keep_alive = true;
-                    }
-                }
+                let options = crate::http1::ConnectionOptions::of([value.as_bytes()]);
+                self.saw_close |= options.close;
+                self.keep_alive |= options.keep_alive;
             }
             header::EXPECT => {
                 if value
