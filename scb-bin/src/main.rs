@@ -124,7 +124,7 @@ fn main() -> ExitCode {
                 }
             };
             init_logging(cli.log_format, plan.access_log);
-            match run::run(plan) {
+            match run::run(plan, None) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!("{e:#}");
@@ -165,12 +165,19 @@ fn main() -> ExitCode {
             }
         }
         Command::Run { config } => {
-            let plan = match Plan::load(&config) {
-                Ok(plan) => plan,
-                Err(e) => return config_error(&e),
+            let (plan, recorder) = match run::load_with_recorder(&config) {
+                Ok(loaded) => loaded,
+                Err(run::LoadError::Config(e)) => return config_error(&e),
+                Err(run::LoadError::Recorder(e)) => {
+                    #[allow(clippy::print_stderr, reason = "the error is the command's output")]
+                    {
+                        eprintln!("scb run: {e:#}");
+                    }
+                    return ExitCode::FAILURE;
+                }
             };
             init_logging(cli.log_format, plan.access_log);
-            match run::run(plan) {
+            match run::run(plan, recorder) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!("{e:#}");

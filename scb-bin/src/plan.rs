@@ -19,7 +19,7 @@ use scb_static::compress::CompressLayer;
 use toml::Spanned;
 
 use crate::config::{Config, ConfigError, Located, ProxyConfig, RouteConfig};
-use crate::route::{Handler, ProxyHandler, ProxySettings};
+use crate::route::Handler;
 use crate::stack::UNMATCHED;
 
 /// Everything `scb run` needs, checked.
@@ -72,18 +72,6 @@ pub(crate) struct RoutePlan {
     pub(crate) handler: Handler,
 }
 
-impl RoutePlan {
-    /// The same route, its handler's metric handles registered with the recorder installed
-    /// now (see [`Handler::with_current_recorder`]).
-    pub(crate) fn with_current_recorder(&self) -> Self {
-        Self {
-            name: Arc::clone(&self.name),
-            matcher: self.matcher.clone(),
-            handler: self.handler.with_current_recorder(),
-        }
-    }
-}
-
 /// Where the Prometheus endpoint listens.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct MetricsPlan {
@@ -93,11 +81,42 @@ pub(crate) struct MetricsPlan {
     pub(crate) path: String,
 }
 
+/// A config file read and parsed, its plan not built yet: `scb run` looks at it first to
+/// install the metrics recorder before any layer registers a handle.
+#[derive(Debug)]
+pub(crate) struct Parsed {
+    file: std::path::PathBuf,
+    source: String,
+    config: Config,
+}
+
+impl Parsed {
+    /// Whether the config has a `[metrics]` endpoint.
+    pub(crate) fn wants_metrics(&self) -> bool {
+        self.config.metrics.is_some()
+    }
+
+    /// Checks the config and builds the plan.
+    pub(crate) fn plan(&self) -> Result<Plan, ConfigError> {
+        Plan::new(&self.config).map_err(|e| e.locate(&self.file, &self.source))
+    }
+}
+
 impl Plan {
     /// Reads, parses and checks `file`.
     pub(crate) fn load(file: &Path) -> Result<Self, ConfigError> {
+        Self::parse(file)?.plan()
+    }
+
+    /// Reads and parses `file`, without building anything.
+    pub(crate) fn parse(file: &Path) -> Result<Parsed, ConfigError> {
         let source = Config::read(file)?;
-        Self::from_source(&source).map_err(|e| e.locate(file, &source))
+        let config = Config::parse(&source).map_err(|e| e.locate(file, &source))?;
+        Ok(Parsed {
+            file: file.to_owned(),
+            source,
+            config,
+        })
     }
 
     /// `scb serve DIR`: every path beneath `dir`, on `listen`, with sidecars, the access
@@ -138,6 +157,7 @@ impl Plan {
     }
 
     /// Parses and checks a config document.
+    #[cfg(test)]
     pub(crate) fn from_source(source: &str) -> Result<Self, Located> {
         Self::new(&Config::parse(source)?)
     }
@@ -532,12 +552,12 @@ fn handler(config: &Spanned<RouteConfig>, matcher: &PathMatch) -> Result<Handler
 /// request would go up as `/`): a `path` route with `strip_prefix` is far more likely a
 /// `prefix` route written wrong.
 fn proxy_handler(config: &ProxyConfig, matcher: &PathMatch) -> Result<Handler, Located> {
-    let mut settings = ProxySettings::try_from(config)?;
+    let mut builder = scb_proxy::ReverseProxyBuilder::try_from(config)?;
     if let Some(strip) = &config.strip_prefix
         && *strip.get_ref()
     {
         match matcher {
-            PathMatch::Prefix(prefix) => settings.strip_prefix = Some(prefix.clone()),
+            PathMatch::Prefix(prefix) => builder = builder.strip_prefix(prefix.clone()),
             PathMatch::Exact(_) => {
                 return Err(Located::at(
                     strip,
@@ -547,8 +567,9 @@ fn proxy_handler(config: &ProxyConfig, matcher: &PathMatch) -> Result<Handler, L
             }
         }
     }
-    let proxy =
-        ProxyHandler::new(settings).map_err(|e| Located::at(&config.upstreams, "upstreams", e))?;
+    let proxy = builder
+        .build()
+        .map_err(|e| Located::at(&config.upstreams, "upstreams", e))?;
     Ok(Handler::Proxy(proxy))
 }
 
@@ -578,7 +599,7 @@ mod tests {
         let Handler::Proxy(proxy) = &plan.routes[1].handler else {
             panic!("not a proxy: {:?}", plan.routes[1].handler);
         };
-        assert_eq!(proxy.settings.upstreams.len(), 2);
+        assert_eq!(proxy.upstreams().count(), 2);
         assert_eq!(
             plan.metrics,
             Some(MetricsPlan {
@@ -761,35 +782,37 @@ mod tests {
         let Handler::Proxy(proxy) = &plan.routes[0].handler else {
             panic!("not a proxy: {:?}", plan.routes[0].handler);
         };
-        let settings = &proxy.settings;
-        assert_eq!(settings.upstreams.len(), 2);
-        assert_eq!(settings.upstreams[1].to_string(), "[::1]:8082");
+        let settings = proxy.settings();
+        let upstreams: Vec<_> = proxy.upstreams().map(ToString::to_string).collect();
+        assert_eq!(upstreams.len(), 2);
+        assert_eq!(upstreams[1], "[::1]:8082");
         assert_eq!(
-            settings.balance,
+            *proxy.balance(),
             scb_proxy::Balance::Hash(scb_proxy::HashKey::Header(HeaderName::from_static(
                 "x-user"
             )))
         );
         assert_eq!(settings.strip_prefix.as_deref(), Some("/api/"));
-        assert_eq!(settings.preserve_host, Some(false));
-        assert_eq!(settings.connect_timeout, Some(Duration::from_secs(2)));
-        assert_eq!(settings.idle_timeout, Some(Duration::from_secs(60)));
+        assert!(!settings.preserve_host);
+        assert_eq!(settings.connect_timeout, Duration::from_secs(2));
+        assert_eq!(settings.response_timeout, Duration::from_secs(30));
+        assert_eq!(settings.idle_timeout, Duration::from_secs(60));
+        assert_eq!(settings.try_timeout, Duration::from_secs(10));
         assert_eq!(settings.max_body, Some(1 << 20));
-        assert_eq!(settings.max_tries, Some(2));
-        assert_eq!(settings.max_idle, Some(0));
-        assert_eq!(settings.max_response_head, Some(32 << 10));
+        assert_eq!(settings.max_tries, 2);
+        assert_eq!(settings.max_idle, 0);
+        assert_eq!(settings.pool_idle_timeout, Duration::from_secs(15));
+        assert_eq!(settings.max_response_head, 32 << 10);
         assert_eq!(
             settings.passive,
-            Some(
-                scb_proxy::PassiveHealth::new()
-                    .max_fails(0)
-                    .fail_timeout(Duration::from_secs(5))
-                    .count_invalid_responses(true)
-            )
+            scb_proxy::PassiveHealth::new()
+                .max_fails(0)
+                .fail_timeout(Duration::from_secs(5))
+                .count_invalid_responses(true)
         );
         assert_eq!(
-            settings.active,
-            Some(scb_proxy::ActiveHealth {
+            proxy.active_health(),
+            Some(&scb_proxy::ActiveHealth {
                 path: "/healthz?full=1".into(),
                 interval: Duration::from_secs(1),
                 timeout: Duration::from_millis(500),
@@ -801,15 +824,9 @@ mod tests {
         let Handler::Proxy(proxy) = &plan.routes[1].handler else {
             panic!("not a proxy: {:?}", plan.routes[1].handler);
         };
-        let settings = &proxy.settings;
-        assert_eq!(settings.balance, scb_proxy::Balance::RoundRobin);
-        assert_eq!(settings.strip_prefix, None);
-        assert_eq!(settings.active, None);
-        // Built again from the same settings.
-        let Handler::Proxy(again) = plan.routes[1].handler.with_current_recorder() else {
-            panic!("a proxy stays a proxy");
-        };
-        assert!(Arc::ptr_eq(&again.settings, &proxy.settings));
+        assert_eq!(*proxy.balance(), scb_proxy::Balance::RoundRobin);
+        assert_eq!(proxy.settings().strip_prefix, None);
+        assert_eq!(proxy.active_health(), None);
     }
 
     #[test]
@@ -822,7 +839,7 @@ mod tests {
             panic!("not a proxy");
         };
         assert_eq!(
-            proxy.settings.balance,
+            *proxy.balance(),
             scb_proxy::Balance::Hash(scb_proxy::HashKey::ClientIp)
         );
     }

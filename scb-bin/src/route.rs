@@ -7,15 +7,13 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use http::{Request, Response};
 use pin_project_lite::pin_project;
 use scb_core::Body;
 use scb_core::respond::Respond;
-use scb_proxy::{ActiveHealth, Balance, PassiveHealth, ReverseProxy, TrustedProxies, Upstream};
+use scb_proxy::ReverseProxy;
 use scb_static::ServeStatic;
 use scb_static::compress::{Compress, CompressLayer};
 use tower::{Layer as _, Service};
@@ -38,125 +36,10 @@ pub(crate) enum Handler {
     },
     /// A reverse proxy. Its upstream state (health, balancing, in-flight counts) is shared
     /// by every worker; each worker's service has a connection pool of its own.
-    Proxy(ProxyHandler),
-}
-
-/// A proxy route's proxy, and the settings it was built from (to build it again, see
-/// [`Handler::with_current_recorder`]).
-#[derive(Clone, Debug)]
-pub(crate) struct ProxyHandler {
-    /// What it was built from.
-    pub(crate) settings: Arc<ProxySettings>,
-    /// The proxy every worker's service shares its upstream state with.
-    pub(crate) proxy: ReverseProxy,
-}
-
-impl ProxyHandler {
-    /// Builds the proxy.
-    pub(crate) fn new(settings: ProxySettings) -> Result<Self, scb_proxy::BuildError> {
-        let proxy = settings.build()?;
-        Ok(Self {
-            settings: Arc::new(settings),
-            proxy,
-        })
-    }
-}
-
-/// Everything a proxy route sets, checked: each field is the
-/// [`ReverseProxyBuilder`](scb_proxy::ReverseProxyBuilder) setting of the same name, and
-/// `None` leaves its default.
-///
-/// Kept (rather than only the built proxy) because a proxy registers its per-upstream
-/// metric handles when it is built, and a plan is built before `scb run` installs the
-/// metrics recorder: [`Handler::with_current_recorder`] builds it again afterwards.
-#[derive(Clone, Debug)]
-pub(crate) struct ProxySettings {
-    pub(crate) upstreams: Vec<Upstream>,
-    pub(crate) balance: Balance,
-    pub(crate) strip_prefix: Option<String>,
-    pub(crate) preserve_host: Option<bool>,
-    pub(crate) trusted_proxies: Option<TrustedProxies>,
-    pub(crate) connect_timeout: Option<Duration>,
-    pub(crate) response_timeout: Option<Duration>,
-    pub(crate) idle_timeout: Option<Duration>,
-    pub(crate) try_timeout: Option<Duration>,
-    pub(crate) max_body: Option<u64>,
-    pub(crate) max_tries: Option<usize>,
-    pub(crate) max_idle: Option<usize>,
-    pub(crate) pool_idle_timeout: Option<Duration>,
-    pub(crate) max_response_head: Option<usize>,
-    pub(crate) passive: Option<PassiveHealth>,
-    pub(crate) active: Option<ActiveHealth>,
-}
-
-impl ProxySettings {
-    /// A proxy with these settings.
-    fn build(&self) -> Result<ReverseProxy, scb_proxy::BuildError> {
-        let mut b =
-            ReverseProxy::builder(self.upstreams.iter().cloned()).balance(self.balance.clone());
-        if let Some(prefix) = &self.strip_prefix {
-            b = b.strip_prefix(prefix.as_str());
-        }
-        if let Some(preserve) = self.preserve_host {
-            b = b.preserve_host(preserve);
-        }
-        if let Some(trusted) = &self.trusted_proxies {
-            b = b.trusted_proxies(trusted.clone());
-        }
-        if let Some(timeout) = self.connect_timeout {
-            b = b.connect_timeout(timeout);
-        }
-        if let Some(timeout) = self.response_timeout {
-            b = b.response_timeout(timeout);
-        }
-        if let Some(timeout) = self.idle_timeout {
-            b = b.idle_timeout(timeout);
-        }
-        if let Some(timeout) = self.try_timeout {
-            b = b.try_timeout(timeout);
-        }
-        if let Some(bytes) = self.max_body {
-            b = b.max_body(Some(bytes));
-        }
-        if let Some(tries) = self.max_tries {
-            b = b.max_tries(tries);
-        }
-        if let Some(max) = self.max_idle {
-            b = b.max_idle_per_upstream(max);
-        }
-        if let Some(timeout) = self.pool_idle_timeout {
-            b = b.pool_idle_timeout(timeout);
-        }
-        if let Some(bytes) = self.max_response_head {
-            b = b.max_response_head(bytes);
-        }
-        if let Some(passive) = self.passive {
-            b = b.passive_health(passive);
-        }
-        if let Some(active) = &self.active {
-            b = b.active_health(active.clone());
-        }
-        b.build()
-    }
+    Proxy(ReverseProxy),
 }
 
 impl Handler {
-    /// The same handler, rebuilt where building registers metric handles (a proxy's
-    /// per-upstream metrics), so that they record into the recorder installed now. The
-    /// other handlers register nothing themselves and are cloned.
-    pub(crate) fn with_current_recorder(&self) -> Self {
-        match self {
-            Self::Proxy(proxy) => Self::Proxy(ProxyHandler {
-                settings: Arc::clone(&proxy.settings),
-                proxy: proxy
-                    .settings
-                    .build()
-                    .expect("these settings built a proxy before"),
-            }),
-            other => other.clone(),
-        }
-    }
-
     /// A service for one worker.
     pub(crate) fn service(&self) -> RouteService {
         match self {
@@ -169,7 +52,7 @@ impl Handler {
                 files,
                 compress: Some(layer),
             } => RouteService::CompressedStatic(layer.layer(files.clone())),
-            Self::Proxy(proxy) => RouteService::Proxy(proxy.proxy.with_own_pool()),
+            Self::Proxy(proxy) => RouteService::Proxy(proxy.with_own_pool()),
         }
     }
 }
@@ -289,25 +172,9 @@ mod tests {
             .local_addr()
             .unwrap();
         let handler = Handler::Proxy(
-            ProxyHandler::new(ProxySettings {
-                upstreams: vec![Upstream::new(&closed.to_string()).unwrap()],
-                balance: Balance::default(),
-                strip_prefix: None,
-                preserve_host: None,
-                trusted_proxies: None,
-                connect_timeout: None,
-                response_timeout: None,
-                idle_timeout: None,
-                try_timeout: None,
-                max_body: None,
-                max_tries: None,
-                max_idle: None,
-                pool_idle_timeout: None,
-                max_response_head: None,
-                passive: None,
-                active: None,
-            })
-            .unwrap(),
+            ReverseProxy::builder([scb_proxy::Upstream::new(&closed.to_string()).unwrap()])
+                .build()
+                .unwrap(),
         );
         let res = handler
             .service()

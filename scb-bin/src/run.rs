@@ -26,13 +26,41 @@ const DURATION_BUCKETS: [f64; 16] = [
 /// samples wait in a lock-free queue; a scrape drains them too, so this only bounds memory.
 const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
 
-/// Runs the plan until SIGTERM or SIGINT, then shuts down gracefully.
+/// Reads `file`, installs the metrics recorder when it has a `[metrics]` section, and
+/// then builds the plan: every metric handle a layer registers as it is built (a proxy's
+/// per-upstream metrics) binds to that recorder, so nothing is built twice.
 ///
 /// # Errors
 ///
-/// When the metrics recorder cannot be installed, a listener cannot be bound, or the
-/// signal handlers cannot be installed. Nothing is left running on error.
-pub(crate) fn run(plan: Plan) -> anyhow::Result<()> {
+/// A config error (returned as is, for the caller to print), or the recorder's.
+pub(crate) fn load_with_recorder(
+    file: &std::path::Path,
+) -> Result<(Plan, Option<PrometheusHandle>), LoadError> {
+    let parsed = Plan::parse(file).map_err(LoadError::Config)?;
+    let recorder = parsed
+        .wants_metrics()
+        .then(install_recorder)
+        .transpose()
+        .map_err(LoadError::Recorder)?;
+    let plan = parsed.plan().map_err(LoadError::Config)?;
+    Ok((plan, recorder))
+}
+
+/// Why [`load_with_recorder`] failed.
+#[derive(Debug)]
+pub(crate) enum LoadError {
+    Config(crate::config::ConfigError),
+    Recorder(anyhow::Error),
+}
+
+/// Runs the plan until SIGTERM or SIGINT, then shuts down gracefully. `recorder` is the
+/// metrics recorder installed before the plan was built, when it has a metrics endpoint.
+///
+/// # Errors
+///
+/// When a listener cannot be bound or the signal handlers cannot be installed. Nothing is
+/// left running on error.
+pub(crate) fn run(plan: Plan, recorder: Option<PrometheusHandle>) -> anyhow::Result<()> {
     let Plan {
         server,
         request_id_header: header,
@@ -45,22 +73,7 @@ pub(crate) fn run(plan: Plan) -> anyhow::Result<()> {
         https,
         pid_file,
     } = plan;
-    // Before any stack is built: metric handles bind to the recorder in effect when the
-    // layers are constructed.
-    let recorder = metrics_plan
-        .as_ref()
-        .map(|_| install_recorder())
-        .transpose()?;
-    // A proxy registers its per-upstream metrics when it is built, and the plan built its
-    // proxies before there was a recorder: build them again, into this one.
-    let routes: Arc<[RoutePlan]> = if recorder.is_some() {
-        routes
-            .iter()
-            .map(RoutePlan::with_current_recorder)
-            .collect()
-    } else {
-        routes
-    };
+    let routes: Arc<[RoutePlan]> = routes;
 
     // One stack on this thread first, so that a stack that cannot be built is an error
     // here, not a panic in a worker.

@@ -67,6 +67,11 @@ pub(crate) struct Balancer {
 }
 
 impl Balancer {
+    /// The policy it was built with.
+    pub(crate) fn policy(&self) -> &Balance {
+        &self.policy
+    }
+
     pub(crate) fn new(policy: Balance, upstreams: &[UpstreamState]) -> Self {
         let weights: Vec<u32> = upstreams.iter().map(weight).collect();
         Self {

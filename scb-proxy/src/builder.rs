@@ -15,20 +15,50 @@ use crate::upstream::{Upstream, UpstreamState};
 /// upstream or a replay on a fresh connection, and the bookkeeping lives on the stack.
 pub(crate) const MAX_TRIES: usize = 8;
 
-/// Settings shared by every clone and worker of a proxy.
-#[derive(Clone, Debug)]
-pub(crate) struct Config {
-    pub(crate) connect_timeout: Duration,
-    pub(crate) response_timeout: Duration,
-    pub(crate) idle_timeout: Duration,
-    pub(crate) max_body: Option<u64>,
-    pub(crate) strip_prefix: Option<String>,
-    pub(crate) preserve_host: bool,
-    pub(crate) trusted_proxies: TrustedProxies,
-    pub(crate) passive: PassiveHealth,
-    pub(crate) max_tries: usize,
-    pub(crate) try_timeout: Duration,
-    pub(crate) pool: PoolConfig,
+/// What a proxy was built with: every setting of [`ReverseProxyBuilder`] but the
+/// upstreams, their balancing and active checks, resolved (defaults filled in). Shared by
+/// every clone and worker of the proxy; read it with [`ReverseProxy::settings`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ProxySettings {
+    /// See [`ReverseProxyBuilder::connect_timeout`].
+    pub connect_timeout: Duration,
+    /// See [`ReverseProxyBuilder::response_timeout`].
+    pub response_timeout: Duration,
+    /// See [`ReverseProxyBuilder::idle_timeout`].
+    pub idle_timeout: Duration,
+    /// See [`ReverseProxyBuilder::max_body`].
+    pub max_body: Option<u64>,
+    /// See [`ReverseProxyBuilder::strip_prefix`].
+    pub strip_prefix: Option<String>,
+    /// See [`ReverseProxyBuilder::preserve_host`].
+    pub preserve_host: bool,
+    /// See [`ReverseProxyBuilder::trusted_proxies`].
+    pub trusted_proxies: TrustedProxies,
+    /// See [`ReverseProxyBuilder::passive_health`].
+    pub passive: PassiveHealth,
+    /// See [`ReverseProxyBuilder::max_tries`].
+    pub max_tries: usize,
+    /// See [`ReverseProxyBuilder::try_timeout`].
+    pub try_timeout: Duration,
+    /// See [`ReverseProxyBuilder::max_idle_per_upstream`].
+    pub max_idle: usize,
+    /// See [`ReverseProxyBuilder::pool_idle_timeout`].
+    pub pool_idle_timeout: Duration,
+    /// See [`ReverseProxyBuilder::max_response_head`].
+    pub max_response_head: usize,
+}
+
+impl ProxySettings {
+    /// What the connection pool of each worker is built with.
+    pub(crate) fn pool(&self) -> PoolConfig {
+        PoolConfig {
+            max_idle: self.max_idle,
+            idle_timeout: self.pool_idle_timeout,
+            connect_timeout: self.connect_timeout,
+            max_response_head: self.max_response_head,
+        }
+    }
 }
 
 /// Why a proxy could not be built.
@@ -49,7 +79,7 @@ pub struct ReverseProxyBuilder {
     upstreams: Vec<Upstream>,
     balance: Balance,
     active: Option<ActiveHealth>,
-    config: Config,
+    config: ProxySettings,
 }
 
 impl ReverseProxyBuilder {
@@ -58,7 +88,7 @@ impl ReverseProxyBuilder {
             upstreams,
             balance: Balance::default(),
             active: None,
-            config: Config {
+            config: ProxySettings {
                 connect_timeout: Duration::from_secs(5),
                 response_timeout: Duration::from_secs(60),
                 idle_timeout: Duration::from_secs(60),
@@ -69,12 +99,9 @@ impl ReverseProxyBuilder {
                 passive: PassiveHealth::default(),
                 max_tries: 3,
                 try_timeout: Duration::from_secs(15),
-                pool: PoolConfig {
-                    max_idle: 64,
-                    idle_timeout: Duration::from_secs(30),
-                    connect_timeout: Duration::from_secs(5),
-                    max_response_head: 64 * 1024,
-                },
+                max_idle: 64,
+                pool_idle_timeout: Duration::from_secs(30),
+                max_response_head: 64 * 1024,
             },
         }
     }
@@ -89,7 +116,6 @@ impl ReverseProxyBuilder {
     /// tried, and when none is left the client gets 504. Defaults to 5 seconds.
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.config.connect_timeout = timeout;
-        self.config.pool.connect_timeout = timeout;
         self
     }
 
@@ -170,7 +196,7 @@ impl ReverseProxyBuilder {
 
     /// Most keep-alive connections kept per upstream and worker. Defaults to 64.
     pub fn max_idle_per_upstream(mut self, max: usize) -> Self {
-        self.config.pool.max_idle = max;
+        self.config.max_idle = max;
         self
     }
 
@@ -178,14 +204,14 @@ impl ReverseProxyBuilder {
     /// usual upstream keep-alive timeouts would race less; a stale connection is detected
     /// and the request replayed either way).
     pub fn pool_idle_timeout(mut self, timeout: Duration) -> Self {
-        self.config.pool.idle_timeout = timeout;
+        self.config.pool_idle_timeout = timeout;
         self
     }
 
     /// Largest upstream response head (status line and fields); larger is a 502.
     /// Defaults to 64 KiB.
     pub fn max_response_head(mut self, bytes: usize) -> Self {
-        self.config.pool.max_response_head = bytes;
+        self.config.max_response_head = bytes;
         self
     }
 
@@ -206,7 +232,7 @@ impl ReverseProxyBuilder {
         let upstreams: Arc<[UpstreamState]> =
             self.upstreams.into_iter().map(UpstreamState::new).collect();
         let balancer = Balancer::new(self.balance, &upstreams);
-        let pool = Pool::new(upstreams.len(), self.config.pool);
+        let pool = Pool::new(upstreams.len(), self.config.pool());
         Ok(ReverseProxy::from_parts(
             Arc::new(Shared {
                 upstreams,

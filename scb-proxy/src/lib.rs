@@ -65,7 +65,7 @@ mod service;
 mod upstream;
 
 pub use balance::{Balance, HashKey};
-pub use builder::{BuildError, ReverseProxyBuilder};
+pub use builder::{BuildError, ProxySettings, ReverseProxyBuilder};
 pub use error::ProxyError;
 pub use forward::TrustedProxies;
 pub use health::{ActiveHealth, PassiveHealth};

@@ -20,9 +20,9 @@ use scb_core::{Body, BoxError};
 use tokio::io::AsyncWriteExt as _;
 use tower::Service;
 
-use crate::balance::Balancer;
+use crate::balance::{Balance, Balancer};
 use crate::body::{Guarded, TooLarge};
-use crate::builder::{Config, MAX_TRIES, ReverseProxyBuilder};
+use crate::builder::{MAX_TRIES, ProxySettings, ReverseProxyBuilder};
 use crate::client::{Connection, Framing, ResponseHead, SendError, Start};
 use crate::error::ProxyError;
 use crate::forward::{self, Hop};
@@ -53,7 +53,7 @@ pub struct ReverseProxy {
 pub(crate) struct Shared {
     pub(crate) upstreams: Arc<[UpstreamState]>,
     pub(crate) balancer: Balancer,
-    pub(crate) config: Config,
+    pub(crate) config: ProxySettings,
     pub(crate) active: Option<ActiveHealth>,
     pub(crate) active_started: AtomicBool,
     /// The active checks' task, stopped when the last clone of the proxy goes.
@@ -105,6 +105,26 @@ impl ReverseProxy {
         Self { shared, pool }
     }
 
+    /// The settings the proxy was built with, defaults filled in.
+    pub fn settings(&self) -> &ProxySettings {
+        &self.shared.config
+    }
+
+    /// The upstreams, in the order they were given.
+    pub fn upstreams(&self) -> impl Iterator<Item = &Upstream> {
+        self.shared.upstreams.iter().map(|state| &state.upstream)
+    }
+
+    /// How requests are spread over the upstreams.
+    pub fn balance(&self) -> &Balance {
+        self.shared.balancer.policy()
+    }
+
+    /// The active health checks, if any.
+    pub fn active_health(&self) -> Option<&ActiveHealth> {
+        self.shared.active.as_ref()
+    }
+
     /// A proxy sharing this one's upstream state (health, balancing, in-flight counts)
     /// with a connection pool of its own: one per worker of a per-core server.
     #[must_use]
@@ -112,7 +132,7 @@ impl ReverseProxy {
         let config = &self.shared.config;
         Self {
             shared: Arc::clone(&self.shared),
-            pool: Arc::new(Pool::new(self.shared.upstreams.len(), config.pool)),
+            pool: Arc::new(Pool::new(self.shared.upstreams.len(), config.pool())),
         }
     }
 
@@ -358,7 +378,7 @@ impl ReverseProxy {
 /// fields out (an upgrade's back in), the forwarding fields.
 fn prepare(
     parts: &mut Parts,
-    config: &Config,
+    config: &ProxySettings,
     client: Option<std::net::IpAddr>,
     secure: bool,
     upgrade: Option<HeaderValue>,

@@ -13,7 +13,6 @@ use super::{
     ByteSize, FileCacheConfig, FileCacheTable, HealthConfig, HumanDuration, LimitsConfig, Located,
     PassiveConfig, ProxyConfig, RequestIdConfig, RespondConfig, StaticConfig, UpstreamConfig,
 };
-use crate::route::ProxySettings;
 
 impl TryFrom<&LimitsConfig> for Limits {
     type Error = Located;
@@ -299,69 +298,72 @@ fn site_file<'a>(value: &'a Spanned<String>, key: &str) -> Result<&'a str, Locat
 /// refuses, so that a value is never silently changed).
 const MAX_TRIES: usize = 8;
 
-/// Everything but `strip_prefix`, which needs the route's prefix (see `plan.rs`).
-impl TryFrom<&ProxyConfig> for ProxySettings {
+/// Everything but `strip_prefix`, which needs the route's prefix (see `plan.rs`): the
+/// config's settings onto scb-proxy's own builder, each absent one left at its default.
+impl TryFrom<&ProxyConfig> for scb_proxy::ReverseProxyBuilder {
     type Error = Located;
 
     fn try_from(config: &ProxyConfig) -> Result<Self, Located> {
-        let upstreams = upstreams(&config.upstreams)?;
-        let balance = balance(config)?;
-        let trusted_proxies = config
-            .trusted_proxies
-            .as_deref()
-            .map(trusted_proxies)
-            .transpose()?;
+        let mut b = scb_proxy::ReverseProxy::builder(upstreams(&config.upstreams)?)
+            .balance(balance(config)?);
+        if let Some(trusted) = config.trusted_proxies.as_deref() {
+            b = b.trusted_proxies(trusted_proxies(trusted)?);
+        }
+        if let Some(preserve) = config.preserve_host {
+            b = b.preserve_host(preserve);
+        }
         let timeout = |value: Option<&Spanned<HumanDuration>>, key: &str| {
             value.map(|v| nonzero_duration(v, key)).transpose()
         };
-        let max_tries = match &config.max_tries {
-            None => None,
-            Some(tries) if (1..=MAX_TRIES).contains(tries.get_ref()) => Some(*tries.get_ref()),
-            Some(tries) => {
+        if let Some(t) = timeout(config.connect_timeout.as_ref(), "connect_timeout")? {
+            b = b.connect_timeout(t);
+        }
+        if let Some(t) = timeout(config.response_timeout.as_ref(), "response_timeout")? {
+            b = b.response_timeout(t);
+        }
+        if let Some(t) = timeout(config.idle_timeout.as_ref(), "idle_timeout")? {
+            b = b.idle_timeout(t);
+        }
+        if let Some(t) = timeout(config.try_timeout.as_ref(), "try_timeout")? {
+            b = b.try_timeout(t);
+        }
+        if let Some(t) = timeout(config.pool_idle_timeout.as_ref(), "pool_idle_timeout")? {
+            b = b.pool_idle_timeout(t);
+        }
+        // Zero is meaningful here, as in `[limits]`: no request body goes upstream.
+        if let Some(ByteSize(bytes)) = config.max_body {
+            b = b.max_body(Some(bytes));
+        }
+        if let Some(tries) = &config.max_tries {
+            if !(1..=MAX_TRIES).contains(tries.get_ref()) {
                 return Err(Located::at(
                     tries,
                     "max_tries",
                     format_args!("must be from 1 to {MAX_TRIES}"),
                 ));
             }
-        };
-        let max_response_head = config
-            .max_response_head
-            .as_ref()
-            .map(|head| {
-                let bytes = usize::try_from(head.get_ref().0)
-                    .map_err(|_| Located::at(head, "max_response_head", "too large"))?;
-                nonzero(head, bytes, "max_response_head")
-            })
-            .transpose()?;
-        Ok(Self {
-            upstreams,
-            balance,
-            strip_prefix: None,
-            preserve_host: config.preserve_host,
-            trusted_proxies,
-            connect_timeout: timeout(config.connect_timeout.as_ref(), "connect_timeout")?,
-            response_timeout: timeout(config.response_timeout.as_ref(), "response_timeout")?,
-            idle_timeout: timeout(config.idle_timeout.as_ref(), "idle_timeout")?,
-            try_timeout: timeout(config.try_timeout.as_ref(), "try_timeout")?,
-            // Zero is meaningful here, as in `[limits]`: no request body goes upstream.
-            max_body: config.max_body.map(|ByteSize(bytes)| bytes),
-            max_tries,
-            // Zero too: no connection is kept for reuse.
-            max_idle: config.max_idle,
-            pool_idle_timeout: timeout(config.pool_idle_timeout.as_ref(), "pool_idle_timeout")?,
-            max_response_head,
-            passive: config
-                .passive
-                .as_ref()
-                .map(|p| scb_proxy::PassiveHealth::try_from(p).map_err(|e| e.within("passive")))
-                .transpose()?,
-            active: config
-                .health
-                .as_ref()
-                .map(|h| scb_proxy::ActiveHealth::try_from(h).map_err(|e| e.within("health")))
-                .transpose()?,
-        })
+            b = b.max_tries(*tries.get_ref());
+        }
+        // Zero too: no connection is kept for reuse.
+        if let Some(max) = config.max_idle {
+            b = b.max_idle_per_upstream(max);
+        }
+        if let Some(head) = &config.max_response_head {
+            let bytes = usize::try_from(head.get_ref().0)
+                .map_err(|_| Located::at(head, "max_response_head", "too large"))?;
+            b = b.max_response_head(nonzero(head, bytes, "max_response_head")?);
+        }
+        if let Some(passive) = &config.passive {
+            b = b.passive_health(
+                scb_proxy::PassiveHealth::try_from(passive).map_err(|e| e.within("passive"))?,
+            );
+        }
+        if let Some(health) = &config.health {
+            b = b.active_health(
+                scb_proxy::ActiveHealth::try_from(health).map_err(|e| e.within("health"))?,
+            );
+        }
+        Ok(b)
     }
 }
 
