@@ -20,7 +20,6 @@ use toml::Spanned;
 
 use crate::config::{Config, ConfigError, Located, ProxyConfig, RouteConfig};
 use crate::route::Handler;
-use crate::stack::UNMATCHED;
 
 /// Everything `scb run` needs, checked.
 #[derive(Debug)]
@@ -60,6 +59,9 @@ pub(crate) struct HttpsPlan {
     /// The `Strict-Transport-Security` value, and the TLS listeners that send it.
     pub(crate) hsts: Option<(http::HeaderValue, Vec<usize>)>,
 }
+
+/// The route label of requests no route matched; no route may take the name.
+pub(crate) const UNMATCHED: &str = "unmatched";
 
 /// One route: its name, how it matches, and what answers.
 #[derive(Clone, Debug)]

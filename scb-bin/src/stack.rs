@@ -30,11 +30,9 @@ use scb_core::router::{NotFound, PathMatch, Router, RouterError};
 use tower::util::Either;
 use tower::{Layer, Service, ServiceBuilder};
 
-use crate::plan::RoutePlan;
+use crate::plan::{RoutePlan, UNMATCHED};
 use crate::route::RouteService;
 
-/// The route label of requests no route matched.
-pub(crate) const UNMATCHED: &str = "unmatched";
 
 /// The routes with the https layers a config may add.
 type Routed =
