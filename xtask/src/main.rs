@@ -63,7 +63,7 @@ commands:
                       run a fuzz target for SECONDS (default 60) on stable, through
                       RUSTC_BOOTSTRAP=1 cargo fuzz; fails on a crash, kept in
                       fuzz/artifacts/TARGET/. Targets: request_head, chunked,
-                      static_path, range, accept_encoding";
+                      static_path, range, accept_encoding, h1_differential";
 
 fn main() -> ExitCode {
     let command = std::env::args().nth(1);
@@ -312,12 +312,13 @@ fn bench(args: &[String], mode: &str) -> anyhow::Result<()> {
 }
 
 /// The targets in `fuzz/fuzz_targets/`.
-const FUZZ_TARGETS: [&str; 5] = [
+const FUZZ_TARGETS: [&str; 6] = [
     "request_head",
     "chunked",
     "static_path",
     "range",
     "accept_encoding",
+    "h1_differential",
 ];
 
 /// How long `fuzz` runs a target when not told: long enough to get well past the seeds

@@ -18,6 +18,10 @@ use bytes::{Bytes, BytesMut};
 use crate::http1::chunked;
 use crate::server::conn::head;
 
+mod exchange;
+
+pub use exchange::{Peer, exchange};
+
 /// What [`request_head`] made of its input.
 #[derive(Debug)]
 pub enum HeadOutcome {

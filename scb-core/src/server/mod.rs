@@ -33,7 +33,7 @@ pub(crate) mod conn;
 mod handshake;
 mod io;
 mod limits;
-mod shutdown;
+pub(crate) mod shutdown;
 mod sys;
 mod worker;
 

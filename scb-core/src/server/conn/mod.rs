@@ -58,8 +58,13 @@ pub(crate) async fn serve<S, B>(
 
 /// HTTP/1.1 through scb's driver, on any transport, then hyper for what leaves it (h2c,
 /// an upgrade).
-async fn serve_h1<T, S, B>(io: T, detect_h2: bool, info: ConnectInfo, svc: S, ctx: &Rc<ConnCtx>)
-where
+pub(crate) async fn serve_h1<T, S, B>(
+    io: T,
+    detect_h2: bool,
+    info: ConnectInfo,
+    svc: S,
+    ctx: &Rc<ConnCtx>,
+) where
     T: io::Transport + Send + 'static,
     S: Service<Request<Body>, Response = Response<B>> + Clone + 'static,
     S::Error: Into<BoxError>,
