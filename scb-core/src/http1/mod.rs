@@ -17,6 +17,109 @@ pub fn parse_content_length(v: &[u8]) -> Option<u64> {
     })
 }
 
+/// Strips optional whitespace (`OWS = *( SP / HTAB )`, RFC 9110 5.6.3) from both ends of
+/// a field value or list element; nothing else counts as whitespace here.
+///
+/// ```
+/// assert_eq!(scb_core::http1::trim_ows(b" \t gzip;q=1\t "), b"gzip;q=1");
+/// ```
+pub fn trim_ows(value: &[u8]) -> &[u8] {
+    let is_ows = |b: &u8| matches!(b, b' ' | b'\t');
+    let start = value.iter().position(|b| !is_ows(b)).unwrap_or(value.len());
+    let end = value
+        .iter()
+        .rposition(|b| !is_ows(b))
+        .map_or(start, |i| i + 1);
+    &value[start..end]
+}
+
+/// `value` in lower-case hex without leading zeros, as `{:x}` writes it: chunk sizes and
+/// entity-tags, written per message without the formatting machinery (about a thousand
+/// instructions for a `format!`, a tenth of that here).
+///
+/// ```
+/// let hex = scb_core::http1::lower_hex(0x1f40);
+/// assert_eq!(hex.as_str(), "1f40");
+/// assert_eq!(scb_core::http1::lower_hex(0).as_bytes(), b"0");
+/// ```
+pub fn lower_hex(value: u64) -> LowerHex {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut digits = [0u8; 16];
+    let mut start = digits.len();
+    let mut n = value;
+    loop {
+        start -= 1;
+        digits[start] = DIGITS[(n & 0xf) as usize];
+        n >>= 4;
+        if n == 0 {
+            break;
+        }
+    }
+    LowerHex { digits, start }
+}
+
+/// The text [`lower_hex`] wrote.
+#[derive(Clone, Copy, Debug)]
+pub struct LowerHex {
+    digits: [u8; 16],
+    start: usize,
+}
+
+impl LowerHex {
+    /// The digits, as bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.digits[self.start..]
+    }
+
+    /// The digits, as text.
+    pub fn as_str(&self) -> &str {
+        // Hex digits are ASCII.
+        std::str::from_utf8(self.as_bytes()).unwrap_or_default()
+    }
+}
+
+/// What a `Transfer-Encoding` field value makes of a message's body: the one reading of
+/// the field for the server's requests and the proxy's upstream responses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TransferCoding {
+    /// `chunked` alone: the body is chunked.
+    Chunked,
+    /// Other codings under a final `chunked` (`gzip, chunked`): framed, but with a coding
+    /// scb would have to undo; a server answers 501 (RFC 9112 6.1).
+    Layered,
+    /// The codings do not end in `chunked`: a request's length cannot be known (400,
+    /// RFC 9112 6.3), a response would end only at close.
+    NotChunked,
+}
+
+/// Reads a `Transfer-Encoding` field value. Empty list elements are ignored as RFC 9110
+/// 5.6.1 requires (`, chunked` is `chunked`); coding names are case-insensitive.
+///
+/// ```
+/// use scb_core::http1::{TransferCoding, transfer_coding};
+///
+/// assert_eq!(transfer_coding(b"chunked"), TransferCoding::Chunked);
+/// assert_eq!(transfer_coding(b" ,Chunked, "), TransferCoding::Chunked);
+/// assert_eq!(transfer_coding(b"gzip, chunked"), TransferCoding::Layered);
+/// assert_eq!(transfer_coding(b"chunked, gzip"), TransferCoding::NotChunked);
+/// ```
+pub fn transfer_coding(value: &[u8]) -> TransferCoding {
+    let mut codings = value
+        .split(|&b| b == b',')
+        .map(trim_ows)
+        .filter(|c| !c.is_empty());
+    let Some(last) = codings.next_back() else {
+        return TransferCoding::NotChunked;
+    };
+    if !last.eq_ignore_ascii_case(b"chunked") {
+        TransferCoding::NotChunked
+    } else if codings.next().is_some() {
+        TransferCoding::Layered
+    } else {
+        TransferCoding::Chunked
+    }
+}
+
 /// Whether `value` is a valid `Host` field value or HTTP/2 `:authority` for a server:
 /// RFC 3986's `host [ ":" port ]` (RFC 9112 §3.2, RFC 9110 §7.2), without userinfo.
 ///
@@ -188,25 +291,49 @@ impl ConnectionOptions {
 
 /// The chunk-size line for a chunk of `len` bytes.
 pub fn chunk_header(dst: &mut Vec<u8>, len: usize) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut digits = [0u8; 16];
-    let mut i = digits.len();
-    let mut n = len;
-    loop {
-        i -= 1;
-        digits[i] = HEX[n & 0xf];
-        n >>= 4;
-        if n == 0 {
-            break;
-        }
-    }
-    dst.extend_from_slice(&digits[i..]);
+    dst.extend_from_slice(lower_hex(len as u64).as_bytes());
     dst.extend_from_slice(b"\r\n");
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn trim_ows_strips_spaces_and_tabs_only() {
+        assert_eq!(trim_ows(b" \t a b\t "), b"a b");
+        assert_eq!(trim_ows(b"  "), b"");
+        assert_eq!(trim_ows(b"\x0ba"), b"\x0ba");
+    }
+
+    #[test]
+    fn transfer_codings_ignore_empty_elements_and_must_end_in_chunked() {
+        use TransferCoding::{Chunked, Layered, NotChunked};
+        for (value, coding) in [
+            (&b"chunked"[..], Chunked),
+            (b"CHUNKED", Chunked),
+            (b",chunked", Chunked),
+            (b"chunked , ,", Chunked),
+            (b"\tchunked\t", Chunked),
+            (b"gzip, chunked", Layered),
+            (b"chunked, chunked", Layered),
+            (b"gzip", NotChunked),
+            (b"chunked, gzip", NotChunked),
+            (b"chunked;x=1", NotChunked),
+            (b"", NotChunked),
+            (b" , ", NotChunked),
+            (b"chunk ed", NotChunked),
+        ] {
+            assert_eq!(transfer_coding(value), coding, "{value:?}");
+        }
+    }
+
+    #[test]
+    fn lower_hex_is_hex_formatting() {
+        for v in [0, 1, 15, 16, 0xdead_beef, u64::MAX, 1 << 63] {
+            assert_eq!(lower_hex(v).as_str(), format!("{v:x}"));
+        }
+    }
 
     #[test]
     fn chunk_header_is_lower_hex() {

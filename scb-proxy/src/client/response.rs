@@ -161,10 +161,8 @@ impl Rules {
                 // A coding scb would have to undo (gzip under chunked) or a body ended by
                 // closing: neither is worth the risk of reading it differently from the
                 // next hop.
-                if !value
-                    .as_bytes()
-                    .trim_ascii()
-                    .eq_ignore_ascii_case(b"chunked")
+                if scb_core::http1::transfer_coding(value.as_bytes())
+                    != scb_core::http1::TransferCoding::Chunked
                 {
                     return Err("transfer coding other than chunked");
                 }

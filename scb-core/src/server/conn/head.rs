@@ -268,16 +268,17 @@ impl Framing {
                     return Err(HeadError::bad("more than one transfer-encoding"));
                 }
                 self.transfer_encoding = true;
-                let codings = value.as_bytes();
-                let last = codings.rsplit(|&b| b == b',').next().unwrap_or_default();
-                if !last.trim_ascii().eq_ignore_ascii_case(b"chunked") {
-                    return Err(HeadError::bad("transfer-encoding does not end in chunked"));
-                }
-                if !codings.trim_ascii().eq_ignore_ascii_case(b"chunked") {
-                    return Err(HeadError::new(
-                        StatusCode::NOT_IMPLEMENTED,
-                        "unsupported transfer coding",
-                    ));
+                match crate::http1::transfer_coding(value.as_bytes()) {
+                    crate::http1::TransferCoding::Chunked => {}
+                    crate::http1::TransferCoding::Layered => {
+                        return Err(HeadError::new(
+                            StatusCode::NOT_IMPLEMENTED,
+                            "unsupported transfer coding",
+                        ));
+                    }
+                    crate::http1::TransferCoding::NotChunked => {
+                        return Err(HeadError::bad("transfer-encoding does not end in chunked"));
+                    }
                 }
             }
             header::HOST => {
