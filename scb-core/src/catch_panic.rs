@@ -196,8 +196,9 @@ fn log_panic(payload: &(dyn Any + Send), place: &'static str) {
     );
 }
 
-/// The message of a panic, for the two payload types `panic!` produces.
-fn panic_message(payload: &(dyn Any + Send)) -> &str {
+/// The message of a panic, for the two payload types `panic!` produces: this layer's log
+/// line and the server's, when a handler panics outside any layer.
+pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> &str {
     if let Some(s) = payload.downcast_ref::<&'static str>() {
         s
     } else if let Some(s) = payload.downcast_ref::<String>() {

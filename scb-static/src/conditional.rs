@@ -33,10 +33,12 @@
 //! - A date that is not an HTTP-date, or a date field sent more than once, is ignored, as
 //!   §13.1.3 and §13.1.4 require.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 use http::Method;
 use http::header::{self, GetAll, HeaderMap, HeaderValue};
+use scb_core::date::unix_secs;
+use scb_core::http1::trim_ows;
 
 /// What the preconditions of a request say to do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -142,13 +144,8 @@ pub(crate) fn strong_etag(len: u64, mtime_secs: i64, mtime_nanos: u32, ino: u64)
     out
 }
 
-/// Appends `value` in lower-case hex without leading zeros, as `{:x}` writes it.
 fn push_hex(out: &mut String, value: u64) {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let nibbles = (u64::BITS - value.leading_zeros()).div_ceil(4).max(1);
-    for i in (0..nibbles).rev() {
-        out.push(char::from(DIGITS[((value >> (i * 4)) & 0xf) as usize]));
-    }
+    out.push_str(scb_core::http1::lower_hex(value).as_str());
 }
 
 /// [`last_modified`] as a header value.
@@ -166,54 +163,7 @@ pub(crate) fn last_modified_header(mtime: SystemTime, now: SystemTime) -> Option
 /// dated in the future that only means date-based revalidation keeps answering 200 until
 /// the clock catches up.
 pub(crate) fn last_modified(mtime: SystemTime, now: SystemTime) -> Option<[u8; 29]> {
-    /// 10000-01-01T00:00:00Z: `httpdate` panics at or after it.
-    const YEAR_10000: u64 = 253_402_300_800;
-    let secs = mtime.min(now).duration_since(UNIX_EPOCH).ok()?.as_secs();
-    if secs >= YEAR_10000 {
-        return None;
-    }
-    Some(imf_fixdate(secs))
-}
-
-/// `Sun, 06 Nov 1994 08:49:37 GMT` for `secs` after the epoch (before year 10000): what
-/// `httpdate::fmt_http_date` writes (a test holds them equal), without the formatting
-/// machinery, which cost about a thousand instructions per response.
-fn imf_fixdate(secs: u64) -> [u8; 29] {
-    const DAYS: [&[u8; 3]; 7] = [b"Sun", b"Mon", b"Tue", b"Wed", b"Thu", b"Fri", b"Sat"];
-    const MONTHS: [&[u8; 3]; 12] = [
-        b"Jan", b"Feb", b"Mar", b"Apr", b"May", b"Jun", b"Jul", b"Aug", b"Sep", b"Oct", b"Nov",
-        b"Dec",
-    ];
-    let days = secs / 86_400;
-    let in_day = secs % 86_400;
-    // 1970-01-01 was a Thursday.
-    let weekday = ((days + 4) % 7) as usize;
-    // Howard Hinnant's days-to-civil, for days since 1970 (never negative here).
-    let z = days + 719_468;
-    let era = z / 146_097;
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + u64::from(month <= 2);
-
-    let mut out = *b"Thu, 01 Jan 1970 00:00:00 GMT";
-    out[..3].copy_from_slice(DAYS[weekday]);
-    two_digits(&mut out[5..7], day);
-    out[8..11].copy_from_slice(MONTHS[(month - 1) as usize]);
-    two_digits(&mut out[12..14], year / 100);
-    two_digits(&mut out[14..16], year % 100);
-    two_digits(&mut out[17..19], in_day / 3600);
-    two_digits(&mut out[20..22], in_day % 3600 / 60);
-    two_digits(&mut out[23..25], in_day % 60);
-    out
-}
-
-fn two_digits(out: &mut [u8], value: u64) {
-    out[0] = b'0' + (value / 10 % 10) as u8;
-    out[1] = b'0' + (value % 10) as u8;
+    scb_core::date::imf_fixdate(mtime.min(now))
 }
 
 /// One entity-tag: `W/` or not, and the opaque-tag with its quotes.
@@ -324,34 +274,6 @@ pub(crate) fn http_date_secs(value: &[u8]) -> Option<i64> {
     httpdate::parse_http_date(text).ok().map(unix_secs)
 }
 
-/// Whole seconds since the Unix epoch, rounded down (so 1.9 s is 1 and -0.5 s is -1),
-/// which is what an HTTP-date made from the same time says.
-pub(crate) fn unix_secs(time: SystemTime) -> i64 {
-    match time.duration_since(UNIX_EPOCH) {
-        Ok(after) => i64::try_from(after.as_secs()).unwrap_or(i64::MAX),
-        Err(before) => {
-            let before = before.duration();
-            let secs = i64::try_from(before.as_secs()).unwrap_or(i64::MAX);
-            if before.subsec_nanos() > 0 {
-                -secs - 1
-            } else {
-                -secs
-            }
-        }
-    }
-}
-
-/// Strips optional whitespace (`OWS = *( SP / HTAB )`) from both ends.
-pub(crate) fn trim_ows(value: &[u8]) -> &[u8] {
-    let is_ows = |b: &u8| matches!(b, b' ' | b'\t');
-    let start = value.iter().position(|b| !is_ows(b)).unwrap_or(value.len());
-    let end = value
-        .iter()
-        .rposition(|b| !is_ows(b))
-        .map_or(start, |i| i + 1);
-    &value[start..end]
-}
-
 fn trim_start(value: &[u8], skip: impl Fn(u8) -> bool) -> &[u8] {
     let start = value.iter().position(|&b| !skip(b)).unwrap_or(value.len());
     &value[start..]
@@ -359,7 +281,7 @@ fn trim_start(value: &[u8], skip: impl Fn(u8) -> bool) -> &[u8] {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
+    use std::time::{Duration, UNIX_EPOCH};
 
     use super::*;
 
@@ -734,25 +656,11 @@ mod tests {
         let value = last_modified_header(last_second, last_second).unwrap();
         assert_eq!(value, "Fri, 31 Dec 9999 23:59:59 GMT");
     }
-
-    #[test]
-    fn unix_secs_rounds_down() {
-        assert_eq!(unix_secs(UNIX_EPOCH + Duration::new(1, 999_999_999)), 1);
-        assert_eq!(unix_secs(UNIX_EPOCH - Duration::new(0, 1)), -1);
-        assert_eq!(unix_secs(UNIX_EPOCH - Duration::from_secs(2)), -2);
-    }
-
-    #[test]
-    fn trim_ows_strips_spaces_and_tabs_only() {
-        assert_eq!(trim_ows(b" \t a b\t "), b"a b");
-        assert_eq!(trim_ows(b"  "), b"");
-        assert_eq!(trim_ows(b"\x0ba"), b"\x0ba");
-    }
 }
 
 #[cfg(test)]
 mod proptests {
-    use std::time::Duration;
+    use std::time::{Duration, UNIX_EPOCH};
 
     use super::*;
     use proptest::prelude::*;
@@ -773,20 +681,7 @@ mod proptests {
     }
 
     #[test]
-    fn imf_fixdate_edges_are_httpdates() {
-        for secs in [
-            0,
-            59,
-            86_399,
-            86_400,
-            951_782_400,
-            4_107_542_400,
-            253_402_300_799,
-        ] {
-            let ours = imf_fixdate(secs);
-            let theirs = httpdate::fmt_http_date(UNIX_EPOCH + Duration::from_secs(secs));
-            assert_eq!(std::str::from_utf8(&ours).unwrap(), theirs, "{secs}");
-        }
+    fn strong_etag_of_zeros() {
         assert_eq!(strong_etag(0, 0, 0, 0), "\"0-0.0-0\"");
     }
 
@@ -801,14 +696,6 @@ mod proptests {
     }
 
     proptest! {
-        /// The hand-written date is httpdate's, to the byte, over the whole range.
-        #[test]
-        fn imf_fixdate_is_httpdates(secs in 0u64..253_402_300_800) {
-            let ours = imf_fixdate(secs);
-            let theirs = httpdate::fmt_http_date(UNIX_EPOCH + Duration::from_secs(secs));
-            prop_assert_eq!(std::str::from_utf8(&ours).unwrap(), theirs);
-        }
-
         /// The hand-written tag is `format!`'s `{:x}` text, negative seconds included.
         #[test]
         fn strong_etag_is_hex_formatting(len: u64, secs: i64, nanos: u32, ino: u64) {

@@ -37,6 +37,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use http::HeaderValue;
+use scb_core::http1::trim_ows;
 
 /// A content coding the server can have a precompressed sidecar for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -323,16 +324,6 @@ fn qvalue(raw: &[u8]) -> Option<Q> {
         b'1' if thousandths == 0 => Some(Q_MAX),
         _ => None,
     }
-}
-
-fn trim_ows(mut s: &[u8]) -> &[u8] {
-    while let [b' ' | b'\t', rest @ ..] = s {
-        s = rest;
-    }
-    while let [rest @ .., b' ' | b'\t'] = s {
-        s = rest;
-    }
-    s
 }
 
 /// RFC 9110 §5.6.2 `tchar`.

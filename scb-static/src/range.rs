@@ -53,8 +53,10 @@ use std::time::SystemTime;
 
 use http::Method;
 use http::header::{self, HeaderMap, HeaderValue};
+use scb_core::date::unix_secs;
+use scb_core::http1::trim_ows;
 
-use crate::conditional::{http_date_secs, parse_entity_tag, trim_ows, unix_secs};
+use crate::conditional::{http_date_secs, parse_entity_tag};
 
 /// How many range-specs a request may carry before it gets the whole representation.
 ///

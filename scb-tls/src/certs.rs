@@ -10,6 +10,7 @@ use rustls::pki_types::pem::{self, PemObject};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::sign::CertifiedKey;
 use rustls::{Error as RustlsError, InconsistentKeys};
+use scb_core::date::from_unix_secs;
 
 use crate::der;
 use crate::error::TlsError;
@@ -77,13 +78,13 @@ fn load(files: &CertFiles, provider: &CryptoProvider, now: i64) -> Result<Loaded
     if now > validity.not_after {
         return Err(TlsError::Expired {
             path: cert_path.clone(),
-            not_after: der::format_time(validity.not_after),
+            not_after: from_unix_secs(validity.not_after),
         });
     }
     if now < validity.not_before {
         return Err(TlsError::NotYetValid {
             path: cert_path.clone(),
-            not_before: der::format_time(validity.not_before),
+            not_before: from_unix_secs(validity.not_before),
         });
     }
 
@@ -119,8 +120,8 @@ fn load(files: &CertFiles, provider: &CryptoProvider, now: i64) -> Result<Loaded
         info: CertInfo {
             cert: cert_path.clone(),
             names,
-            not_before: der::system_time(validity.not_before),
-            not_after: der::system_time(validity.not_after),
+            not_before: from_unix_secs(validity.not_before),
+            not_after: from_unix_secs(validity.not_after),
         },
     })
 }

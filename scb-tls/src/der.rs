@@ -7,7 +7,7 @@
 //! `Certificate -> tbsCertificate -> [version], serialNumber, signature, issuer, validity`.
 //! It runs only on certificates webpki has already accepted.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use scb_core::date::{days_from_civil, days_in_month};
 
 /// `notBefore` and `notAfter`, as seconds since the Unix epoch (negative before 1970).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,29 +43,6 @@ pub(crate) fn validity(cert: &[u8]) -> Option<Validity> {
     })
 }
 
-/// A Unix time as a [`SystemTime`].
-pub(crate) fn system_time(unix: i64) -> SystemTime {
-    let magnitude = Duration::from_secs(unix.unsigned_abs());
-    if unix >= 0 {
-        UNIX_EPOCH + magnitude
-    } else {
-        UNIX_EPOCH - magnitude
-    }
-}
-
-/// Formats a Unix time as `2025-01-31 23:59:59 UTC`, for error messages.
-pub(crate) fn format_time(unix: i64) -> String {
-    let days = unix.div_euclid(86_400);
-    let secs = unix.rem_euclid(86_400);
-    let (year, month, day) = civil_from_days(days);
-    format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
-        secs / 3600,
-        secs / 60 % 60,
-        secs % 60
-    )
-}
-
 fn time(input: &mut &[u8]) -> Option<i64> {
     let (tag, value) = next(input)?;
     // RFC 5280 4.1.2.5: UTCTime is YYMMDDHHMMSSZ (years 1950-2049), GeneralizedTime is
@@ -81,8 +58,8 @@ fn time(input: &mut &[u8]) -> Option<i64> {
     if rest[10] != b'Z' {
         return None;
     }
-    let month = digits(&rest[0..2])?;
-    let day = digits(&rest[2..4])?;
+    let month = u32::try_from(digits(&rest[0..2])?).ok()?;
+    let day = u32::try_from(digits(&rest[2..4])?).ok()?;
     let hour = digits(&rest[4..6])?;
     let minute = digits(&rest[6..8])?;
     let second = digits(&rest[8..10])?;
@@ -104,41 +81,6 @@ fn digits(ascii: &[u8]) -> Option<i64> {
     })
 }
 
-fn days_in_month(year: i64, month: i64) -> i64 {
-    match month {
-        2 if year % 4 == 0 && (year % 100 != 0 || year % 400 == 0) => 29,
-        2 => 28,
-        4 | 6 | 9 | 11 => 30,
-        _ => 31,
-    }
-}
-
-// Howard Hinnant's `days_from_civil` and `civil_from_days` (proleptic Gregorian calendar,
-// day 0 = 1970-01-01), http://howardhinnant.github.io/date_algorithms.html.
-fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (month + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
-fn civil_from_days(days: i64) -> (i64, i64, i64) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day)
-}
-
-/// The next TLV if its tag is `tag`; its value.
 fn expect<'a>(input: &mut &'a [u8], tag: u8) -> Option<&'a [u8]> {
     let (found, value) = next(input)?;
     (found == tag).then_some(value)
@@ -177,6 +119,10 @@ fn next<'a>(input: &mut &'a [u8]) -> Option<(u8, &'a [u8])> {
 
 #[cfg(test)]
 mod tests {
+    use std::time::UNIX_EPOCH;
+
+    use scb_core::date::{UtcTime, from_unix_secs};
+
     use super::*;
 
     fn tlv(tag: u8, value: &[u8]) -> Vec<u8> {
@@ -218,8 +164,14 @@ mod tests {
         );
         let validity = validity(&der).unwrap();
         assert_eq!(validity.not_before, 1_738_367_999);
-        assert_eq!(format_time(validity.not_before), "2025-01-31 23:59:59 UTC");
-        assert_eq!(format_time(validity.not_after), "2099-12-31 00:00:00 UTC");
+        assert_eq!(
+            UtcTime::from_unix(validity.not_before).to_string(),
+            "2025-01-31 23:59:59 UTC"
+        );
+        assert_eq!(
+            UtcTime::from_unix(validity.not_after).to_string(),
+            "2099-12-31 00:00:00 UTC"
+        );
     }
 
     #[test]
@@ -230,10 +182,16 @@ mod tests {
             (UTC_TIME, "491231235959Z"),
         );
         let validity = validity(&der).unwrap();
-        assert_eq!(format_time(validity.not_before), "1950-01-01 00:00:00 UTC");
-        assert_eq!(format_time(validity.not_after), "2049-12-31 23:59:59 UTC");
+        assert_eq!(
+            UtcTime::from_unix(validity.not_before).to_string(),
+            "1950-01-01 00:00:00 UTC"
+        );
+        assert_eq!(
+            UtcTime::from_unix(validity.not_after).to_string(),
+            "2049-12-31 23:59:59 UTC"
+        );
         assert!(validity.not_before < 0);
-        assert!(system_time(validity.not_before) < UNIX_EPOCH);
+        assert!(from_unix_secs(validity.not_before) < UNIX_EPOCH);
     }
 
     #[test]
@@ -280,16 +238,5 @@ mod tests {
         for len in 0..der.len() {
             assert_eq!(validity(&der[..len]), None, "truncated to {len}");
         }
-    }
-
-    #[test]
-    fn civil_dates_round_trip() {
-        for days in (-800_000..800_000).step_by(997) {
-            let (y, m, d) = civil_from_days(days);
-            assert!((1..=12).contains(&m) && (1..=days_in_month(y, m)).contains(&d));
-            assert_eq!(days_from_civil(y, m, d), days);
-        }
-        assert_eq!(days_from_civil(1970, 1, 1), 0);
-        assert_eq!(days_from_civil(2000, 3, 1), 11_017);
     }
 }

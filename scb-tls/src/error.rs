@@ -2,6 +2,9 @@
 
 use std::io;
 use std::path::PathBuf;
+use std::time::SystemTime;
+
+use scb_core::date::UtcTime;
 
 /// Why a [`TlsSettings`](crate::TlsSettings) could not be loaded (at start-up, by
 /// [`TlsSettings::check`](crate::TlsSettings::check) or by a
@@ -82,21 +85,21 @@ pub enum TlsError {
     },
 
     /// The certificate's `notAfter` is in the past.
-    #[error("{}: certificate expired on {not_after}", path.display())]
+    #[error("{}: certificate expired on {}", path.display(), UtcTime::from(*not_after))]
     Expired {
         /// The certificate file.
         path: PathBuf,
-        /// `notAfter`, as `2025-01-31 23:59:59 UTC`.
-        not_after: String,
+        /// `notAfter`; the message writes it as `2025-01-31 23:59:59 UTC`.
+        not_after: SystemTime,
     },
 
     /// The certificate's `notBefore` is in the future.
-    #[error("{}: certificate not valid before {not_before}", path.display())]
+    #[error("{}: certificate not valid before {}", path.display(), UtcTime::from(*not_before))]
     NotYetValid {
         /// The certificate file.
         path: PathBuf,
-        /// `notBefore`, as `2025-01-31 23:59:59 UTC`.
-        not_before: String,
+        /// `notBefore`; the message writes it as `2025-01-31 23:59:59 UTC`.
+        not_before: SystemTime,
     },
 
     /// rustls refused the configuration (not expected with the settings this crate makes).

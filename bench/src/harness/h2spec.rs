@@ -70,7 +70,7 @@ pub(crate) fn run(args: &H2specArgs) -> anyhow::Result<bool> {
     let out = args.out.clone().unwrap_or_else(|| {
         PathBuf::from("bench/out").join(format!(
             "{}-h2spec",
-            crate::harness::timefmt::UtcTime::now().compact()
+            scb_core::date::UtcTime::now().compact()
         ))
     });
     let work = out.join("work");

@@ -12,7 +12,8 @@
 //!   [`h2load`] (the load generators and their output), [`proctree`] (CPU time and peak RSS
 //!   of a process tree).
 //! - Output: [`figures`] (rows and ratios), [`report`] (Markdown), [`export`] (CSV and
-//!   JSON), [`chart`] (SVG), [`environment`] (the environment block), [`timefmt`].
+//!   JSON), [`chart`] (SVG), [`environment`] (the environment block); timestamps come
+//!   from `scb_core::date`.
 //! - [`run`]: the whole run, scenario by scenario, server by server.
 //! - [`profile`]: why scb costs what it costs in one scenario (strace, /proc, perf,
 //!   callgrind).
@@ -44,7 +45,6 @@ pub(crate) mod server;
 pub(crate) mod settings;
 pub(crate) mod soak;
 pub(crate) mod template;
-pub(crate) mod timefmt;
 pub(crate) mod tools;
 pub(crate) mod verify;
 pub(crate) mod wrk;

@@ -9,7 +9,7 @@ use crate::harness::cpuset::CpuSet;
 use crate::harness::load::LoadGen;
 use crate::harness::scenario::{Protocol, Scenario};
 use crate::harness::server::Server;
-use crate::harness::timefmt::UtcTime;
+use scb_core::date::UtcTime;
 
 /// Measured seconds of a normal run: long enough that start-up of the connections and
 /// 10 ms CPU ticks are under 1% of the window.

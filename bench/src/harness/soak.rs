@@ -109,10 +109,8 @@ pub(crate) fn run(args: &SoakArgs) -> anyhow::Result<bool> {
     crate::harness::process::install_signal_cleanup()?;
     tools::ensure_tools(vec![tools::WRK, tools::H2LOAD])?;
     let out = args.out.clone().unwrap_or_else(|| {
-        PathBuf::from("bench/out").join(format!(
-            "{}-soak",
-            crate::harness::timefmt::UtcTime::now().compact()
-        ))
+        PathBuf::from("bench/out")
+            .join(format!("{}-soak", scb_core::date::UtcTime::now().compact()))
     });
     let work = out.join("work");
     fs::create_dir_all(work.join("docroot/files"))?;

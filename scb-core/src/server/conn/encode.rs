@@ -202,12 +202,11 @@ pub(crate) fn with_date<R>(f: impl FnOnce(&[u8]) -> R) -> R {
         let mut cached = cell.borrow_mut();
         let now = SystemTime::now();
         let second = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-        if cached.second != second {
-            let text = httpdate::fmt_http_date(now);
-            if text.len() == 29 {
-                cached.text.copy_from_slice(text.as_bytes());
-                cached.second = second;
-            }
+        if cached.second != second
+            && let Some(text) = crate::date::imf_fixdate(now)
+        {
+            cached.text = text;
+            cached.second = second;
         }
         f(&cached.text)
     })

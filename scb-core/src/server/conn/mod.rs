@@ -218,11 +218,7 @@ where
 }
 
 fn log_panic(panic: &(dyn std::any::Any + Send)) {
-    let msg = panic
-        .downcast_ref::<&str>()
-        .copied()
-        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
-        .unwrap_or("(non-string panic payload)");
+    let msg = crate::catch_panic::panic_message(panic);
     tracing::error!(panic = msg, "request handler panicked; answered 500");
 }
 
