@@ -33,7 +33,6 @@ use tower::{Layer, Service, ServiceBuilder};
 use crate::plan::{RoutePlan, UNMATCHED};
 use crate::route::RouteService;
 
-
 /// The routes with the https layers a config may add.
 type Routed =
     Either<RedirectHttps<Either<Hsts<AppRouter>, AppRouter>>, Either<Hsts<AppRouter>, AppRouter>>;
