@@ -716,6 +716,12 @@ mod tests {
                 ),
                 "route[0].static.listing: unknown field `listing`",
             ),
+            (
+                format!(
+                    "{LISTEN}[[route]]\nprefix = \"/\"\nstatic = {{ root = \"/tmp\", cache_control = [{{ glob = \"*.js\", value = \"no-cache\" }}, {{ glob = \"[z-a]\", value = \"no-cache\" }}] }}\n"
+                ),
+                "scb.toml:5:83: route[0].static.cache_control[1]: invalid glob `[z-a]`",
+            ),
         ];
         for (source, want) in cases {
             let got = error(&source);

@@ -30,7 +30,7 @@ pub enum ProxyError {
     /// The upstream's answer is not a valid HTTP/1.1 response, or one scb refuses to pass
     /// on (both Content-Length and Transfer-Encoding, oversized head).
     #[error("invalid upstream response: {0}")]
-    Protocol(String),
+    Protocol(InvalidResponse),
     /// The request body is larger than `max_body`.
     #[error("request body too large")]
     BodyTooLarge,
@@ -40,6 +40,19 @@ pub enum ProxyError {
     /// The request's Host (or authority) is not `host[:port]`: nothing is forwarded.
     #[error("invalid host")]
     InvalidHost,
+}
+
+/// Why an upstream's response was refused, in words for logs and the 502's reason.
+/// Opaque on purpose: what a caller acts on is that it is [`ProxyError::Protocol`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct InvalidResponse(pub(crate) &'static str);
+
+impl InvalidResponse {
+    /// The reason, such as `several Content-Length fields`.
+    pub fn reason(&self) -> &'static str {
+        self.0
+    }
 }
 
 impl ProxyError {

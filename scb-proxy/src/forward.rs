@@ -107,13 +107,17 @@ impl TrustedProxies {
     ///
     /// # Errors
     ///
-    /// The first entry that is neither a network nor an address.
-    pub fn new<'a>(nets: impl IntoIterator<Item = &'a str>) -> Result<Self, String> {
+    /// The first entry that is neither a network nor an address, and its position.
+    pub fn new<'a>(nets: impl IntoIterator<Item = &'a str>) -> Result<Self, InvalidNetwork> {
         nets.into_iter()
-            .map(|net| {
+            .enumerate()
+            .map(|(index, net)| {
                 net.parse::<IpNet>()
                     .or_else(|_| net.parse::<IpAddr>().map(IpNet::from))
-                    .map_err(|_| net.to_owned())
+                    .map_err(|_| InvalidNetwork {
+                        index,
+                        entry: net.to_owned(),
+                    })
             })
             .collect::<Result<Vec<_>, _>>()
             .map(Self)
@@ -123,6 +127,17 @@ impl TrustedProxies {
         let ip = ip.to_canonical();
         self.0.iter().any(|net| net.contains(&ip))
     }
+}
+
+/// An entry given to [`TrustedProxies::new`] that is neither a network nor an address.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{entry:?} is neither a network (10.0.0.0/8) nor an address")]
+#[non_exhaustive]
+pub struct InvalidNetwork {
+    /// Its position in the list, from 0.
+    pub index: usize,
+    /// The entry as given.
+    pub entry: String,
 }
 
 /// What the request's own hop looked like.
@@ -386,7 +401,10 @@ mod tests {
         assert!(TrustedProxies::new(["10.0.0.0/8", "192.168.1.1", "fd00::/8"]).is_ok());
         assert_eq!(
             TrustedProxies::new(["10.0.0.0/8", "nonsense"]),
-            Err("nonsense".to_owned())
+            Err(InvalidNetwork {
+                index: 1,
+                entry: "nonsense".to_owned()
+            })
         );
     }
 

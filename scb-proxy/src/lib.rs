@@ -66,8 +66,8 @@ mod upstream;
 
 pub use balance::{Balance, HashKey};
 pub use builder::{BuildError, ProxySettings, ReverseProxyBuilder};
-pub use error::ProxyError;
-pub use forward::TrustedProxies;
+pub use error::{InvalidResponse, ProxyError};
+pub use forward::{InvalidNetwork, TrustedProxies};
 pub use health::{ActiveHealth, PassiveHealth};
 pub use layer::{ReverseProxyLayer, ReverseProxyOr};
 pub use service::{ClientIp, ResponseFuture, ReverseProxy};

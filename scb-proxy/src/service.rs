@@ -24,7 +24,7 @@ use crate::balance::{Balance, Balancer};
 use crate::body::{Guarded, TooLarge};
 use crate::builder::{MAX_TRIES, ProxySettings, ReverseProxyBuilder};
 use crate::client::{Connection, Framing, ResponseHead, SendError, Start};
-use crate::error::ProxyError;
+use crate::error::{InvalidResponse, ProxyError};
 use crate::forward::{self, Hop};
 use crate::health::{self, ActiveHealth};
 use crate::pool::{Conn, Home, Pool};
@@ -284,7 +284,7 @@ impl ReverseProxy {
                 }
                 Ok(Err(SendError::Body(e))) => return Err(client_body_error(&e)),
                 Ok(Err(SendError::Invalid(why))) => {
-                    let e = ProxyError::Protocol(why.into());
+                    let e = ProxyError::Protocol(InvalidResponse(why));
                     if config.passive.count_invalid_responses {
                         self.failed(state, &e);
                     } else {
@@ -349,7 +349,9 @@ impl ReverseProxy {
             }
             // A 101 nobody asked for: the connection is of no further use, and the
             // client is told nothing happened.
-            let e = ProxyError::Protocol("101 to a request that asked for no upgrade".into());
+            let e = ProxyError::Protocol(InvalidResponse(
+                "101 to a request that asked for no upgrade",
+            ));
             self.failed(&self.shared.upstreams[index], &e);
             return e.into_response();
         }

@@ -44,16 +44,17 @@ pub(crate) struct CacheControlRules {
 /// Rules that cannot be compiled. `rule` is the 0-based position of the offending rule in
 /// the list given, for the caller to point at the configuration entry.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum CacheControlError {
+#[non_exhaustive]
+pub enum CacheControlError {
     /// The pattern is not a glob.
-    #[error("invalid glob `{pattern}`: {kind}")]
+    #[error("invalid glob `{pattern}`: {reason}")]
     Glob {
         /// Position of the rule.
         rule: usize,
         /// The pattern as configured.
         pattern: String,
-        /// What globset found wrong with it.
-        kind: globset::ErrorKind,
+        /// What the glob compiler found wrong with it.
+        reason: String,
     },
     /// The pattern is a glob, but cannot match a file.
     #[error("glob `{pattern}` can match no file: {why}")]
@@ -66,10 +67,10 @@ pub(crate) enum CacheControlError {
         why: &'static str,
     },
     /// The patterns are valid one by one but too many or too large to compile together.
-    #[error("cache-control globs too complex to compile together: {kind}")]
+    #[error("cache-control globs too complex to compile together: {reason}")]
     TooComplex {
-        /// What globset found wrong with them.
-        kind: globset::ErrorKind,
+        /// What the glob compiler found wrong with them.
+        reason: String,
     },
     /// The value cannot be sent as a header (empty, or control characters such as a
     /// newline).
@@ -82,6 +83,19 @@ pub(crate) enum CacheControlError {
         /// The value as configured.
         value: String,
     },
+}
+
+impl CacheControlError {
+    /// The 0-based position of the offending rule; `None` when the rules are only wrong
+    /// together.
+    pub fn rule(&self) -> Option<usize> {
+        match self {
+            Self::Glob { rule, .. } | Self::Unmatchable { rule, .. } | Self::Value { rule, .. } => {
+                Some(*rule)
+            }
+            Self::TooComplex { .. } => None,
+        }
+    }
 }
 
 impl CacheControlRules {
@@ -125,7 +139,7 @@ impl CacheControlRules {
                 .map_err(|e| CacheControlError::Glob {
                     rule,
                     pattern: pattern.to_owned(),
-                    kind: e.kind().clone(),
+                    reason: e.kind().to_string(),
                 })?;
             let header = HeaderValue::from_str(value)
                 .ok()
@@ -140,7 +154,7 @@ impl CacheControlRules {
         }
         // Each glob compiled alone; together they can still exceed the regex size limit.
         let set = builder.build().map_err(|e| CacheControlError::TooComplex {
-            kind: e.kind().clone(),
+            reason: e.kind().to_string(),
         })?;
         Ok(CacheControlRules {
             set,

@@ -97,7 +97,14 @@ impl fmt::Display for Coding {
 /// A configuration name that is not a coding the server has sidecars for.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("unknown precompressed coding `{0}` (expected br, zstd or gzip)")]
-pub(crate) struct UnknownCoding(pub(crate) String);
+pub struct UnknownCoding(pub(crate) String);
+
+impl UnknownCoding {
+    /// The name as configured.
+    pub fn name(&self) -> &str {
+        &self.0
+    }
+}
 
 impl FromStr for Coding {
     type Err = UnknownCoding;

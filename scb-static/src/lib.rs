@@ -37,6 +37,8 @@ mod range;
 pub mod compress;
 
 pub use cache::OpenFileCache;
+pub use cache_control::CacheControlError;
+pub use encoding::UnknownCoding;
 pub use serve::{
     BuildError, ResponseFuture, ServeStatic, ServeStaticBuilder, ServeStaticLayer, ServeStaticOr,
 };

@@ -248,10 +248,13 @@ impl TryFrom<&StaticConfig> for scb_static::ServeStatic {
                 Some(p) => Located::at(p, "precompressed", e),
                 None => Located::at(&config.root, "precompressed", e),
             },
-            scb_static::BuildError::CacheControl(_) => match config.cache_control.first() {
-                Some(first) => Located::at(first, "cache_control", e),
-                None => Located::at(&config.root, "cache_control", e),
-            },
+            scb_static::BuildError::CacheControl(ref why) => {
+                let rule = why.rule().unwrap_or(0);
+                match config.cache_control.get(rule) {
+                    Some(entry) => Located::at(entry, format!("cache_control[{rule}]"), e),
+                    None => Located::at(&config.root, "cache_control", e),
+                }
+            }
             scb_static::BuildError::SiteFile { setting, .. } => {
                 let at = match setting {
                     "fallback" => config.fallback.as_ref(),
@@ -467,15 +470,10 @@ fn hash_key(key: &Spanned<String>) -> Result<scb_proxy::HashKey, Located> {
 /// Each entry a network (`10.0.0.0/8`) or an address; an error names the first bad one.
 fn trusted_proxies(entries: &[Spanned<String>]) -> Result<scb_proxy::TrustedProxies, Located> {
     scb_proxy::TrustedProxies::new(entries.iter().map(|e| e.get_ref().as_str())).map_err(|bad| {
-        let (i, entry) = entries
-            .iter()
-            .enumerate()
-            .find(|(_, e)| *e.get_ref() == bad)
-            .expect("the bad entry is one of the entries");
         Located::at(
-            entry,
-            format!("trusted_proxies[{i}]"),
-            format_args!("{bad:?} is neither a network (10.0.0.0/8) nor an address"),
+            &entries[bad.index],
+            format!("trusted_proxies[{}]", bad.index),
+            bad,
         )
     })
 }

@@ -107,11 +107,11 @@ pub enum BuildError {
         source: std::io::Error,
     },
     /// A precompressed coding that is not `br`, `zstd` or `gzip`.
-    #[error("{0}")]
-    Coding(String),
+    #[error(transparent)]
+    Coding(#[from] UnknownCoding),
     /// A Cache-Control rule that does not compile.
-    #[error("{0}")]
-    CacheControl(String),
+    #[error(transparent)]
+    CacheControl(#[from] CacheControlError),
     /// A [`fallback`](ServeStaticBuilder::fallback) or
     /// [`not_found`](ServeStaticBuilder::not_found) file that is not a path beneath the
     /// root.
@@ -296,10 +296,8 @@ impl ServeStaticBuilder {
             .precompressed
             .iter()
             .map(|c| c.parse::<Coding>())
-            .collect::<Result<Vec<_>, UnknownCoding>>()
-            .map_err(|e| BuildError::Coding(e.to_string()))?;
-        let cache_control = CacheControlRules::new(self.cache_control)
-            .map_err(|e: CacheControlError| BuildError::CacheControl(e.to_string()))?;
+            .collect::<Result<Vec<_>, UnknownCoding>>()?;
+        let cache_control = CacheControlRules::new(self.cache_control)?;
         Ok(ServeStatic {
             not_found_page: true,
             config: Arc::new(Config {
