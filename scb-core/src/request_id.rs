@@ -74,7 +74,7 @@ pub fn is_valid(bytes: &[u8]) -> bool {
 /// made per id. The ids are not secret and not unpredictable: do not use them as tokens.
 ///
 /// No allocation per id either: ids are written into a per-thread buffer of
-/// [`IDS_PER_BUFFER`] ids and handed out as shared slices of it; a buffer is freed when
+/// 128 ids and handed out as shared slices of it; a buffer is freed when
 /// the last of its ids is dropped.
 pub fn generate() -> HeaderValue {
     GENERATOR.with(|g| {
