@@ -11,8 +11,9 @@
 //!   repeated Content-Length or Transfer-Encoding, or both together; or an expectation
 //!   other than `100-continue` (417, as RFC 9110 10.1.1 allows: hyper ignores it);
 //! - a body both hand to the handler reads the same, unless scb's chunked decoder refuses
-//!   it (a CR or NUL in a chunk extension, a trailer line that is not a field: hyper skips
-//!   extensions and is laxer there; a stray CR is how front ends are made to disagree).
+//!   it (a control byte such as a stray CR in or before a chunk extension, a trailer line
+//!   that is not a field: hyper skips extensions and is laxer there; a stray CR is how
+//!   front ends are made to disagree).
 //!
 //! Neither may hang: each exchange runs in memory and panics after 10 s.
 

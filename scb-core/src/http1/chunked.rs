@@ -180,8 +180,15 @@ fn parse_size_line(line: &[u8]) -> Result<u64, ChunkError> {
         let d = (b as char).to_digit(16).unwrap_or(0);
         (n << 4) | u64::from(d)
     });
-    let rest = line[digits..].trim_ascii_start();
-    if !(rest.is_empty() || rest[0] == b';') || rest.iter().any(|&b| b == b'\r' || b == 0) {
+    // BWS is SP and HTAB only: `trim_ascii_start` would also eat the stray CRs a front end
+    // may read as a line end (found by the `h1_differential` fuzz target).
+    let bws = line[digits..]
+        .iter()
+        .take_while(|&&b| b == b' ' || b == b'\t')
+        .count();
+    let rest = &line[digits + bws..];
+    let is_control = |&b: &u8| (b < b' ' && b != b'\t') || b == 0x7f;
+    if !(rest.is_empty() || rest[0] == b';') || rest.iter().any(is_control) {
         return Err(ChunkError::Size);
     }
     Ok(size)
@@ -243,6 +250,11 @@ mod tests {
             b"5 5\r\nhello\r\n",
             b"fffffffffffffffff\r\n",
             b"g\r\n",
+            // A stray CR (or any control byte) between the size and its extension.
+            b"0\r\r;x=y\r\n\r\n",
+            b"0\r;x\r\n\r\n",
+            b"0 \x0c;x\r\n\r\n",
+            b"0;x=\x01\r\n\r\n",
         ] {
             assert!(
                 decode_all(bad).is_err(),
