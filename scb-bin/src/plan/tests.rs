@@ -1,0 +1,568 @@
+//! Configs from source text to `Plan`: what is accepted and how it is converted, and for
+//! what is refused, the exact `file:line:col: key: message` that `scb check` prints.
+
+use super::*;
+
+const LISTEN: &str = "[[listen]]\naddr = \"127.0.0.1:8080\"\n";
+
+/// The error for `source` as `scb check` prints it.
+fn error(source: &str) -> String {
+    let err = Plan::from_source(source).expect_err("config should be refused");
+    err.locate(Path::new("scb.toml"), source).to_string()
+}
+
+fn plan(source: &str) -> Plan {
+    Plan::from_source(source).unwrap_or_else(|e| panic!("{e:?}"))
+}
+
+#[test]
+fn the_schema_from_the_issue_is_accepted_as_written() {
+    let plan = plan(include_str!("../../config/example.toml"));
+    assert_eq!(plan.routes.len(), 2);
+    assert_eq!(&*plan.routes[0].name, "hello");
+    assert_eq!(plan.routes[0].matcher, PathMatch::Exact("/respond".into()));
+    assert_eq!(&*plan.routes[1].name, "api");
+    let Handler::Proxy(proxy) = &plan.routes[1].handler else {
+        panic!("not a proxy: {:?}", plan.routes[1].handler);
+    };
+    assert_eq!(proxy.upstreams().count(), 2);
+    assert_eq!(
+        plan.metrics,
+        Some(MetricsPlan {
+            listen: "127.0.0.1:9090".parse().unwrap(),
+            path: "/metrics".into(),
+        })
+    );
+    assert_eq!(plan.request_id_header, "x-request-id");
+    assert_eq!(plan.grace_period, Some(Duration::from_secs(10)));
+    assert!(!plan.access_log);
+}
+
+#[test]
+fn absent_limits_are_scb_core_defaults() {
+    let plan = plan(LISTEN);
+    assert_eq!(plan.limits, Limits::default());
+    assert_eq!(plan.metrics, None);
+    assert_eq!(plan.grace_period, None);
+    assert!(plan.routes.is_empty());
+}
+
+#[test]
+#[allow(
+    clippy::field_reassign_with_default,
+    reason = "Limits is non_exhaustive: outside scb-core, assigning fields is the only way"
+)]
+fn limits_are_converted_with_their_units() {
+    let plan = plan(&format!(
+        "[limits]\nheader_read_timeout = \"2s 500ms\"\nbody_read_timeout = \"1m\"\n\
+         send_timeout = \"5s\"\nkeep_alive_timeout = \"75s\"\nmax_header_bytes = \"8KiB\"\n\
+         max_headers = 50\nmax_body_bytes = \"1MiB\"\nmax_connections = 64\n{LISTEN}"
+    ));
+    let mut want = Limits::default();
+    want.header_read_timeout = Duration::from_millis(2500);
+    want.body_read_timeout = Duration::from_secs(60);
+    want.send_timeout = Duration::from_secs(5);
+    want.keep_alive_timeout = Duration::from_secs(75);
+    want.max_header_bytes = 8192;
+    want.max_headers = 50;
+    want.max_body_bytes = 1 << 20;
+    want.max_connections = 64;
+    assert_eq!(plan.limits, want);
+
+    let plan = super::tests::plan(&format!("[limits]\nmax_body_bytes = 0\n{LISTEN}"));
+    assert_eq!(plan.limits.max_body_bytes, 0);
+}
+
+#[test]
+fn route_names_are_derived_from_paths() {
+    let plan = plan(&format!(
+        "{LISTEN}[[route]]\npath = \"/respond\"\nrespond = {{}}\n\
+         [[route]]\npath = \"/\"\nrespond = {{}}\n\
+         [[route]]\nprefix = \"/api/v1/\"\nrespond = {{}}\n"
+    ));
+    let names: Vec<_> = plan.routes.iter().map(|r| &*r.name).collect();
+    assert_eq!(names, ["respond", "root", "api-v1"]);
+    assert_eq!(plan.routes[2].matcher, PathMatch::Prefix("/api/v1/".into()));
+}
+
+#[test]
+fn static_routes_are_built_from_their_table() {
+    let root = std::env::temp_dir();
+    let source = format!(
+        "{LISTEN}[[route]]\nprefix = \"/\"\nstatic = {{ root = {:?}, index = \"\", \
+         precompressed = [\"br\", \"gzip\"], symlinks = \"none\", show_hidden = true, \
+         cache_control = [{{ glob = \"*.html\", value = \"no-cache\" }}], \
+         fallback = \"index.html\", not_found = \"errors/404.html\", \
+         list_directories = true }}\n",
+        root.display().to_string()
+    );
+    let plan = plan(&source);
+    assert_eq!(&*plan.routes[0].name, "root");
+    assert!(matches!(plan.routes[0].handler, Handler::Static { .. }));
+}
+
+#[test]
+fn static_route_errors_name_their_key() {
+    let cases = [
+        (
+            format!("{LISTEN}[[route]]\nprefix = \"/\"\nstatic = {{ root = \"/no/such/dir\" }}\n"),
+            "scb.toml:5:19: route[0].static.root: cannot open the root directory /no/such/dir",
+        ),
+        (
+            format!(
+                "{LISTEN}[[route]]\nprefix = \"/\"\nstatic = {{ root = \"/tmp\", symlinks = \"maybe\" }}\n"
+            ),
+            "scb.toml:5:38: route[0].static.symlinks: must be \"beneath\" or \"none\"",
+        ),
+        (
+            format!(
+                "{LISTEN}[[route]]\nprefix = \"/\"\nstatic = {{ root = \"/tmp\", precompressed = [\"lzma\"] }}\n"
+            ),
+            "scb.toml:5:43: route[0].static.precompressed: unknown precompressed coding",
+        ),
+        (
+            format!(
+                "{LISTEN}[[route]]\nprefix = \"/\"\nstatic = {{ root = \"/tmp\", fallback = \"/srv/www/index.html\" }}\n"
+            ),
+            "scb.toml:5:38: route[0].static.fallback: must be a path relative to root, not an absolute path",
+        ),
+        (
+            format!(
+                "{LISTEN}[[route]]\nprefix = \"/\"\nstatic = {{ root = \"/tmp\", not_found = \"../404.html\" }}\n"
+            ),
+            "scb.toml:5:39: route[0].static.not_found: must not contain `..`: the file is beneath root",
+        ),
+        (
+            format!(
+                "{LISTEN}[[route]]\nprefix = \"/\"\nstatic = {{ root = \"/tmp\", listing = true }}\n"
+            ),
+            "route[0].static.listing: unknown field `listing`",
+        ),
+        (
+            format!(
+                "{LISTEN}[[route]]\nprefix = \"/\"\nstatic = {{ root = \"/tmp\", cache_control = [{{ glob = \"*.js\", value = \"no-cache\" }}, {{ glob = \"[z-a]\", value = \"no-cache\" }}] }}\n"
+            ),
+            "scb.toml:5:83: route[0].static.cache_control[1]: invalid glob `[z-a]`",
+        ),
+    ];
+    for (source, want) in cases {
+        let got = error(&source);
+        assert!(got.contains(want), "got {got:?}, want {want:?}");
+    }
+}
+
+#[test]
+fn listener_tls_errors_name_their_key() {
+    let route = "[[route]]\npath = \"/\"\nrespond = {}\n";
+    let cases = [
+        (
+            "[[listen]]\naddr = \"127.0.0.1:0\"\ntls = { cert = \"/x.pem\" }\n",
+            "listen[0].tls.key: `cert` needs its `key`",
+        ),
+        (
+            "[[listen]]\naddr = \"127.0.0.1:0\"\ntls = {}\n",
+            "listen[0].tls: needs `cert` and `key`",
+        ),
+        (
+            "[[listen]]\naddr = \"127.0.0.1:0\"\ntls = { cert = \"/no/such.pem\", key = \"/no/such.key\" }\n",
+            "/no/such.pem",
+        ),
+        (
+            "[[listen]]\naddr = \"127.0.0.1:0\"\nredirect_https = \"yes\"\n",
+            "listen[0].redirect_https",
+        ),
+        (
+            "[[listen]]\naddr = \"127.0.0.1:0\"\ntls = { cert = \"a\", key = \"b\", ocsp = true }\n",
+            "unknown field `ocsp`",
+        ),
+    ];
+    for (listen, want) in cases {
+        let got = error(&format!("{listen}{route}"));
+        assert!(got.contains(want), "got {got:?}, want {want:?}");
+    }
+}
+
+#[test]
+fn plain_listeners_may_redirect_to_https() {
+    let plan = plan(
+        "[[listen]]\naddr = \"127.0.0.1:0\"\n\
+         [[listen]]\naddr = \"127.0.0.1:0\"\nredirect_https = true\n\
+         [[route]]\npath = \"/\"\nrespond = {}\n",
+    );
+    assert_eq!(plan.https.redirect, [1]);
+    assert_eq!(plan.https.https_listener, None);
+    assert!(plan.tls.is_empty());
+}
+
+#[test]
+fn proxy_routes_are_built_from_their_table() {
+    let plan = plan(&format!(
+        "{LISTEN}[[route]]\nprefix = \"/api/\"\n\
+         proxy = {{ upstreams = [\"127.0.0.1:8081\", {{ addr = \"[::1]:8082\", weight = 2 }}], \
+         balance = \"hash\", hash_key = \"header:X-User\", strip_prefix = true, \
+         preserve_host = false, trusted_proxies = [\"10.0.0.0/8\", \"::1\"], \
+         connect_timeout = \"2s\", response_timeout = \"30s\", idle_timeout = \"1m\", \
+         try_timeout = \"10s\", max_body = \"1MiB\", max_tries = 2, max_idle = 0, \
+         pool_idle_timeout = \"15s\", max_response_head = \"32KiB\", \
+         passive = {{ max_fails = 0, fail_timeout = \"5s\", count_invalid_responses = true }}, \
+         health = {{ path = \"/healthz?full=1\", interval = \"1s\", timeout = \"500ms\", \
+         passes = 3, fails = 1 }} }}\n\
+         [[route]]\npath = \"/one\"\nproxy = {{ upstreams = [\"app.internal:80\"] }}\n"
+    ));
+    let Handler::Proxy(proxy) = &plan.routes[0].handler else {
+        panic!("not a proxy: {:?}", plan.routes[0].handler);
+    };
+    let settings = proxy.settings();
+    let upstreams: Vec<_> = proxy.upstreams().map(ToString::to_string).collect();
+    assert_eq!(upstreams.len(), 2);
+    assert_eq!(upstreams[1], "[::1]:8082");
+    assert_eq!(
+        *proxy.balance(),
+        scb_proxy::Balance::Hash(scb_proxy::HashKey::Header(HeaderName::from_static(
+            "x-user"
+        )))
+    );
+    assert_eq!(settings.strip_prefix.as_deref(), Some("/api/"));
+    assert!(!settings.preserve_host);
+    assert_eq!(settings.connect_timeout, Duration::from_secs(2));
+    assert_eq!(settings.response_timeout, Duration::from_secs(30));
+    assert_eq!(settings.idle_timeout, Duration::from_secs(60));
+    assert_eq!(settings.try_timeout, Duration::from_secs(10));
+    assert_eq!(settings.max_body, Some(1 << 20));
+    assert_eq!(settings.max_tries, 2);
+    assert_eq!(settings.max_idle, 0);
+    assert_eq!(settings.pool_idle_timeout, Duration::from_secs(15));
+    assert_eq!(settings.max_response_head, 32 << 10);
+    assert_eq!(
+        settings.passive,
+        scb_proxy::PassiveHealth::new()
+            .max_fails(0)
+            .fail_timeout(Duration::from_secs(5))
+            .count_invalid_responses(true)
+    );
+    assert_eq!(
+        proxy.active_health(),
+        Some(&scb_proxy::ActiveHealth {
+            path: "/healthz?full=1".into(),
+            interval: Duration::from_secs(1),
+            timeout: Duration::from_millis(500),
+            passes: 3,
+            fails: 1,
+        })
+    );
+
+    let Handler::Proxy(proxy) = &plan.routes[1].handler else {
+        panic!("not a proxy: {:?}", plan.routes[1].handler);
+    };
+    assert_eq!(*proxy.balance(), scb_proxy::Balance::RoundRobin);
+    assert_eq!(proxy.settings().strip_prefix, None);
+    assert_eq!(proxy.active_health(), None);
+}
+
+#[test]
+fn hash_balance_hashes_the_client_ip_by_default() {
+    let plan = plan(&format!(
+        "{LISTEN}[[route]]\nprefix = \"/\"\n\
+         proxy = {{ upstreams = [\"127.0.0.1:1\"], balance = \"hash\" }}\n"
+    ));
+    let Handler::Proxy(proxy) = &plan.routes[0].handler else {
+        panic!("not a proxy");
+    };
+    assert_eq!(
+        *proxy.balance(),
+        scb_proxy::Balance::Hash(scb_proxy::HashKey::ClientIp)
+    );
+}
+
+#[test]
+fn proxy_route_errors_name_their_key() {
+    let route = |proxy: &str| format!("{LISTEN}[[route]]\nprefix = \"/api/\"\nproxy = {proxy}\n");
+    let cases = [
+        (
+            route("{ upstreams = [\"nohost\"] }"),
+            "scb.toml:5:24: route[0].proxy.upstreams[0]: upstream \"nohost\" is not host:port",
+        ),
+        (
+            route("{ upstreams = [\"127.0.0.1:1\", { addr = \"http://a:1\" }] }"),
+            "scb.toml:5:48: route[0].proxy.upstreams[1].addr: upstream \"http://a:1\" is not",
+        ),
+        (
+            route("{ upstreams = [{ addr = \"a:1\", weight = 0 }] }"),
+            "scb.toml:5:49: route[0].proxy.upstreams[0].weight: must be at least 1",
+        ),
+        (
+            route("{ upstreams = [{ addr = \"a:1\", wieght = 2 }] }"),
+            "scb.toml:5:40: route[0].proxy.upstreams[0].wieght: unknown field `wieght`",
+        ),
+        (
+            route("{ upstreams = [8081] }"),
+            "scb.toml:5:24: route[0].proxy.upstreams[0]: invalid type: integer `8081`, expected \"host:port\"",
+        ),
+        (
+            route("{ upstreams = [] }"),
+            "scb.toml:5:23: route[0].proxy.upstreams: at least one upstream is required",
+        ),
+        (
+            route("{ balance = \"least_conn\" }"),
+            "route[0].proxy: missing field `upstreams`",
+        ),
+        (
+            route("{ upstreams = [\"a:1\"], balance = \"fastest\" }"),
+            "scb.toml:5:42: route[0].proxy.balance: must be \"round_robin\", \"least_conn\"",
+        ),
+        (
+            route("{ upstreams = [\"a:1\"], hash_key = \"client_ip\" }"),
+            "scb.toml:5:43: route[0].proxy.hash_key: is only used with balance = \"hash\"",
+        ),
+        (
+            route("{ upstreams = [\"a:1\"], balance = \"hash\", hash_key = \"cookie\" }"),
+            "scb.toml:5:61: route[0].proxy.hash_key: must be \"client_ip\" or \"header:NAME\"",
+        ),
+        (
+            route("{ upstreams = [\"a:1\"], balance = \"hash\", hash_key = \"header:a b\" }"),
+            "scb.toml:5:61: route[0].proxy.hash_key: invalid header name \"a b\"",
+        ),
+        (
+            route("{ upstreams = [\"a:1\"], trusted_proxies = [\"10.0.0.0/8\", \"lan\"] }"),
+            "scb.toml:5:65: route[0].proxy.trusted_proxies[1]: \"lan\" is neither a network",
+        ),
+        (
+            route("{ upstreams = [\"a:1\"], connect_timeout = \"0s\" }"),
+            "scb.toml:5:50: route[0].proxy.connect_timeout: must be greater than zero",
+        ),
+        (
+            route("{ upstreams = [\"a:1\"], response_timeout = \"soon\" }"),
+            "scb.toml:5:51: route[0].proxy.response_timeout: invalid duration \"soon\"",
+        ),
+        (
+            route("{ upstreams = [\"a:1\"], max_tries = 9 }"),
+            "scb.toml:5:44: route[0].proxy.max_tries: must be from 1 to 8",
+        ),
+        (
+            route("{ upstreams = [\"a:1\"], max_tries = 0 }"),
+            "scb.toml:5:44: route[0].proxy.max_tries: must be from 1 to 8",
+        ),
+        (
+            route("{ upstreams = [\"a:1\"], max_body = \"16 parsecs\" }"),
+            "scb.toml:5:43: route[0].proxy.max_body: invalid size \"16 parsecs\"",
+        ),
+        (
+            route("{ upstreams = [\"a:1\"], max_response_head = 0 }"),
+            "scb.toml:5:52: route[0].proxy.max_response_head: must be at least 1",
+        ),
+        (
+            route("{ upstreams = [\"a:1\"], passive = { fail_timeout = \"0s\" } }"),
+            "scb.toml:5:59: route[0].proxy.passive.fail_timeout: must be greater than zero",
+        ),
+        (
+            route("{ upstreams = [\"a:1\"], health = { path = \"healthz\" } }"),
+            "scb.toml:5:50: route[0].proxy.health.path: must start with '/'",
+        ),
+        (
+            route("{ upstreams = [\"a:1\"], health = { path = \"/a b\" } }"),
+            "scb.toml:5:50: route[0].proxy.health.path: must be a URI path and query",
+        ),
+        (
+            route("{ upstreams = [\"a:1\"], health = { interval = \"5s\" } }"),
+            "route[0].proxy.health: missing field `path`",
+        ),
+        (
+            route("{ upstreams = [\"a:1\"], health = { path = \"/h\", fails = 0 } }"),
+            "scb.toml:5:64: route[0].proxy.health.fails: must be at least 1",
+        ),
+        (
+            route("{ upstreams = [\"a:1\"], retries = 2 }"),
+            "scb.toml:5:32: route[0].proxy.retries: unknown field `retries`",
+        ),
+        (
+            format!(
+                "{LISTEN}[[route]]\npath = \"/a\"\n\
+                 proxy = {{ upstreams = [\"a:1\"], strip_prefix = true }}\n"
+            ),
+            "scb.toml:5:47: route[0].proxy.strip_prefix: only a `prefix` route has a prefix",
+        ),
+        (
+            format!(
+                "{LISTEN}[[route]]\nprefix = \"/a/\"\nrespond = {{}}\n\
+                 proxy = {{ upstreams = [\"a:1\"] }}\n"
+            ),
+            "scb.toml:6:9: route[0].proxy: a route has exactly one handler: `respond` or `proxy`",
+        ),
+    ];
+    let mismatches: Vec<_> = cases
+        .iter()
+        .map(|(source, want)| (error(source), want, source))
+        .filter(|(got, want, _)| !got.contains(*want))
+        .map(|(got, want, source)| format!(" got: {got}\nwant: {want}…\n  in:\n{source}"))
+        .collect();
+    assert!(mismatches.is_empty(), "\n{}", mismatches.join("\n"));
+}
+
+#[test]
+fn errors_name_file_line_column_and_key() {
+    let cases = [
+        // Deserializer errors: syntax, unknown keys, types, units.
+        (
+            "[server]\nworkers = 1\ngrace = \"1s\"\n".to_owned(),
+            "scb.toml:3:1: server.grace: unknown field `grace`",
+        ),
+        (
+            format!("{LISTEN}[limits]\nsend_timeout = \"30 parsecs\"\n"),
+            "scb.toml:4:16: limits.send_timeout: invalid duration \"30 parsecs\"",
+        ),
+        (
+            format!("[server]\nworkers = \"two\"\n{LISTEN}"),
+            "scb.toml:2:11: server.workers: invalid type: string \"two\", expected usize",
+        ),
+        (
+            format!("{LISTEN}[limits]\nmax_body_bytes = \"16 parsecs\"\n"),
+            "scb.toml:4:18: limits.max_body_bytes: invalid size \"16 parsecs\"",
+        ),
+        (
+            format!("{LISTEN}[limits]\nmax_body_bytes = -1\n"),
+            "scb.toml:4:18: limits.max_body_bytes: invalid size -1",
+        ),
+        (
+            "[[listen]]\naddr = \"localhost\"\n".to_owned(),
+            "scb.toml:2:8: listen[0].addr: invalid socket address syntax",
+        ),
+        (
+            format!("{LISTEN}[[route]]\npath = \"/a\"\nrespond = {{ status = 200, x = 1 }}\n"),
+            "scb.toml:5:27: route[0].respond.x: unknown field `x`",
+        ),
+        (
+            format!("{LISTEN}[log]\naccess = \"yes\"\n"),
+            "scb.toml:4:10: log.access: invalid type: string \"yes\", expected a boolean",
+        ),
+        ("a = = 1\n".to_owned(), "scb.toml:1:5: "),
+        // Semantic errors.
+        (
+            "[server]\nworkers = 1\n".to_owned(),
+            "scb.toml:1:1: listen: at least one [[listen]]",
+        ),
+        (
+            format!("[server]\nworkers = 0\n{LISTEN}"),
+            "scb.toml:2:11: server.workers: must be at least 1",
+        ),
+        (
+            format!("{LISTEN}[limits]\nheader_read_timeout = \"0s\"\n"),
+            "scb.toml:4:23: limits.header_read_timeout: must be greater than zero",
+        ),
+        (
+            format!("{LISTEN}[limits]\nmax_headers = 0\n"),
+            "scb.toml:4:15: limits.max_headers: must be at least 1",
+        ),
+        (
+            format!("{LISTEN}[request_id]\nheader = \"x request id\"\n"),
+            "scb.toml:4:10: request_id.header: invalid header name \"x request id\"",
+        ),
+        (
+            format!("{LISTEN}[[listen]]\naddr = \"0.0.0.0:8080\"\n"),
+            "scb.toml:4:8: listen[1].addr: 0.0.0.0:8080 clashes with 127.0.0.1:8080",
+        ),
+        (
+            format!("{LISTEN}[metrics]\nlisten = \"127.0.0.1:8080\"\n"),
+            "scb.toml:4:10: metrics.listen: 127.0.0.1:8080 clashes with the [[listen]] address",
+        ),
+        (
+            format!("{LISTEN}[metrics]\nlisten = \"127.0.0.1:9090\"\npath = \"metrics\"\n"),
+            "scb.toml:5:8: metrics.path: must start with '/'",
+        ),
+        (
+            format!("{LISTEN}[[route]]\npath = \"/a\"\nprefix = \"/b\"\nrespond = {{}}\n"),
+            "scb.toml:5:10: route[0].prefix: a route has either `path` (exact) or `prefix`",
+        ),
+        (
+            format!("{LISTEN}\n[[route]]\nname = \"x\"\nrespond = {{}}\n"),
+            "scb.toml:4:1: route[0]: a route needs `path` (exact match) or `prefix`",
+        ),
+        (
+            format!("{LISTEN}[[route]]\npath = \"/a\"\n"),
+            "scb.toml:3:1: route[0]: a route needs a handler",
+        ),
+        (
+            format!("{LISTEN}[[route]]\nprefix = \"/a b\"\nrespond = {{}}\n"),
+            "scb.toml:4:10: route[0].prefix: must be a URI path",
+        ),
+        (
+            format!("{LISTEN}[[route]]\npath = \"/a?b\"\nrespond = {{}}\n"),
+            "scb.toml:4:8: route[0].path: must be a URI path",
+        ),
+        (
+            format!("{LISTEN}[[route]]\npath = \"/a\"\nrespond = {{ status = 1000 }}\n"),
+            "scb.toml:5:22: route[0].respond.status: must be a status code from 100 to 999",
+        ),
+        (
+            format!("{LISTEN}[[route]]\npath = \"/a\"\nrespond = {{ status = 101 }}\n"),
+            "scb.toml:5:22: route[0].respond.status: must not be 1xx",
+        ),
+        (
+            format!(
+                "{LISTEN}[[route]]\npath = \"/a\"\nrespond = {{ status = 204, body = \"x\" }}\n"
+            ),
+            "scb.toml:5:22: route[0].respond.status: a 204 No Content response cannot have",
+        ),
+        (
+            format!(
+                "{LISTEN}[[route]]\npath = \"/a\"\n\
+                 respond = {{ content_type = \"text/plain\\n\" }}\n"
+            ),
+            "scb.toml:5:28: route[0].respond.content_type: invalid header value",
+        ),
+        (
+            format!(
+                "{LISTEN}[[route]]\npath = \"/a\"\n\
+                 respond = {{ headers = {{ \"a b\" = \"x\" }} }}\n"
+            ),
+            "scb.toml:5:25: route[0].respond.headers.a b: invalid header name",
+        ),
+        (
+            format!(
+                "{LISTEN}[[route]]\npath = \"/a\"\n\
+                 respond = {{ headers = {{ content-length = \"5\" }} }}\n"
+            ),
+            "scb.toml:5:25: route[0].respond.headers.content-length: is set by the server",
+        ),
+        (
+            format!(
+                "{LISTEN}[[route]]\npath = \"/a\"\nrespond = {{}}\n\
+                 [[route]]\npath = \"/a\"\nname = \"other\"\nrespond = {{}}\n"
+            ),
+            "scb.toml:7:8: route[1].path: path \"/a\" is already routed by route[0]",
+        ),
+        (
+            format!("{LISTEN}[[route]]\npath = \"/unmatched\"\nrespond = {{}}\n"),
+            "scb.toml:4:8: route[0].name: \"unmatched\" is the name of requests no route",
+        ),
+        (
+            format!(
+                "{LISTEN}[[route]]\nname = \"x\"\npath = \"/a\"\nrespond = {{}}\n\
+                 [[route]]\nname = \"x\"\npath = \"/b\"\nrespond = {{}}\n"
+            ),
+            "scb.toml:8:8: route[1].name: \"x\" is already the name of route[0]",
+        ),
+        (
+            format!(
+                "{LISTEN}[[route]]\npath = \"/a\"\nrespond = {{}}\n\
+                 [[route]]\nprefix = \"/a/\"\nrespond = {{}}\n"
+            ),
+            "scb.toml:6:1: route[1].name: the name \"a\" derived from the prefix is already",
+        ),
+    ];
+    let mismatches: Vec<_> = cases
+        .iter()
+        .map(|(source, want)| (error(source), want, source))
+        .filter(|(got, want, _)| !got.starts_with(*want))
+        .map(|(got, want, source)| format!(" got: {got}\nwant: {want}…\n  in:\n{source}"))
+        .collect();
+    assert!(mismatches.is_empty(), "\n{}", mismatches.join("\n"));
+}
+
+#[test]
+fn a_port_zero_never_clashes() {
+    let plan = plan(
+        "[[listen]]\naddr = \"127.0.0.1:0\"\n[[listen]]\naddr = \"127.0.0.1:0\"\n\
+         [metrics]\nlisten = \"127.0.0.1:0\"\n",
+    );
+    assert!(plan.metrics.is_some());
+}
