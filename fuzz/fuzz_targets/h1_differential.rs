@@ -9,7 +9,9 @@
 //!   faults scb refuses on purpose (RFC 9112 3.2 and 6.3; see `tests/differential.rs` in
 //!   scb-core for why each): no Host in HTTP/1.1, more than one in any version, an invalid Host, a
 //!   repeated Content-Length or Transfer-Encoding, or both together; or an expectation
-//!   other than `100-continue` (417, as RFC 9110 10.1.1 allows: hyper ignores it);
+//!   other than `100-continue` (417, as RFC 9110 10.1.1 allows: hyper ignores it); or a
+//!   Content-Length over the server's body limit (413 before the body is read: hyper has
+//!   no such limit);
 //! - a body both hand to the handler reads the same, unless scb's chunked decoder refuses
 //!   it (a control byte such as a stray CR in or before a chunk extension, a trailer line
 //!   that is not a field: hyper skips extensions and is laxer there; a stray CR is how
@@ -133,6 +135,12 @@ fn refused_on_purpose(stream: &[u8]) -> bool {
         || expects
             .iter()
             .any(|e| !e.trim_ascii().eq_ignore_ascii_case(b"100-continue"))
+        || lengths.iter().any(|l| {
+            std::str::from_utf8(l)
+                .ok()
+                .and_then(|l| l.trim().parse::<u64>().ok())
+                .is_some_and(|n| n > Limits::default().max_body_bytes)
+        })
 }
 
 /// Whether the stream's first request is chunked and scb's chunked decoder, with the
