@@ -7,57 +7,26 @@ use std::time::Duration;
 use crate::balance::{Balance, Balancer};
 use crate::forward::TrustedProxies;
 use crate::health::{ActiveHealth, PassiveHealth};
-use crate::pool::{Pool, PoolConfig};
+use crate::pool::Pool;
 use crate::service::{ReverseProxy, Shared};
+use crate::settings::{MAX_TRIES, ProxySettings};
 use crate::upstream::{Upstream, UpstreamState};
 
-/// The most tries one request gets, whatever `max_tries` says: each try is a different
-/// upstream or a replay on a fresh connection, and the bookkeeping lives on the stack.
-pub(crate) const MAX_TRIES: usize = 8;
-
-/// What a proxy was built with: every setting of [`ReverseProxyBuilder`] but the
-/// upstreams, their balancing and active checks, resolved (defaults filled in). Shared by
-/// every clone and worker of the proxy; read it with [`ReverseProxy::settings`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct ProxySettings {
-    /// See [`ReverseProxyBuilder::connect_timeout`].
-    pub connect_timeout: Duration,
-    /// See [`ReverseProxyBuilder::response_timeout`].
-    pub response_timeout: Duration,
-    /// See [`ReverseProxyBuilder::idle_timeout`].
-    pub idle_timeout: Duration,
-    /// See [`ReverseProxyBuilder::max_body`].
-    pub max_body: Option<u64>,
-    /// See [`ReverseProxyBuilder::strip_prefix`].
-    pub strip_prefix: Option<String>,
-    /// See [`ReverseProxyBuilder::preserve_host`].
-    pub preserve_host: bool,
-    /// See [`ReverseProxyBuilder::trusted_proxies`].
-    pub trusted_proxies: TrustedProxies,
-    /// See [`ReverseProxyBuilder::passive_health`].
-    pub passive: PassiveHealth,
-    /// See [`ReverseProxyBuilder::max_tries`].
-    pub max_tries: usize,
-    /// See [`ReverseProxyBuilder::try_timeout`].
-    pub try_timeout: Duration,
-    /// See [`ReverseProxyBuilder::max_idle_per_upstream`].
-    pub max_idle: usize,
-    /// See [`ReverseProxyBuilder::pool_idle_timeout`].
-    pub pool_idle_timeout: Duration,
-    /// See [`ReverseProxyBuilder::max_response_head`].
-    pub max_response_head: usize,
-}
-
-impl ProxySettings {
-    /// What the connection pool of each worker is built with.
-    pub(crate) fn pool(&self) -> PoolConfig {
-        PoolConfig {
-            max_idle: self.max_idle,
-            idle_timeout: self.pool_idle_timeout,
-            connect_timeout: self.connect_timeout,
-            max_response_head: self.max_response_head,
-        }
+impl ReverseProxy {
+    /// A builder for a proxy to `upstreams`.
+    ///
+    /// ```no_run
+    /// use scb_proxy::{Balance, ReverseProxy, Upstream};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let proxy = ReverseProxy::builder([Upstream::new("127.0.0.1:8081")?, Upstream::new("127.0.0.1:8082")?])
+    ///     .balance(Balance::LeastConn)
+    ///     .build()?;
+    /// # let _ = proxy;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn builder(upstreams: impl IntoIterator<Item = Upstream>) -> ReverseProxyBuilder {
+        ReverseProxyBuilder::new(upstreams.into_iter().collect())
     }
 }
 
@@ -79,7 +48,7 @@ pub struct ReverseProxyBuilder {
     upstreams: Vec<Upstream>,
     balance: Balance,
     active: Option<ActiveHealth>,
-    config: ProxySettings,
+    settings: ProxySettings,
 }
 
 impl ReverseProxyBuilder {
@@ -88,7 +57,7 @@ impl ReverseProxyBuilder {
             upstreams,
             balance: Balance::default(),
             active: None,
-            config: ProxySettings {
+            settings: ProxySettings {
                 connect_timeout: Duration::from_secs(5),
                 response_timeout: Duration::from_secs(60),
                 idle_timeout: Duration::from_secs(60),
@@ -115,7 +84,7 @@ impl ReverseProxyBuilder {
     /// Longest wait for a TCP connection to an upstream; past it the next upstream is
     /// tried, and when none is left the client gets 504. Defaults to 5 seconds.
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.config.connect_timeout = timeout;
+        self.settings.connect_timeout = timeout;
         self
     }
 
@@ -123,7 +92,7 @@ impl ReverseProxyBuilder {
     /// client gets 504 (and the request is not retried: the upstream may be working on
     /// it). Defaults to 60 seconds.
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
-        self.config.response_timeout = timeout;
+        self.settings.response_timeout = timeout;
         self
     }
 
@@ -131,7 +100,7 @@ impl ReverseProxyBuilder {
     /// fails (the client connection is closed if the response had started). Defaults to
     /// 60 seconds.
     pub fn idle_timeout(mut self, timeout: Duration) -> Self {
-        self.config.idle_timeout = timeout;
+        self.settings.idle_timeout = timeout;
         self
     }
 
@@ -140,7 +109,7 @@ impl ReverseProxyBuilder {
     /// response has started. `None`: no limit (the server's own limit still applies).
     /// Defaults to 16 MiB.
     pub fn max_body(mut self, bytes: Option<u64>) -> Self {
-        self.config.max_body = bytes;
+        self.settings.max_body = bytes;
         self
     }
 
@@ -148,28 +117,28 @@ impl ReverseProxyBuilder {
     /// `/api/`). Defaults to none: the path goes up unchanged.
     pub fn strip_prefix(mut self, prefix: impl Into<String>) -> Self {
         let prefix = prefix.into();
-        self.config.strip_prefix = (!prefix.is_empty()).then_some(prefix);
+        self.settings.strip_prefix = (!prefix.is_empty()).then_some(prefix);
         self
     }
 
     /// Whether the upstream sees the client's `Host` (true) or its own `host:port`.
     /// Defaults to true.
     pub fn preserve_host(mut self, preserve: bool) -> Self {
-        self.config.preserve_host = preserve;
+        self.settings.preserve_host = preserve;
         self
     }
 
     /// Clients whose `X-Forwarded-*` fields are kept (and appended to); everyone else's
     /// are replaced. Defaults to none.
     pub fn trusted_proxies(mut self, trusted: TrustedProxies) -> Self {
-        self.config.trusted_proxies = trusted;
+        self.settings.trusted_proxies = trusted;
         self
     }
 
     /// Passive health: how many failures in a row take an upstream out, and for how
     /// long. Defaults to [`PassiveHealth::default`].
     pub fn passive_health(mut self, passive: PassiveHealth) -> Self {
-        self.config.passive = passive;
+        self.settings.passive = passive;
         self
     }
 
@@ -183,20 +152,20 @@ impl ReverseProxyBuilder {
     /// to another upstream; an idempotent request without a body that failed on a reused
     /// connection before any response byte is replayed once. Defaults to 3.
     pub fn max_tries(mut self, tries: usize) -> Self {
-        self.config.max_tries = tries.clamp(1, MAX_TRIES);
+        self.settings.max_tries = tries.clamp(1, MAX_TRIES);
         self
     }
 
     /// Longest time all tries of a request may take together (connects and waits for a
     /// head); past it the client gets 504. Defaults to 15 seconds.
     pub fn try_timeout(mut self, timeout: Duration) -> Self {
-        self.config.try_timeout = timeout;
+        self.settings.try_timeout = timeout;
         self
     }
 
     /// Most keep-alive connections kept per upstream and worker. Defaults to 64.
     pub fn max_idle_per_upstream(mut self, max: usize) -> Self {
-        self.config.max_idle = max;
+        self.settings.max_idle = max;
         self
     }
 
@@ -204,14 +173,14 @@ impl ReverseProxyBuilder {
     /// usual upstream keep-alive timeouts would race less; a stale connection is detected
     /// and the request replayed either way).
     pub fn pool_idle_timeout(mut self, timeout: Duration) -> Self {
-        self.config.pool_idle_timeout = timeout;
+        self.settings.pool_idle_timeout = timeout;
         self
     }
 
     /// Largest upstream response head (status line and fields); larger is a 502.
     /// Defaults to 64 KiB.
     pub fn max_response_head(mut self, bytes: usize) -> Self {
-        self.config.max_response_head = bytes;
+        self.settings.max_response_head = bytes;
         self
     }
 
@@ -232,12 +201,12 @@ impl ReverseProxyBuilder {
         let upstreams: Arc<[UpstreamState]> =
             self.upstreams.into_iter().map(UpstreamState::new).collect();
         let balancer = Balancer::new(self.balance, &upstreams);
-        let pool = Pool::new(upstreams.len(), self.config.pool());
+        let pool = Pool::new(upstreams.len(), self.settings.pool());
         Ok(ReverseProxy::from_parts(
             Arc::new(Shared {
                 upstreams,
                 balancer,
-                config: self.config,
+                settings: self.settings,
                 active: self.active,
                 active_started: AtomicBool::new(false),
                 active_task: std::sync::OnceLock::new(),

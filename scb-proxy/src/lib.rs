@@ -62,13 +62,15 @@ pub mod layer;
 pub mod metrics;
 mod pool;
 mod service;
+mod settings;
 mod upstream;
 
 pub use balance::{Balance, HashKey};
-pub use builder::{BuildError, ProxySettings, ReverseProxyBuilder};
+pub use builder::{BuildError, ReverseProxyBuilder};
 pub use error::{InvalidResponse, ProxyError};
 pub use forward::{InvalidNetwork, TrustedProxies};
 pub use health::{ActiveHealth, PassiveHealth};
 pub use layer::{ReverseProxyLayer, ReverseProxyOr};
 pub use service::{ClientIp, ResponseFuture, ReverseProxy};
+pub use settings::ProxySettings;
 pub use upstream::{InvalidUpstream, Upstream};

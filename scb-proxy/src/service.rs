@@ -22,12 +22,12 @@ use tower::Service;
 
 use crate::balance::{Balance, Balancer};
 use crate::body::{Guarded, TooLarge};
-use crate::builder::{MAX_TRIES, ProxySettings, ReverseProxyBuilder};
 use crate::client::{Connection, Framing, ResponseHead, SendError, Start};
 use crate::error::{InvalidResponse, ProxyError};
 use crate::forward::{self, Hop};
 use crate::health::{self, ActiveHealth};
 use crate::pool::{Conn, Home, Pool};
+use crate::settings::{MAX_TRIES, ProxySettings};
 use crate::upstream::{InFlight, Upstream, UpstreamState};
 
 /// The client's address, for servers other than scb's (which sets
@@ -53,7 +53,7 @@ pub struct ReverseProxy {
 pub(crate) struct Shared {
     pub(crate) upstreams: Arc<[UpstreamState]>,
     pub(crate) balancer: Balancer,
-    pub(crate) config: ProxySettings,
+    pub(crate) settings: ProxySettings,
     pub(crate) active: Option<ActiveHealth>,
     pub(crate) active_started: AtomicBool,
     /// The active checks' task, stopped when the last clone of the proxy goes.
@@ -85,29 +85,13 @@ impl fmt::Debug for ReverseProxy {
 }
 
 impl ReverseProxy {
-    /// A builder for a proxy to `upstreams`.
-    ///
-    /// ```no_run
-    /// use scb_proxy::{Balance, ReverseProxy, Upstream};
-    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let proxy = ReverseProxy::builder([Upstream::new("127.0.0.1:8081")?, Upstream::new("127.0.0.1:8082")?])
-    ///     .balance(Balance::LeastConn)
-    ///     .build()?;
-    /// # let _ = proxy;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn builder(upstreams: impl IntoIterator<Item = Upstream>) -> ReverseProxyBuilder {
-        ReverseProxyBuilder::new(upstreams.into_iter().collect())
-    }
-
     pub(crate) fn from_parts(shared: Arc<Shared>, pool: Arc<Pool>) -> Self {
         Self { shared, pool }
     }
 
     /// The settings the proxy was built with, defaults filled in.
     pub fn settings(&self) -> &ProxySettings {
-        &self.shared.config
+        &self.shared.settings
     }
 
     /// The upstreams, in the order they were given.
@@ -129,7 +113,7 @@ impl ReverseProxy {
     /// with a connection pool of its own: one per worker of a per-core server.
     #[must_use]
     pub fn with_own_pool(&self) -> Self {
-        let config = &self.shared.config;
+        let config = &self.shared.settings;
         Self {
             shared: Arc::clone(&self.shared),
             pool: Arc::new(Pool::new(self.shared.upstreams.len(), config.pool())),
@@ -159,7 +143,7 @@ impl ReverseProxy {
     {
         self.start_active_checks();
         let shared = &*self.shared;
-        let config = &shared.config;
+        let config = &shared.settings;
         // scb's server refuses these already; a proxy inside another server (axum) must
         // not forward a Host that is not `host[:port]` either.
         let valid = |v: &[u8]| scb_core::http1::is_valid_host(v);
@@ -314,9 +298,11 @@ impl ReverseProxy {
     /// Counts a failed try against `state`'s health and metrics.
     fn failed(&self, state: &UpstreamState, e: &ProxyError) {
         self.noted(state, e);
-        state
-            .health
-            .record_failure(Instant::now(), &self.shared.config.passive, &state.metrics);
+        state.health.record_failure(
+            Instant::now(),
+            &self.shared.settings.passive,
+            &state.metrics,
+        );
     }
 
     /// Counts a failed try in `state`'s metrics and the log only.
@@ -366,7 +352,7 @@ impl ReverseProxy {
             Start::Streaming(body) => Body::new(
                 Guarded::new(
                     body.returning_to(Home::new(&self.pool, index)),
-                    self.shared.config.idle_timeout,
+                    self.shared.settings.idle_timeout,
                     None,
                 )
                 .counted(&self.shared.upstreams, index),

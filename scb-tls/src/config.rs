@@ -7,6 +7,7 @@ use rustls::crypto::aws_lc_rs::{self, cipher_suite, kx_group};
 use rustls::server::{NoServerSessionStorage, ServerSessionMemoryCache};
 use rustls::{ServerConfig, SupportedCipherSuite, version};
 
+use crate::certs::{self, CertInfo};
 use crate::error::TlsError;
 use crate::resolver::Resolver;
 use crate::settings::{Alpn, TlsSettings};
@@ -78,4 +79,21 @@ pub(crate) fn server_config(
         ServerSessionMemoryCache::new(settings.session_cache)
     };
     Ok(config)
+}
+
+impl TlsSettings {
+    /// Loads and validates every file, as [`TlsAcceptor::new`](crate::TlsAcceptor::new)
+    /// does, without building a server: for `scb check`. Returns what each certificate
+    /// covers, in order.
+    ///
+    /// # Errors
+    ///
+    /// The first problem found, naming its file: unreadable or missing, not PEM, no
+    /// certificate, no or unsupported key, a key that does not match its certificate,
+    /// a certificate expired or not yet valid.
+    pub fn check(&self) -> Result<Vec<CertInfo>, TlsError> {
+        let provider = provider();
+        let loaded = certs::load_all(self, &provider)?;
+        Ok(loaded.into_iter().map(|cert| cert.info).collect())
+    }
 }

@@ -2,10 +2,6 @@
 
 use std::path::PathBuf;
 
-use crate::certs::{self, CertInfo};
-use crate::config;
-use crate::error::TlsError;
-
 /// One certificate: a PEM file with the chain (leaf first, then intermediates) and a PEM
 /// file with its private key. Both may be the same file.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -67,7 +63,7 @@ pub struct TlsSettings {
 
 impl TlsSettings {
     /// Settings serving `certs` (more can be added with [`cert`](Self::cert)); the first is
-    /// the default certificate. Loading fails with [`TlsError::NoCertificates`] if there
+    /// the default certificate. Loading fails with [`TlsError::NoCertificates`](crate::TlsError::NoCertificates) if there
     /// is none.
     pub fn new(certs: impl IntoIterator<Item = CertFiles>) -> Self {
         Self {
@@ -106,20 +102,5 @@ impl TlsSettings {
     /// The certificates, in the order they were added.
     pub fn certs(&self) -> &[CertFiles] {
         &self.certs
-    }
-
-    /// Loads and validates every file, as [`TlsAcceptor::new`](crate::TlsAcceptor::new)
-    /// does, without building a server: for `scb check`. Returns what each certificate
-    /// covers, in order.
-    ///
-    /// # Errors
-    ///
-    /// The first problem found, naming its file: unreadable or missing, not PEM, no
-    /// certificate, no or unsupported key, a key that does not match its certificate,
-    /// a certificate expired or not yet valid.
-    pub fn check(&self) -> Result<Vec<CertInfo>, TlsError> {
-        let provider = config::provider();
-        let loaded = certs::load_all(self, &provider)?;
-        Ok(loaded.into_iter().map(|cert| cert.info).collect())
     }
 }

@@ -16,7 +16,7 @@ use bytes::Bytes;
 use http::HeaderValue;
 use scb_core::{Body, FileRegion, FileStamp};
 
-use super::Config;
+use super::config::Config;
 use crate::conditional;
 use crate::encoding::Coding;
 use crate::sys::{Identity, Kind, Meta, Mode, OpenError, Opened, RootDir, read_at_nowait};

@@ -31,7 +31,7 @@ use pin_project_lite::pin_project;
 use scb_core::{Body, BoxError};
 use tower::{Layer, Service};
 
-use super::respond::NoFile;
+use super::decide::NoFile;
 use super::{ResponseFuture as FilesFuture, ServeStatic};
 
 /// Serves files, and hands every request that names none to the inner service.

@@ -12,10 +12,10 @@ use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, Response, StatusCode};
 use scb_core::Body;
 
-use super::Config;
+use super::config::Config;
 use super::entry::WouldBlock;
-use super::respond::status;
 use crate::sys::{self, EntryKind, Kind, Mode};
+use scb_core::respond::reason as status;
 
 /// The most entries one listing shows. A directory with a million files would otherwise
 /// cost one request a page of ~100 MB and the time to sort it; ten thousand names is
@@ -32,7 +32,7 @@ struct Entry {
 /// The listing of the directory at `rel` (`""` for the root), which a lookup found to be
 /// a directory. It is opened here again, on the blocking pool; if it is no longer a
 /// directory by then, the answer is 404.
-pub(super) fn respond(
+pub(super) fn listing_response(
     config: &Config,
     method: &Method,
     rel: &str,

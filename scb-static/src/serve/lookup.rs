@@ -11,7 +11,7 @@
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use super::Config;
+use super::config::Config;
 use super::entry::{Entry, WouldBlock};
 use crate::OpenFileCache;
 use crate::cache::table::Table;

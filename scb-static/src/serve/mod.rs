@@ -24,11 +24,12 @@
 //! ```
 
 mod chain;
+mod config;
+mod decide;
 mod entry;
 pub(crate) mod layer;
 mod listing;
 mod lookup;
-mod respond;
 
 pub use layer::{ServeStaticLayer, ServeStaticOr};
 
@@ -44,10 +45,10 @@ use http::{Request, Response, StatusCode};
 use scb_core::Body;
 use tower::Service;
 
+use self::config::Config;
 use self::entry::{Entry, WouldBlock};
 use self::lookup::{FileCache, Resolver};
-use crate::OpenFileCache;
-use crate::cache::{self, Owner};
+use crate::cache::{self, OpenFileCache, Owner};
 use crate::cache_control::{CacheControlError, CacheControlRules};
 use crate::encoding::{Coding, UnknownCoding};
 use crate::range::DEFAULT_MAX_RANGES;
@@ -74,25 +75,6 @@ impl fmt::Debug for ServeStatic {
             .field("root", &self.config.root_path)
             .finish_non_exhaustive()
     }
-}
-
-/// What every request of one [`ServeStatic`] shares.
-#[derive(Debug)]
-pub(crate) struct Config {
-    root: RootDir,
-    root_path: PathBuf,
-    index: Option<String>,
-    precompressed: Vec<Coding>,
-    show_hidden: bool,
-    cache_control: CacheControlRules,
-    max_ranges: usize,
-    fallback: Option<String>,
-    not_found: Option<String>,
-    list_directories: bool,
-    /// `None`: every request looks its names up.
-    cache: Option<OpenFileCache>,
-    /// Finds this service's cache on each thread.
-    owner: Owner,
 }
 
 /// Why a [`ServeStatic`] could not be built.
@@ -353,11 +335,11 @@ impl<B> Service<Request<B>> for ServeStatic {
             cache::with_thread_cache(
                 &config.owner,
                 || FileCache::new(settings),
-                |cache| respond::respond(config, &parts, page, &mut Resolver::cached(cache)),
+                |cache| decide::decide(config, &parts, page, &mut Resolver::cached(cache)),
             )
         });
         let decided = cached.unwrap_or_else(|| {
-            respond::respond(
+            decide::decide(
                 config,
                 &parts,
                 page,
@@ -373,10 +355,9 @@ impl<B> Service<Request<B>> for ServeStatic {
                 let record = config.cache.is_some();
                 let task = tokio::task::spawn_blocking(move || {
                     let mut resolver = Resolver::direct(Mode::Blocking, record);
-                    let res = respond::respond(&config, &parts, page, &mut resolver)
-                        .unwrap_or_else(|WouldBlock| {
-                            respond::status(StatusCode::INTERNAL_SERVER_ERROR)
-                        });
+                    let res = decide::decide(&config, &parts, page, &mut resolver).unwrap_or_else(
+                        |WouldBlock| decide::status(StatusCode::INTERNAL_SERVER_ERROR),
+                    );
                     (res, resolver.into_recorded())
                 });
                 ResponseFuture {
@@ -417,7 +398,7 @@ impl Future for ResponseFuture {
         match &mut self.state {
             State::Ready(res) => Poll::Ready(Ok(res
                 .take()
-                .unwrap_or_else(|| respond::status(StatusCode::INTERNAL_SERVER_ERROR)))),
+                .unwrap_or_else(|| decide::status(StatusCode::INTERNAL_SERVER_ERROR)))),
             State::Blocking { task, config } => match Pin::new(task).poll(cx) {
                 Poll::Ready(Ok((res, found))) => {
                     if let Some(settings) = &config.cache
@@ -438,7 +419,7 @@ impl Future for ResponseFuture {
                 }
                 Poll::Ready(Err(e)) => {
                     tracing::error!(error = %e, "static file task failed");
-                    Poll::Ready(Ok(respond::status(StatusCode::INTERNAL_SERVER_ERROR)))
+                    Poll::Ready(Ok(decide::status(StatusCode::INTERNAL_SERVER_ERROR)))
                 }
                 Poll::Pending => Poll::Pending,
             },

@@ -295,7 +295,7 @@ fn a_missing_root_is_a_build_error() {
 }
 
 fn is_no_file(res: &Response<Body>) -> bool {
-    res.extensions().get::<super::respond::NoFile>().is_some()
+    res.extensions().get::<super::decide::NoFile>().is_some()
 }
 
 #[tokio::test]
@@ -607,7 +607,7 @@ async fn the_blocking_path_answers_like_the_inline_one() {
         "/.env",
     ] {
         let (parts, ()) = Request::get(path).body(()).unwrap().into_parts();
-        let blocking = respond::respond(
+        let blocking = decide::decide(
             &svc.config,
             &parts,
             true,

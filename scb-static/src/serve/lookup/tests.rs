@@ -264,14 +264,14 @@ async fn the_blocking_path_records_entries_with_every_sidecar_for_the_worker() {
     let svc = cached(&t.www(), OpenFileCache::new());
     let (parts, ()) = Request::get("/dir/").body(()).unwrap().into_parts();
     let mut resolver = Resolver::direct(Mode::Blocking, true);
-    let res = super::super::respond::respond(&svc.config, &parts, true, &mut resolver).unwrap();
+    let res = super::super::decide::decide(&svc.config, &parts, true, &mut resolver).unwrap();
     assert_eq!(res.status(), StatusCode::OK);
     let recorded = resolver.into_recorded();
     let names: Vec<&str> = recorded.iter().map(|(rel, _)| rel.as_str()).collect();
     assert_eq!(names, ["dir", "dir/index.html"]);
     let (parts, ()) = Request::get("/a.txt").body(()).unwrap().into_parts();
     let mut resolver = Resolver::direct(Mode::Blocking, true);
-    super::super::respond::respond(&svc.config, &parts, true, &mut resolver).unwrap();
+    super::super::decide::decide(&svc.config, &parts, true, &mut resolver).unwrap();
     let recorded = resolver.into_recorded();
     // The client took no gzip, but the entry is for every client.
     assert!(matches!(

@@ -9,9 +9,10 @@ use http::{Method, Response, StatusCode, Uri};
 use scb_core::Body;
 
 use super::chain::Chain;
+use super::config::Config;
 use super::entry::{Entry, Probe, Variant, WouldBlock};
+use super::listing;
 use super::lookup::Resolver;
-use super::{Config, listing};
 use crate::conditional::{self, Precondition};
 use crate::encoding::{self, Candidates, Coding};
 use crate::path::{self, PathError};
@@ -20,7 +21,7 @@ use crate::range::{self, Boundary, Ranges};
 /// Answers one request. `Err(WouldBlock)` only when `resolver` may not wait for the disk.
 /// `not_found_page`: whether a 404 may send the configured page (the layer form throws
 /// 404s away).
-pub(crate) fn respond(
+pub(crate) fn decide(
     config: &Config,
     req: &Parts,
     not_found_page: bool,
@@ -99,7 +100,7 @@ pub(crate) fn respond(
             return if !candidates.identity_acceptable() {
                 Ok(status(StatusCode::NOT_ACCEPTABLE))
             } else if config.list_directories {
-                listing::respond(config, method, rel, resolver.mode())
+                listing::listing_response(config, method, rel, resolver.mode())
             } else {
                 not_found(config, page, method, resolver)
             };

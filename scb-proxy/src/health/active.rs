@@ -1,0 +1,150 @@
+//! Active checks: a `GET` to each upstream every interval, one task per upstream.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use http::uri::{Authority, PathAndQuery};
+use http::{Method, Request, StatusCode, header};
+use scb_core::Body;
+use tokio::net::TcpStream;
+use tokio::task::JoinSet;
+use tokio::time::MissedTickBehavior;
+
+use super::ActiveHealth;
+use crate::client::{Connection, SendError};
+use crate::upstream::UpstreamState;
+
+/// Shortest active check interval: `tokio::time::interval` panics on zero, and checking more
+/// often than every millisecond would be a load test, not a health check.
+const MIN_INTERVAL: Duration = Duration::from_millis(1);
+
+/// Longest response head a check reads.
+const CHECK_MAX_HEAD: usize = 64 * 1024;
+
+/// Runs active checks of all `upstreams` until dropped: one task per upstream, so a slow
+/// upstream delays only its own checks. Dropping (aborting) this future stops them all.
+///
+/// Returns at once, checking nothing, when `config.path` is not an absolute path (logged as
+/// an error) or there are no upstreams.
+pub(crate) async fn run_active(upstreams: Arc<[UpstreamState]>, config: ActiveHealth) {
+    let path = config
+        .path
+        .parse::<PathAndQuery>()
+        .ok()
+        .filter(|path| path.as_str().starts_with('/'));
+    let Some(path) = path else {
+        tracing::error!(path = %config.path, "active health checks off: not an absolute path");
+        return;
+    };
+    let config = Arc::new(config);
+    // A JoinSet aborts its tasks when dropped, so they end with this future.
+    let mut checkers = JoinSet::new();
+    for index in 0..upstreams.len() {
+        checkers.spawn(check_forever(
+            Arc::clone(&upstreams),
+            index,
+            path.clone(),
+            Arc::clone(&config),
+        ));
+    }
+    while let Some(done) = checkers.join_next().await {
+        if let Err(e) = done {
+            tracing::error!(error = %e, "an active health checker ended");
+        }
+    }
+}
+
+async fn check_forever(
+    upstreams: Arc<[UpstreamState]>,
+    index: usize,
+    path: PathAndQuery,
+    config: Arc<ActiveHealth>,
+) {
+    let state = &upstreams[index];
+    let mut ticks = tokio::time::interval(config.interval.max(MIN_INTERVAL));
+    // After a check that overran the interval, wait a full interval rather than firing the
+    // missed checks back to back at an upstream that is already slow.
+    ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let result = check(&state.upstream.authority, &path, config.timeout).await;
+        let now = Instant::now();
+        match (
+            state
+                .health
+                .record_check(result.is_ok(), now, &config, &state.metrics),
+            &result,
+        ) {
+            (Some(true), _) => tracing::info!(
+                upstream = %state.upstream,
+                passes = config.passes,
+                "upstream up: passed its health checks"
+            ),
+            (Some(false), Err(e)) => tracing::warn!(
+                upstream = %state.upstream,
+                fails = config.fails,
+                error = %e,
+                "upstream down: failed its health checks"
+            ),
+            (_, Err(e)) => {
+                tracing::debug!(upstream = %state.upstream, error = %e, "health check failed");
+            }
+            (_, Ok(())) => {}
+        }
+        // Without traffic nothing else would notice a passive cool-down running out.
+        if state.health.settle(now, &state.metrics) {
+            tracing::info!(upstream = %state.upstream, "upstream up: cool-down over");
+        }
+    }
+}
+
+/// Why an active check failed.
+#[derive(Debug, thiserror::Error)]
+enum CheckError {
+    #[error("no response head within {0:?}")]
+    Timeout(Duration),
+    #[error("connect failed: {0}")]
+    Connect(std::io::Error),
+    #[error("request failed: {0}")]
+    Http(SendError),
+    #[error("request could not be built: {0}")]
+    Request(http::Error),
+    #[error("status {0}")]
+    Status(StatusCode),
+}
+
+/// One check: `GET path` on a new connection, passed by a 2xx or 3xx head within `timeout`.
+async fn check(
+    authority: &Authority,
+    path: &PathAndQuery,
+    timeout: Duration,
+) -> Result<(), CheckError> {
+    let status = tokio::time::timeout(timeout, head(authority, path))
+        .await
+        .map_err(|_| CheckError::Timeout(timeout))??;
+    if status.is_success() || status.is_redirection() {
+        Ok(())
+    } else {
+        Err(CheckError::Status(status))
+    }
+}
+
+async fn head(authority: &Authority, path: &PathAndQuery) -> Result<StatusCode, CheckError> {
+    let stream = TcpStream::connect(authority.as_str())
+        .await
+        .map_err(CheckError::Connect)?;
+    let mut request = Request::builder()
+        .method(Method::GET)
+        .uri(path.clone())
+        .header(header::HOST, authority.as_str())
+        .header(header::USER_AGENT, "scb-health-check")
+        .header(header::CONNECTION, "close")
+        .body(Body::empty())
+        .map_err(CheckError::Request)?;
+    // The body is not read: the connection is dropped (closed) once the head is in.
+    let head = Connection::new(stream, CHECK_MAX_HEAD)
+        .send(&mut request)
+        .await
+        .map_err(CheckError::Http)?;
+    Ok(head.parts.status)
+}
