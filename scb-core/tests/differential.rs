@@ -271,7 +271,11 @@ fn start_hyper_handled() -> SocketAddr {
             loop {
                 let (stream, _) = listener.accept().await.unwrap();
                 tokio::spawn(async move {
+                    // `verdict` shuts its write side after the stream: without half-close
+                    // support hyper may see that EOF before it answers and close instead,
+                    // depending on timing (scb's driver answers either way).
                     let _ = hyper::server::conn::http1::Builder::new()
+                        .half_close(true)
                         .serve_connection(
                             hyper_util::rt::TokioIo::new(stream),
                             hyper::service::service_fn(handled::<hyper::body::Incoming>),

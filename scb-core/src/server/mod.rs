@@ -4,13 +4,15 @@
 //! its own `SO_REUSEPORT` listener per configured address (the kernel spreads connections
 //! across them), and its own service stack built by the `make_service` closure: per-worker
 //! state needs no locks and may use `Rc`. Nothing hops to another thread on the request
-//! path; the prototype's work-stealing runtime spent most of its kernel time waking threads.
+//! path: a work-stealing runtime spends its kernel time waking threads.
 //!
-//! Plain HTTP/1.1 connections are driven by scb's own connection driver (`conn::h1`):
-//! it parses each request head with `httparse`, enforces the limits, refuses framing
-//! ambiguities, and writes responses itself, so that a response body that is a
-//! [`FileRegion`](crate::FileRegion) can go out with `sendfile(2)`. HTTP/2 with prior
-//! knowledge (h2c) and HTTP/1.1 upgrades are handed to hyper, with the bytes already read.
+//! HTTP/1.1 connections, plain and TLS, are driven by scb's own connection driver
+//! (`conn::h1`): it parses each request head with `httparse`, enforces the limits, refuses
+//! framing ambiguities, and writes responses itself, so that a response body that is a
+//! [`FileRegion`](crate::FileRegion) can go out with `sendfile(2)` on plain TCP. HTTP/2
+//! (prior knowledge on plain listeners, ALPN `h2` on TLS) and HTTP/1.1 upgrades
+//! (`Upgrade` listed in `Connection`, or CONNECT) are handed to hyper, with the bytes
+//! already read.
 //!
 //! ```no_run
 //! use scb_core::{respond::Respond, server::Server};

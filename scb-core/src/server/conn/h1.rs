@@ -5,8 +5,8 @@
 //! hyper answers malformed or oversized heads itself, without the request id every scb
 //! response carries. The driver is deliberately small: it parses heads (`head`), decodes
 //! bodies (`body`, `chunked`), encodes response heads (`encode`) and loops. Pipelined
-//! responses are batched into one write. Anything outside plain HTTP/1.1 (the HTTP/2
-//! preface, an `Upgrade` or CONNECT) is handed to hyper with the bytes already read.
+//! responses are batched into one write. Anything outside HTTP/1.1 (the HTTP/2 preface, an
+//! upgrade or CONNECT) is handed to hyper with the bytes already read.
 //!
 //! One driver for every transport: plain TCP and TLS (any [`Transport`]) get the same
 //! parsing, limits and answers; only a file region's `sendfile` needs the TCP socket

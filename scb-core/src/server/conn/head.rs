@@ -225,7 +225,12 @@ struct Framing {
     keep_alive: bool,
     saw_close: bool,
     expect_continue: bool,
-    upgrade: bool,
+    /// An `Upgrade` field in an HTTP/1.1 request.
+    upgrade_field: bool,
+    /// `upgrade` among the `Connection` options: RFC 9110 7.8 has the sender list it, and
+    /// an `Upgrade` field without it is not meant for this hop. Only both together hand
+    /// the connection to hyper (the proxy's `wants_upgrade` asks the same).
+    connection_upgrade: bool,
 }
 
 struct FramingResult {
@@ -245,7 +250,8 @@ impl Framing {
             keep_alive: version == Version::HTTP_11,
             saw_close: false,
             expect_continue: false,
-            upgrade: false,
+            upgrade_field: false,
+            connection_upgrade: false,
         }
     }
 
@@ -291,6 +297,7 @@ impl Framing {
                 let options = crate::http1::ConnectionOptions::of([value.as_bytes()]);
                 self.saw_close |= options.close;
                 self.keep_alive |= options.keep_alive;
+                self.connection_upgrade |= options.upgrade;
             }
             header::EXPECT => {
                 if value
@@ -306,7 +313,7 @@ impl Framing {
                     ));
                 }
             }
-            header::UPGRADE => self.upgrade = self.version == Version::HTTP_11,
+            header::UPGRADE => self.upgrade_field = self.version == Version::HTTP_11,
             _ => {}
         }
         Ok(())
@@ -334,7 +341,7 @@ impl Framing {
             body,
             keep_alive: self.keep_alive && !self.saw_close,
             expect_continue: self.expect_continue && body != BodyFraming::None,
-            upgrade: self.upgrade || *method == Method::CONNECT,
+            upgrade: (self.upgrade_field && self.connection_upgrade) || *method == Method::CONNECT,
         })
     }
 }
@@ -378,6 +385,25 @@ mod tests {
         assert_eq!(head.framing, BodyFraming::None);
         assert!(head.keep_alive);
         assert_eq!(&buf[..], b"GET /");
+    }
+
+    #[test]
+    fn only_upgrade_with_its_connection_option_leaves_the_driver() {
+        let upgrade = |head: &str| parse_str(head).unwrap().unwrap().upgrade;
+        assert!(upgrade(
+            "GET / HTTP/1.1\r\nHost: x\r\nConnection: keep-alive, Upgrade\r\nUpgrade: websocket\r\n\r\n"
+        ));
+        // Not meant for this hop (RFC 9110 7.8): the request stays with scb's driver.
+        assert!(!upgrade(
+            "GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n\r\n"
+        ));
+        assert!(!upgrade(
+            "GET / HTTP/1.1\r\nHost: x\r\nConnection: upgrade\r\n\r\n"
+        ));
+        assert!(!upgrade(
+            "GET / HTTP/1.0\r\nConnection: upgrade\r\nUpgrade: websocket\r\n\r\n"
+        ));
+        assert!(upgrade("CONNECT a:443 HTTP/1.1\r\nHost: a:443\r\n\r\n"));
     }
 
     #[test]
