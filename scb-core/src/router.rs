@@ -37,7 +37,8 @@
 //! - [`PathMatch::Exact`] matches the path exactly (a binary search over the exact paths).
 //! - [`PathMatch::Prefix`] matches on segment boundaries: `/api` matches `/api` and
 //!   `/api/users` but not `/apiary`; `/static/` matches `/static/app.js` but not `/static`.
-//!   `/` matches every path. Among matching prefixes the longest wins.
+//!   `/` matches every path. Among matching prefixes the longest wins. This is what
+//!   "prefix" means throughout scb: [`prefix_matches`].
 //! - The path is matched as received: no percent-decoding and no dot-segment removal.
 //!   `/%61pi` does not match `/api`. A service behind the router that decodes paths
 //!   itself must not rely on the router for access control over the decoded form.
@@ -178,8 +179,26 @@ fn check_absolute(path: &str) -> Result<(), RouterError> {
     }
 }
 
-/// Whether `prefix` matches `path` at a segment boundary.
-fn prefix_matches(prefix: &str, path: &str) -> bool {
+/// Whether the path prefix `prefix` matches `path`: what "prefix" means everywhere in scb
+/// ([`PathMatch::Prefix`], scb-proxy's `ReverseProxyLayer` and `strip_prefix`, the
+/// binary's `prefix` routes).
+///
+/// A prefix matches on segment boundaries. Without a trailing slash it takes the path itself
+/// and everything below it; with one, only what is below it (which is how a route can
+/// leave `/static` itself to another).
+///
+/// ```
+/// use scb_core::router::prefix_matches;
+///
+/// assert!(prefix_matches("/api", "/api"));
+/// assert!(prefix_matches("/api", "/api/users"));
+/// assert!(!prefix_matches("/api", "/apiary"));
+/// assert!(prefix_matches("/static/", "/static/app.js"));
+/// assert!(!prefix_matches("/static/", "/static"));
+/// assert!(prefix_matches("/", "/anything"));
+/// ```
+#[must_use]
+pub fn prefix_matches(prefix: &str, path: &str) -> bool {
     path.strip_prefix(prefix)
         .is_some_and(|rest| rest.is_empty() || rest.starts_with('/') || prefix.ends_with('/'))
 }

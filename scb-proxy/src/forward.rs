@@ -247,25 +247,18 @@ pub(crate) fn set_host(headers: &mut HeaderMap, upstream: &Authority, keep_clien
 }
 
 /// The origin-form target sent upstream: `path?query`, with `strip` removed from the
-/// front of the path when it is a prefix of it at a segment boundary.
+/// front of the path when it matches as a path prefix
+/// ([`prefix_matches`](scb_core::router::prefix_matches)); what is left starts with `/`.
 pub(crate) fn target(path_and_query: Option<&PathAndQuery>, strip: Option<&str>) -> PathAndQuery {
     let Some(pq) = path_and_query else {
         return PathAndQuery::from_static("/");
     };
-    let Some(strip) = strip
-        .map(|s| s.trim_end_matches('/'))
-        .filter(|s| !s.is_empty())
-    else {
-        return pq.clone();
-    };
     let path = pq.path();
-    let Some(rest) = path.strip_prefix(strip) else {
+    let Some(strip) = strip.filter(|s| scb_core::router::prefix_matches(s, path)) else {
         return pq.clone();
     };
-    if !(rest.is_empty() || rest.starts_with('/')) {
-        // `/apifoo` is not beneath `/api`.
-        return pq.clone();
-    }
+    // `/api/` strips as `/api` does: the slash after it stays, as the target's first byte.
+    let rest = &path[strip.trim_end_matches('/').len()..];
     let mut out = String::with_capacity(pq.as_str().len());
     if !rest.starts_with('/') {
         out.push('/');
@@ -433,7 +426,9 @@ mod tests {
             "/users?id=1"
         );
         assert_eq!(target(Some(&pq("/api")), Some("/api")), "/");
-        assert_eq!(target(Some(&pq("/api?x")), Some("/api/")), "/?x");
+        assert_eq!(target(Some(&pq("/api/?x")), Some("/api/")), "/?x");
+        // `/api` is not under the prefix `/api/` (scb_core::router::prefix_matches).
+        assert_eq!(target(Some(&pq("/api?x")), Some("/api/")), "/api?x");
         assert_eq!(target(Some(&pq("/apifoo")), Some("/api")), "/apifoo");
         assert_eq!(target(Some(&pq("/other")), Some("/api")), "/other");
         assert_eq!(target(Some(&pq("/a/%2e%2e/b")), None), "/a/%2e%2e/b");

@@ -31,10 +31,11 @@ use tower::{Layer, Service};
 
 use crate::service::ReverseProxy;
 
-/// Sends requests whose path is under `prefix` (on a segment boundary: `/api/` takes
-/// `/api` and `/api/x`, not `/apix`) to a [`ReverseProxy`], and the others to the inner
-/// service. The path goes upstream whole, unless the proxy was built with
-/// `strip_prefix`.
+/// Sends requests whose path is under `prefix` to a [`ReverseProxy`], and the others to
+/// the inner service. "Under" is scb's one meaning of a path prefix,
+/// [`prefix_matches`](scb_core::router::prefix_matches): on a segment boundary, `/api`
+/// takes `/api` and `/api/x` but not `/apix`, and `/api/` takes only what is below `/api/`.
+/// The path goes upstream whole, unless the proxy was built with `strip_prefix`.
 #[derive(Clone, Debug)]
 pub struct ReverseProxyLayer {
     proxy: ReverseProxy,
@@ -47,7 +48,7 @@ impl ReverseProxyLayer {
         let prefix: String = prefix.into();
         Self {
             proxy,
-            prefix: prefix.trim_end_matches('/').into(),
+            prefix: prefix.into(),
         }
     }
 }
@@ -74,8 +75,7 @@ pub struct ReverseProxyOr<S> {
 
 impl<S> ReverseProxyOr<S> {
     fn covers(&self, path: &str) -> bool {
-        path.strip_prefix(&*self.prefix)
-            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+        scb_core::router::prefix_matches(&self.prefix, path)
     }
 }
 
@@ -170,11 +170,27 @@ mod tests {
             .layer(ReverseProxyLayer::new(proxy, "/api/"))
             .service(Respond::new(StatusCode::OK).body("inside"));
         for (path, status) in [
-            ("/api", StatusCode::BAD_GATEWAY),
+            // `/api/` is what is below `/api/`, as in the Router.
+            ("/api", StatusCode::OK),
             ("/api/users?x=1", StatusCode::BAD_GATEWAY),
             ("/apix", StatusCode::OK),
             ("/", StatusCode::OK),
             ("/other/api/", StatusCode::OK),
+        ] {
+            let req = Request::get(path).body(Body::empty()).unwrap();
+            let res = app.clone().oneshot(req).await.unwrap();
+            assert_eq!(res.status(), status, "{path}");
+        }
+        let proxy = ReverseProxy::builder([Upstream::new(&addr).unwrap()])
+            .build()
+            .unwrap();
+        let app = ServiceBuilder::new()
+            .layer(ReverseProxyLayer::new(proxy, "/api"))
+            .service(Respond::new(StatusCode::OK).body("inside"));
+        for (path, status) in [
+            ("/api", StatusCode::BAD_GATEWAY),
+            ("/api/users", StatusCode::BAD_GATEWAY),
+            ("/apix", StatusCode::OK),
         ] {
             let req = Request::get(path).body(Body::empty()).unwrap();
             let res = app.clone().oneshot(req).await.unwrap();
