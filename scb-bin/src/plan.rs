@@ -271,10 +271,10 @@ fn tls_acceptor(
     let tls = config.get_ref();
     let mut files = Vec::new();
     match (&tls.cert, &tls.key) {
-        (Some(cert), Some(key)) => files.push(scb_tls::CertFiles {
-            cert: cert.get_ref().clone(),
-            key: key.get_ref().clone(),
-        }),
+        (Some(cert), Some(key)) => files.push(scb_tls::CertFiles::new(
+            cert.get_ref().clone(),
+            key.get_ref().clone(),
+        )),
         (None, None) => {}
         (Some(cert), None) => {
             return Err(Located::at(cert, "tls.key", "`cert` needs its `key`"));
@@ -285,10 +285,7 @@ fn tls_acceptor(
     }
     for cert in &tls.certs {
         let c = cert.get_ref();
-        files.push(scb_tls::CertFiles {
-            cert: c.cert.clone(),
-            key: c.key.clone(),
-        });
+        files.push(scb_tls::CertFiles::new(c.cert.clone(), c.key.clone()));
     }
     if files.is_empty() {
         return Err(Located::at(

@@ -20,13 +20,11 @@ fn misbehaving_clients_leak_no_descriptors() {
     let path = std::env::temp_dir().join(format!("scb-fd-test-{}", std::process::id()));
     std::fs::write(&path, vec![7u8; 16 << 20]).unwrap();
     let file_path = path.clone();
-    let limits = Limits {
-        header_read_timeout: Duration::from_millis(300),
-        body_read_timeout: Duration::from_millis(300),
-        send_timeout: Duration::from_millis(300),
-        keep_alive_timeout: Duration::from_millis(300),
-        ..Limits::default()
-    };
+    let mut limits = Limits::default();
+    limits.header_read_timeout = Duration::from_millis(300);
+    limits.body_read_timeout = Duration::from_millis(300);
+    limits.send_timeout = Duration::from_millis(300);
+    limits.keep_alive_timeout = Duration::from_millis(300);
     let bound = Server::builder()
         .workers(1)
         .limits(limits)

@@ -109,10 +109,8 @@ fn http2_over_a_secure_listener_is_served_when_the_handshake_says_so() {
 
 #[test]
 fn a_handshake_that_never_finishes_is_closed_at_the_timeout() {
-    let limits = Limits {
-        handshake_timeout: Duration::from_millis(300),
-        ..Limits::default()
-    };
+    let mut limits = Limits::default();
+    limits.handshake_timeout = Duration::from_millis(300);
     let (addr, handle) = start(limits);
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
@@ -143,10 +141,8 @@ fn a_handshake_that_never_finishes_is_closed_at_the_timeout() {
 
 #[test]
 fn http1_over_a_secure_listener_gets_the_drivers_own_answers_with_a_request_id() {
-    let limits = Limits {
-        max_header_bytes: 1024,
-        ..Limits::default()
-    };
+    let mut limits = Limits::default();
+    limits.max_header_bytes = 1024;
     let (addr, handle) = start(limits);
     let exchange = |raw: &[u8]| {
         let mut s = TcpStream::connect(addr).unwrap();

@@ -373,10 +373,8 @@ fn request_id_is_kept_generated_or_replaced() {
 
 #[test]
 fn oversized_head_gets_431_with_a_request_id_and_never_reaches_the_service() {
-    let limits = Limits {
-        max_header_bytes: 1024,
-        ..Limits::default()
-    };
+    let mut limits = Limits::default();
+    limits.max_header_bytes = 1024;
     let server = TestServer::start(1, limits);
     let raw = format!(
         "GET /hello HTTP/1.1\r\nHost: t\r\nX-Big: {}\r\n\r\n",
@@ -394,10 +392,8 @@ fn oversized_head_gets_431_with_a_request_id_and_never_reaches_the_service() {
 
 #[test]
 fn too_many_header_fields_get_431() {
-    let limits = Limits {
-        max_headers: 10,
-        ..Limits::default()
-    };
+    let mut limits = Limits::default();
+    limits.max_headers = 10;
     let server = TestServer::start(1, limits);
     let mut raw = String::from("GET /hello HTTP/1.1\r\nHost: t\r\n");
     for i in 0..20 {
@@ -485,10 +481,8 @@ fn request_bodies_are_streamed_to_the_service_by_length_and_chunked() {
 
 #[test]
 fn content_length_over_the_limit_gets_413() {
-    let limits = Limits {
-        max_body_bytes: 1000,
-        ..Limits::default()
-    };
+    let mut limits = Limits::default();
+    limits.max_body_bytes = 1000;
     let server = TestServer::start(1, limits);
     let r = roundtrip(
         &server,
@@ -654,10 +648,8 @@ fn panicking_handler_gets_500_and_the_worker_keeps_serving() {
 
 #[test]
 fn slowloris_is_closed_at_the_header_deadline() {
-    let limits = Limits {
-        header_read_timeout: Duration::from_millis(500),
-        ..Limits::default()
-    };
+    let mut limits = Limits::default();
+    limits.header_read_timeout = Duration::from_millis(500);
     let server = TestServer::start(1, limits);
     let mut s = server.connect();
     let started = Instant::now();
@@ -700,10 +692,8 @@ fn slowloris_is_closed_at_the_header_deadline() {
 
 #[test]
 fn idle_keep_alive_connection_is_closed_after_the_timeout() {
-    let limits = Limits {
-        keep_alive_timeout: Duration::from_millis(300),
-        ..Limits::default()
-    };
+    let mut limits = Limits::default();
+    limits.keep_alive_timeout = Duration::from_millis(300);
     let server = TestServer::start(1, limits);
     let mut s = server.connect();
     s.write_all(b"GET /hello HTTP/1.1\r\nHost: t\r\n\r\n")
@@ -892,10 +882,8 @@ fn h2c_prior_knowledge_is_served_by_hyper() {
 
 #[test]
 fn idle_h2c_connection_is_closed_after_the_keep_alive_timeout() {
-    let limits = Limits {
-        keep_alive_timeout: Duration::from_millis(300),
-        ..Limits::default()
-    };
+    let mut limits = Limits::default();
+    limits.keep_alive_timeout = Duration::from_millis(300);
     let server = TestServer::start(1, limits);
     let addr = server.addr;
     let rt = tokio::runtime::Builder::new_current_thread()

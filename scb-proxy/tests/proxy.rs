@@ -1637,10 +1637,8 @@ async fn a_chunked_body_over_the_servers_limit_gets_413_not_400() {
         Response::new(Body::from("took it"))
     })
     .await;
-    let limits = scb_core::server::Limits {
-        max_body_bytes: 1500,
-        ..Default::default()
-    };
+    let mut limits = scb_core::server::Limits::default();
+    limits.max_body_bytes = 1500;
     // No `max_body` of the proxy's own: the server's limit is the one that trips.
     let server = ProxyServer::start_with_limits(&proxy_to(up.addr, |b| b), limits);
     for (framing, body) in [

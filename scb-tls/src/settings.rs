@@ -5,6 +5,7 @@ use std::path::PathBuf;
 /// One certificate: a PEM file with the chain (leaf first, then intermediates) and a PEM
 /// file with its private key. Both may be the same file.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct CertFiles {
     /// The certificate chain, PEM `CERTIFICATE` sections, leaf first.
     pub cert: PathBuf,

@@ -978,13 +978,11 @@ where
 #[test]
 fn h2_limits_are_advertised() {
     // None of these is a default, so each can only come from these limits.
-    let limits = Limits {
-        h2_max_concurrent_streams: 77,
-        h2_stream_window: 300_000,
-        h2_connection_window: 1_000_000,
-        max_header_bytes: 12_345,
-        ..Limits::default()
-    };
+    let mut limits = Limits::default();
+    limits.h2_max_concurrent_streams = 77;
+    limits.h2_stream_window = 300_000;
+    limits.h2_connection_window = 1_000_000;
+    limits.max_header_bytes = 12_345;
     assert_ne!(limits, Limits::default());
     let server = TestServer::start(limits.clone());
     let seen = client_runtime().block_on(async {

@@ -242,13 +242,13 @@ fn proxy_routes_are_built_from_their_table() {
     );
     assert_eq!(
         proxy.active_health(),
-        Some(&scb_proxy::ActiveHealth {
-            path: "/healthz?full=1".into(),
-            interval: Duration::from_secs(1),
-            timeout: Duration::from_millis(500),
-            passes: 3,
-            fails: 1,
-        })
+        Some(
+            &scb_proxy::ActiveHealth::new("/healthz?full=1")
+                .interval(Duration::from_secs(1))
+                .timeout(Duration::from_millis(500))
+                .passes(3)
+                .fails(1)
+        )
     );
 
     let Handler::Proxy(proxy) = &plan.routes[1].handler else {

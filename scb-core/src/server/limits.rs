@@ -5,7 +5,10 @@ use std::time::Duration;
 /// Size limits and timeouts that protect a worker from slow or hostile clients.
 ///
 /// Every field has a safe default; see each one.
+///
+/// Change fields on [`Limits::default()`]: more may be added.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Limits {
     /// Deadline for a whole request head, counted from its first byte (or from accept for
     /// a connection's first request), not per read: a slowloris client that trickles one

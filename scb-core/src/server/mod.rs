@@ -71,6 +71,7 @@ pub struct ConnectInfo {
 
 /// What a worker tells `make_service` about itself.
 #[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
 pub struct WorkerInfo {
     /// The worker's index, `0..workers`.
     pub index: usize,

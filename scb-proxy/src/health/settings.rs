@@ -85,6 +85,7 @@ impl PassiveHealth {
 /// back after `passes` passed checks in a row. Every upstream starts up, and each is checked
 /// on its own schedule, so a slow one does not delay the others' checks.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ActiveHealth {
     /// Absolute path (and query) to request, such as `/healthz`.
     pub path: String,
@@ -110,5 +111,33 @@ impl ActiveHealth {
             passes: 2,
             fails: 2,
         }
+    }
+
+    /// Time between the starts of two checks of an upstream. Defaults to 5 seconds.
+    #[must_use]
+    pub fn interval(mut self, interval: Duration) -> Self {
+        self.interval = interval;
+        self
+    }
+
+    /// Longest a check may take, connect included. Defaults to 2 seconds.
+    #[must_use]
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Passed checks in a row that bring a down upstream back. Defaults to 2.
+    #[must_use]
+    pub fn passes(mut self, passes: u32) -> Self {
+        self.passes = passes;
+        self
+    }
+
+    /// Failed checks in a row that take an upstream down. Defaults to 2.
+    #[must_use]
+    pub fn fails(mut self, fails: u32) -> Self {
+        self.fails = fails;
+        self
     }
 }
