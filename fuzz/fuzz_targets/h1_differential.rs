@@ -9,7 +9,8 @@
 //!   faults scb refuses on purpose (RFC 9112 3.2 and 6.3; see `tests/differential.rs` in
 //!   scb-core for why each): no Host in HTTP/1.1, more than one in any version, an invalid Host, a
 //!   repeated Content-Length or Transfer-Encoding, or both together; or an expectation
-//!   other than `100-continue` (417, as RFC 9110 10.1.1 allows: hyper ignores it); or a
+//!   other than `100-continue` (417, as RFC 9110 10.1.1 allows: hyper ignores it); a
+//!   transfer coding under `chunked` (501, RFC 9112 6.1: hyper passes it on); or a
 //!   Content-Length over the server's body limit (413 before the body is read: hyper has
 //!   no such limit);
 //! - a body both hand to the handler reads the same, unless scb's chunked decoder refuses
@@ -135,6 +136,9 @@ fn refused_on_purpose(stream: &[u8]) -> bool {
         || expects
             .iter()
             .any(|e| !e.trim_ascii().eq_ignore_ascii_case(b"100-continue"))
+        || codings.iter().any(|c| {
+            scb_core::http1::transfer_coding(c) == scb_core::http1::TransferCoding::Layered
+        })
         || lengths.iter().any(|l| {
             std::str::from_utf8(l)
                 .ok()
