@@ -49,7 +49,7 @@
 //! The client's address (for `X-Forwarded-For` and hashing) is read from scb's
 //! [`ConnectInfo`](scb_core::server::ConnectInfo) request extension, which scb's server
 //! sets; elsewhere insert a [`ClientIp`] (in axum, from its own `ConnectInfo`; see
-//! `examples/axum.rs`).
+//! `examples/proxy_axum.rs`).
 
 mod balance;
 mod body;

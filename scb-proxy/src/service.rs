@@ -250,7 +250,7 @@ impl ReverseProxy {
                 Ok(Ok(head)) => {
                     state.metrics.response(sent.elapsed());
                     state.health.record_success(&state.metrics);
-                    return Ok(self.respond(index, connection, head, client_upgrade));
+                    return Ok(self.client_response(index, connection, head, client_upgrade));
                 }
                 Ok(Err(SendError::Unsent(e))) => {
                     if reused {
@@ -316,7 +316,7 @@ impl ReverseProxy {
     /// The client's response from the upstream's head: hop-by-hop fields removed, the
     /// body streamed with the idle timeout (or passed whole when it came with the head); a
     /// 101 joins the two upgraded connections.
-    fn respond(
+    fn client_response(
         &self,
         index: usize,
         connection: Connection,

@@ -1,26 +1,46 @@
-//! TLS for scb: rustls configured from PEM files, certificates chosen by SNI, ALPN `h2`
-//! and `http/1.1`, reload without restart, session resumption.
+//! TLS for scb and for any tokio server: rustls configured from PEM files, certificates
+//! chosen by SNI, ALPN `h2` and `http/1.1`, reload without restart, session resumption.
+//!
+//! With axum, through axum-server (the whole program: `examples/tls_axum.rs`):
 //!
 //! ```no_run
+//! use axum::{Router, routing::get};
+//! use axum_server::tls_rustls::RustlsConfig;
 //! use scb_tls::{CertFiles, TlsAcceptor, TlsSettings};
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! // Every file is read and checked here (key matches certificate, validity dates); an
+//! // error names the file. The first certificate is the default: clients without SNI or
+//! // with a name no certificate has get it.
 //! let acceptor = TlsAcceptor::new(TlsSettings::new([
-//!     // The first certificate is also the default: clients without SNI or with a name no
-//!     // certificate has get it.
 //!     CertFiles::new("/etc/scb/example.com.pem", "/etc/scb/example.com.key"),
 //!     CertFiles::new("/etc/scb/example.org.pem", "/etc/scb/example.org.key"),
 //! ]))?;
+//! // axum-server takes the acceptor's rustls config as is; `acceptor.reload()` (on SIGHUP,
+//! // say) swaps the certificates inside it, so axum-server's listener sees them too.
+//! let config = RustlsConfig::from_config(acceptor.server_config());
+//! let app = Router::new().route("/", get(|| async { "hello over TLS" }));
+//! let addr: std::net::SocketAddr = "127.0.0.1:8443".parse()?;
+//! axum_server::bind_rustls(addr, config)
+//!     .serve(app.into_make_service())
+//!     .await?;
+//! # Ok(())
+//! # }
+//! ```
 //!
-//! // scb's server: `Server::builder().listen_secure(addr, acceptor.clone())`; the acceptor
-//! // implements `scb_core::server::Handshake`. Anyone else: `accept` a TCP connection.
+//! With scb's server, `Server::builder().listen_secure(addr, acceptor)`: the acceptor
+//! implements `scb_core::server::Handshake`. With anything else that has a TCP stream:
+//!
+//! ```no_run
+//! # use scb_tls::{CertFiles, TlsAcceptor, TlsSettings};
+//! # async fn run(acceptor: TlsAcceptor) -> Result<(), Box<dyn std::error::Error>> {
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:8443").await?;
 //! let (tcp, _) = listener.accept().await?;
 //! let tls = acceptor.accept(tcp).await?;
 //! let http2 = scb_tls::protocol(&tls) == scb_core::server::Protocol::Http2;
 //!
-//! // On SIGHUP: new handshakes get the new files, open connections keep theirs, and a
-//! // broken file leaves the old certificates serving.
+//! // New handshakes get the new files, open connections keep theirs, and a broken file
+//! // leaves the old certificates serving.
 //! if let Err(e) = acceptor.reload() {
 //!     eprintln!("TLS reload failed, still serving the previous certificates: {e}");
 //! }
@@ -45,50 +65,14 @@
 //!
 //! # Crypto provider: aws-lc-rs
 //!
-//! rustls needs a crypto provider; the two maintained ones are *ring* and *aws-lc-rs*
-//! (AWS's fork of BoringSSL). scb-tls uses aws-lc-rs. Measured on the 2-core build box
-//! (rustls 0.23.46; ring 0.17.14, aws-lc-rs 1.19.0 / aws-lc-sys 0.47.0; figures are the
-//! best of several runs on a shared machine, so read them to ±10%):
-//!
-//! | | ring | aws-lc-rs |
-//! |---|---|---|
-//! | cold `cargo build` of rustls + provider, debug | 16 s (16 CPU-s) | 34 s (48 CPU-s) |
-//! | same, `opt-level = 3` | 34 s (37 CPU-s) | 53 s (81 CPU-s) |
-//! | server CPU per full TLS 1.3 handshake, ECDSA P-256, X25519 | 110 µs | 93 µs |
-//! | same, RSA-2048 | 700 µs | 340 µs |
-//! | same, TLS 1.2, ECDSA P-256 | 100 µs | 70 µs |
-//! | same, TLS 1.3, X25519MLKEM768 (post-quantum hybrid) | not available | 117 µs |
-//! | server CPU to seal one 16 KiB record, AES-256-GCM | 2.7 µs | 2.45 µs |
-//!
-//! (Handshakes and records measured in memory, without sockets, server side only, in an
-//! `opt-level = 3` probe crate; not part of this repository.)
-//!
-//! Why aws-lc-rs, then:
-//!
-//! - **Post-quantum key exchange.** Chrome and Firefox offer X25519MLKEM768 first; with
-//!   aws-lc-rs those connections get it (protection of recorded traffic against a future
-//!   quantum computer), with ring they fall back to X25519. This alone decides it for a
-//!   server whose job is terminating TLS; it is also rustls' own default provider.
-//! - **CPU.** Per record, where a long-lived HTTP/2 connection spends its time, the two are
-//!   within 10% (both run BoringSSL-derived AES-GCM assembly). Per handshake aws-lc-rs is
-//!   15-30% cheaper with ECDSA and half the cost with RSA-2048, still a common certificate
-//!   (certbot issued RSA by default until 2022).
-//! - **The cost is build time, once:** +18 s wall, +32 CPU-s on a cold debug build
-//!   (aws-lc-sys compiles a large C library), nothing on incremental builds. The toolchain
-//!   worry does not hold on the usual targets: for Linux (x86, x86-64, aarch64, arm,
-//!   ppc64le), macOS and Windows, aws-lc-sys ships pre-generated sources and bindings and
-//!   builds with the `cc` crate and the system C compiler (gcc here; no cmake, clang or Go,
-//!   none of which is installed on this box). Other targets and FIPS builds need cmake
-//!   (and clang for bindgen); Windows needs NASM, which the `prebuilt-nasm` feature (on
-//!   through rustls) supplies.
-//! - **Why not ring:** faster and simpler to build (a C compiler is enough everywhere) and
-//!   already compiled in this workspace for rcgen and the bench crate's axum peer, but no
-//!   post-quantum key exchange and slower handshakes.
-//!
-//! The provider is named in one place (`config::provider`), never taken from rustls'
-//! process-wide default, so a build that also turns on rustls' `ring` feature (the bench
-//! crate does) changes nothing here. Switching is that function plus the rustls feature
-//! in `Cargo.toml`.
+//! rustls needs a crypto provider; scb-tls uses aws-lc-rs rather than *ring*: it offers the
+//! post-quantum hybrid X25519MLKEM768 that Chrome and Firefox try first (ring has none),
+//! and its handshakes cost less CPU (about 15-30% with ECDSA, half with RSA-2048); per
+//! record the two are within 10%. The price is build time once (aws-lc-sys compiles a C
+//! library with the system C compiler). The measurements are in `bench/RESULTS.md`
+//! ("TLS crypto provider"). The provider is named in one place (`config::provider`), never
+//! taken from rustls' process-wide default, so a build that also turns on rustls' `ring`
+//! feature changes nothing here.
 //!
 //! # SNI names and validity dates
 //!

@@ -3,7 +3,7 @@
 //! fallback, next to ordinary axum routes.
 //!
 //! ```text
-//! cargo run -p scb-static --example axum -- ./public
+//! cargo run -p scb-static --example static_axum -- ./public
 //! curl -i http://127.0.0.1:3000/api/hello
 //! curl -i http://127.0.0.1:3000/assets/app.js
 //! ```

@@ -3,7 +3,7 @@
 //! taken from axum's `ConnectInfo`, so the upstreams get a correct `X-Forwarded-For`.
 //!
 //! ```text
-//! cargo run -p scb-proxy --example axum -- 127.0.0.1:8081 127.0.0.1:8082
+//! cargo run -p scb-proxy --example proxy_axum -- 127.0.0.1:8081 127.0.0.1:8082
 //! curl -i http://127.0.0.1:3000/api/users      # upstream sees /users
 //! ```
 

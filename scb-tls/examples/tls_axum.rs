@@ -2,7 +2,7 @@
 //! several certificates, validation at start-up, and reload on SIGHUP.
 //!
 //! ```text
-//! cargo run -p scb-tls --example axum -- 127.0.0.1:8443 site.pem site.key [other.pem other.key ...]
+//! cargo run -p scb-tls --example tls_axum -- 127.0.0.1:8443 site.pem site.key [other.pem other.key ...]
 //! curl -k --http2 https://127.0.0.1:8443/
 //! kill -HUP <pid>    # after replacing the files
 //! ```
@@ -24,7 +24,7 @@ use tokio::signal::unix::{SignalKind, signal};
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
-    let usage = "usage: axum ADDR CERT KEY [CERT KEY ...]";
+    let usage = "usage: tls_axum ADDR CERT KEY [CERT KEY ...]";
     let addr: SocketAddr = args.next().ok_or(usage)?.parse()?;
     let mut certs = Vec::new();
     while let Some(cert) = args.next() {
