@@ -139,8 +139,7 @@ fn take_line(
 ) -> Result<Option<Bytes>, ChunkError> {
     let Some(lf) = buf.iter().position(|&b| b == b'\n') else {
         // A line of `max` bytes may already have its CR here while the LF is in the next
-        // read: whether a body is accepted must not depend on how its bytes arrive
-        // (found by the `chunked` fuzz target).
+        // read: whether a body is accepted must not depend on how its bytes arrive.
         if buf.len() > max + 1 {
             return Err(too_long);
         }
@@ -159,8 +158,7 @@ fn take_line(
 /// A trailer field line: a token, `:`, then a field value as RFC 9110 5.5 has it (HTAB,
 /// SP, visible ASCII, obs-text), the same rule as a head's fields. Above all no CR or NUL:
 /// a front end that took a bare CR for a line end would disagree with us about where the
-/// body ends. obs-fold (a leading space) is not a token. (The differential fuzz target
-/// found control bytes accepted here that hyper refuses.)
+/// body ends. obs-fold (a leading space) is not a token.
 fn is_field_line(line: &[u8]) -> bool {
     let Some(colon) = line.iter().position(|&b| b == b':') else {
         return false;
@@ -181,7 +179,7 @@ fn parse_size_line(line: &[u8]) -> Result<u64, ChunkError> {
         (n << 4) | u64::from(d)
     });
     // BWS is SP and HTAB only: `trim_ascii_start` would also eat the stray CRs a front end
-    // may read as a line end (found by the `h1_differential` fuzz target).
+    // may read as a line end.
     let bws = line[digits..]
         .iter()
         .take_while(|&&b| b == b' ' || b == b'\t')

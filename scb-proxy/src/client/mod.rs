@@ -1,10 +1,10 @@
 //! scb's HTTP/1.1 client for upstream connections.
 //!
-//! Why scb's own and not hyper's `client::conn::http1`, which the proxy used first: measured
-//! with `cargo xtask profile proxy` (bench/RESULTS.md), hyper's client was 12.8k of the
-//! 33.7k user-space instructions of a proxied request, and every request crossed tasks
-//! twice: the service handed it to the connection's own task through a channel, and was
-//! woken through another when the head came back. Here the request's own future writes
+//! Why scb's own and not hyper's `client::conn::http1`: hyper's client costs 12.8k of the
+//! 33.7k user-space instructions of a proxied request (`cargo xtask profile proxy`,
+//! bench/RESULTS.md), and with it every request crosses tasks twice: the service hands it
+//! to the connection's own task through a channel, and is woken through another when the
+//! head comes back. Here the request's own future writes
 //! the request and reads the response head, and the response body reads the upstream
 //! socket from whichever task polls it (the client connection's, under scb's server): no
 //! task per upstream connection, no channel, no wake-up in between.

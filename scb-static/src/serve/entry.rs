@@ -24,8 +24,7 @@ use crate::sys::{Identity, Kind, Meta, Mode, OpenError, Opened, RootDir, read_at
 /// Files up to this size are read whole while the name is looked up, in one
 /// `preadv2(RWF_NOWAIT)`: the response is then plain bytes, the file is closed at once, and
 /// the body needs no further I/O. 128 KiB covers the HTML, CSS, JS and icons that make up
-/// most requests of a site (the prototype measured the same threshold); larger files go
-/// out as a file region (`sendfile` on plain TCP).
+/// most requests of a site; larger files go out as a file region (`sendfile` on plain TCP).
 pub(crate) const INLINE_READ_MAX: u64 = 128 * 1024;
 
 /// What an entry is counted as in the cache's byte bound besides the bytes of its files:

@@ -90,8 +90,8 @@ impl RootDir {
                 Err(Errno::AGAIN) => {}
                 Err(Errno::INVAL | Errno::TOOBIG) if cached => {
                     // RESOLVE_CACHED is Linux 5.12+. Without it the kernel cannot tell us
-                    // a lookup would block, so lookups run inline: the trade the prototype
-                    // measured as right for a local disk.
+                    // a lookup would block, so lookups run inline: the right trade for a
+                    // local disk, whose metadata is almost always cached.
                     tracing::info!("openat2 lacks RESOLVE_CACHED; looking up without it");
                     self.support.store(NO_CACHED, Ordering::Relaxed);
                     cached = false;

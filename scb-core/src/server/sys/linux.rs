@@ -31,11 +31,10 @@ pub(crate) fn raise_nofile_limit() {
 /// Holds back partial segments (`TCP_CORK`) while `corked`, so that a response head and
 /// the file sent after it leave in full-sized segments, as nginx's `tcp_nopush` does.
 ///
-/// Measured on loopback (1 MiB files, 64 connections, server and client each on one
-/// CPU): without it, the head's own small segment and the region's odd-sized tail left
-/// most of the transmission to be driven by the client's acknowledgements, in softirq time
-/// on the client's CPU (48% of it), and the client, not the server, was the limit: 1,250
-/// responses a second. Corked: 3,900, the client's CPU 9% softirq.
+/// Without it the head's own small segment and the region's odd-sized tail leave most of
+/// the transmission to be driven by the client's acknowledgements, and on loopback the
+/// client's softirq time becomes the limit (a third of the corked rate for 1 MiB files;
+/// bench/RESULTS.md).
 pub(crate) fn cork(stream: &TcpStream, corked: bool) {
     if let Err(e) = rustix::net::sockopt::set_tcp_cork(stream, corked) {
         tracing::debug!(error = %e, "TCP_CORK could not be changed");
