@@ -8,30 +8,79 @@ use http::uri::Authority;
 use crate::health::Health;
 use crate::metrics::UpstreamMetrics;
 
-/// One upstream server as configured: `host:port` and a weight.
+/// One upstream server as configured: `host:port` (given as such or as an `http://` URL)
+/// and a weight.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Upstream {
     pub(crate) authority: Authority,
     pub(crate) weight: u32,
 }
 
-/// An upstream address that is not `host:port`.
+/// An upstream address that is not `host:port` or `http://host[:port]`.
 #[derive(Debug, thiserror::Error)]
-#[error("upstream {0:?} is not host:port")]
-pub struct InvalidUpstream(pub(crate) String);
+#[error("upstream {addr:?} {reason}")]
+pub struct InvalidUpstream {
+    addr: String,
+    reason: &'static str,
+}
+
+impl InvalidUpstream {
+    fn new(addr: &str, reason: &'static str) -> Self {
+        Self {
+            addr: addr.to_owned(),
+            reason,
+        }
+    }
+
+    /// What is wrong with it.
+    pub fn reason(&self) -> &'static str {
+        self.reason
+    }
+}
 
 impl Upstream {
-    /// An upstream at `host:port` (`127.0.0.1:8081`, `[::1]:8081`, `app.internal:80`) with
-    /// weight 1.
+    /// An upstream at `host:port` (`127.0.0.1:8081`, `[::1]:8081`, `app.internal:80`), or
+    /// at an `http://` URL with nothing after the authority but an optional `/`
+    /// (`http://127.0.0.1:8081`, `http://app.internal` for port 80), with weight 1.
     ///
     /// # Errors
     ///
-    /// When `addr` is not a host and a port.
+    /// When `addr` is neither, saying why: no port, a user name, a path, or an `https://`
+    /// URL (TLS to upstreams is not supported).
     pub fn new(addr: &str) -> Result<Self, InvalidUpstream> {
-        let authority: Authority = addr.parse().map_err(|_| InvalidUpstream(addr.to_owned()))?;
-        if authority.port_u16().is_none() || authority.host().is_empty() || addr.contains('@') {
-            return Err(InvalidUpstream(addr.to_owned()));
+        const EXPECTED: &str = "is not host:port or http://host[:port]";
+        let (rest, default_port) = if let Some(rest) = strip_scheme(addr, "http://") {
+            (rest.strip_suffix('/').unwrap_or(rest), Some(80))
+        } else if strip_scheme(addr, "https://").is_some() {
+            return Err(InvalidUpstream::new(
+                addr,
+                "is https: TLS to upstreams is not supported; use http:// or host:port",
+            ));
+        } else {
+            (addr, None)
+        };
+        if rest.contains(['/', '?', '#']) {
+            return Err(InvalidUpstream::new(
+                addr,
+                "has a path: give host:port only",
+            ));
         }
+        if rest.contains('@') {
+            return Err(InvalidUpstream::new(addr, "has a user name"));
+        }
+        let authority: Authority = rest
+            .parse()
+            .map_err(|_| InvalidUpstream::new(addr, EXPECTED))?;
+        if authority.host().is_empty() {
+            return Err(InvalidUpstream::new(addr, EXPECTED));
+        }
+        let authority = match (authority.port_u16(), default_port) {
+            (Some(_), _) => authority,
+            (None, Some(port)) => format!("{}:{port}", authority.as_str())
+                .parse()
+                .map_err(|_| InvalidUpstream::new(addr, EXPECTED))?,
+            (None, None) => return Err(InvalidUpstream::new(addr, EXPECTED)),
+        };
         Ok(Self {
             authority,
             weight: 1,
@@ -50,6 +99,13 @@ impl Upstream {
     pub fn authority(&self) -> &Authority {
         &self.authority
     }
+}
+
+/// `addr` without `scheme`, which is matched case-insensitively.
+fn strip_scheme<'a>(addr: &'a str, scheme: &str) -> Option<&'a str> {
+    let head = addr.get(..scheme.len())?;
+    head.eq_ignore_ascii_case(scheme)
+        .then(|| &addr[scheme.len()..])
 }
 
 impl fmt::Display for Upstream {
@@ -119,9 +175,28 @@ mod tests {
         );
         assert_eq!(Upstream::new("app.internal:3000").unwrap().weight, 1);
         assert_eq!(Upstream::new("a:1").unwrap().weight(0).weight, 1);
+        // URLs name the same upstreams; port 80 when an http:// URL has none.
+        for (url, authority) in [
+            ("http://127.0.0.1:4000", "127.0.0.1:4000"),
+            ("HTTP://app.internal:3000/", "app.internal:3000"),
+            ("http://app.internal", "app.internal:80"),
+            ("http://[::1]:8080", "[::1]:8080"),
+        ] {
+            assert_eq!(Upstream::new(url).unwrap().to_string(), authority, "{url}");
+        }
+        for (bad, why) in [
+            ("https://a:443", "TLS to upstreams is not supported"),
+            ("http://a:1/api", "has a path"),
+            ("http://user@a:1", "has a user name"),
+            ("127.0.0.1", "is not host:port"),
+        ] {
+            let e = Upstream::new(bad).unwrap_err();
+            assert!(e.to_string().contains(why), "{bad}: {e}");
+        }
         for bad in [
             "127.0.0.1",
-            "http://a:1",
+            "http://",
+            "ftp://a:1",
             "a:1/x",
             "user@a:1",
             ":80",

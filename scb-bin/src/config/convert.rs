@@ -205,7 +205,11 @@ impl TryFrom<&StaticConfig> for scb_static::ServeStatic {
                     "must be a file name, without '/'",
                 ));
             }
-            builder = builder.index((!index.is_empty()).then(|| index.clone()));
+            builder = if index.is_empty() {
+                builder.no_index()
+            } else {
+                builder.index(index.clone())
+            };
         }
         if let Some(codings) = &config.precompressed {
             builder = builder.precompressed(codings.get_ref().iter().cloned());
@@ -228,10 +232,10 @@ impl TryFrom<&StaticConfig> for scb_static::ServeStatic {
             builder = builder.cache_control(r.glob.clone(), r.value.clone());
         }
         if let Some(file) = &config.fallback {
-            builder = builder.fallback(Some(site_file(file, "fallback")?));
+            builder = builder.fallback(site_file(file, "fallback")?);
         }
         if let Some(file) = &config.not_found {
-            builder = builder.not_found(Some(site_file(file, "not_found")?));
+            builder = builder.not_found(site_file(file, "not_found")?);
         }
         builder = builder.list_directories(config.list_directories);
         if let Some(cache) = &config.cache {

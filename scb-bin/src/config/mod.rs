@@ -90,6 +90,8 @@ pub(crate) struct RequestIdConfig {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct MetricsConfig {
+    /// See [`units::listen_addr`].
+    #[serde(deserialize_with = "units::listen_addr")]
     pub(crate) listen: Spanned<SocketAddr>,
     /// Absent means `/metrics`.
     pub(crate) path: Option<Spanned<String>>,
@@ -108,6 +110,8 @@ pub(crate) struct LogConfig {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ListenConfig {
+    /// See [`units::listen_addr`].
+    #[serde(deserialize_with = "units::listen_addr")]
     pub(crate) addr: Spanned<SocketAddr>,
     /// `tls = { cert, key }` or `tls = { certs = [...] }`: a TLS listener.
     pub(crate) tls: Option<Spanned<TlsConfig>>,

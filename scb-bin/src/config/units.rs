@@ -1,9 +1,12 @@
-//! The value types of the config file that TOML has no type for: durations and byte sizes.
+//! The value types of the config file that TOML has no type for: durations, byte sizes
+//! and listening addresses.
 
 use std::fmt;
+use std::net::{Ipv4Addr, SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
 use serde::de::{self, Deserialize, Deserializer, Visitor};
+use toml::Spanned;
 
 /// A duration written the humantime way: `"10s"`, `"1m 30s"`, `"250ms"`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -89,9 +92,76 @@ impl<'de> Deserialize<'de> for ByteSize {
     }
 }
 
+/// A listening address: `IP:PORT` (`127.0.0.1:8080`, `[::1]:8080`), `:PORT` for every
+/// IPv4 interface (`0.0.0.0:PORT`, nginx's `listen PORT`; `[::]:PORT` for IPv6), or
+/// `HOST:PORT` with a host name resolved once, when the config is loaded, to its first
+/// IPv4 address (else its first address): `localhost:8080` is `127.0.0.1:8080`.
+///
+/// For `#[serde(deserialize_with)]` on a `Spanned<SocketAddr>` field.
+pub(crate) fn listen_addr<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Spanned<SocketAddr>, D::Error> {
+    let text = Spanned::<String>::deserialize(deserializer)?;
+    let addr = parse_listen_addr(text.get_ref()).map_err(de::Error::custom)?;
+    Ok(Spanned::new(text.span(), addr))
+}
+
+fn parse_listen_addr(s: &str) -> Result<SocketAddr, String> {
+    let expected = || {
+        format!(
+            "invalid address {s:?}: expected IP:PORT, [IPv6]:PORT, HOST:PORT or :PORT \
+             (every IPv4 interface)"
+        )
+    };
+    if let Ok(addr) = s.parse::<SocketAddr>() {
+        return Ok(addr);
+    }
+    let (host, port) = s.rsplit_once(':').ok_or_else(expected)?;
+    let port: u16 = port.parse().map_err(|_| expected())?;
+    if host.is_empty() {
+        return Ok(SocketAddr::from((Ipv4Addr::UNSPECIFIED, port)));
+    }
+    if host.contains(['[', ']', ':', '/', ' ']) {
+        return Err(expected());
+    }
+    let addrs: Vec<SocketAddr> = (host, port)
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve the host of {s:?}: {e}"))?
+        .collect();
+    addrs
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or_else(|| addrs.first())
+        .copied()
+        .ok_or_else(|| format!("the host of {s:?} has no address"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn listen_addresses_take_ips_ports_and_host_names() {
+        for (text, want) in [
+            ("127.0.0.1:8080", "127.0.0.1:8080"),
+            ("[::1]:8080", "[::1]:8080"),
+            (":8080", "0.0.0.0:8080"),
+            ("localhost:8080", "127.0.0.1:8080"),
+        ] {
+            assert_eq!(parse_listen_addr(text).unwrap().to_string(), want, "{text}");
+        }
+        for text in [
+            "8080",
+            "localhost",
+            ":http",
+            "127.0.0.1:99999",
+            "[::1:80",
+            "a b:80",
+        ] {
+            let e = parse_listen_addr(text).unwrap_err();
+            assert!(e.contains(text), "{text}: {e}");
+        }
+    }
 
     #[test]
     fn sizes_parse_with_binary_and_decimal_units() {

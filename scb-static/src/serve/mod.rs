@@ -172,10 +172,17 @@ impl ServeStaticBuilder {
         self
     }
 
-    /// The file served for a directory requested with a trailing slash, or `None` for
-    /// none (404). Defaults to `index.html`.
-    pub fn index(mut self, index: Option<impl Into<String>>) -> Self {
-        self.index = index.map(Into::into);
+    /// The file served for a directory requested with a trailing slash. Defaults to
+    /// `index.html`; [`no_index`](Self::no_index) turns it off.
+    pub fn index(mut self, index: impl Into<String>) -> Self {
+        self.index = Some(index.into());
+        self
+    }
+
+    /// No index file: a directory requested with a trailing slash is 404 (or listed, with
+    /// [`list_directories`](Self::list_directories)).
+    pub fn no_index(mut self) -> Self {
+        self.index = None;
         self
     }
 
@@ -221,8 +228,8 @@ impl ServeStaticBuilder {
     /// malformed (400), hidden or climbing above the root still get 404, and so does
     /// every path when the fallback itself is missing. Its responses are files found, so
     /// [`ServeStaticLayer`] does not pass them to its inner service. Defaults to none.
-    pub fn fallback(mut self, file: Option<impl Into<String>>) -> Self {
-        self.fallback = file.map(Into::into);
+    pub fn fallback(mut self, file: impl Into<String>) -> Self {
+        self.fallback = Some(file.into());
         self
     }
 
@@ -231,8 +238,8 @@ impl ServeStaticBuilder {
     /// directory without index or listing. No ranges and no 304 apply to it. When it is
     /// missing, the plain 404. [`ServeStaticLayer`] still passes those requests to its
     /// inner service, and the page is not used there. Defaults to none.
-    pub fn not_found(mut self, file: Option<impl Into<String>>) -> Self {
-        self.not_found = file.map(Into::into);
+    pub fn not_found(mut self, file: impl Into<String>) -> Self {
+        self.not_found = Some(file.into());
         self
     }
 

@@ -306,7 +306,7 @@ async fn spa_fallback_answers_unknown_paths_with_200_and_leaves_the_rest_alone()
     std::fs::write(www.join("only.js.gz"), "GZ").unwrap();
     let svc = ServeStatic::builder(&www)
         .precompressed(["gzip"])
-        .fallback(Some("app.html"))
+        .fallback("app.html")
         .build()
         .unwrap();
     let direct = send(&svc, Method::GET, "/app.html", &[]).await;
@@ -358,7 +358,7 @@ async fn spa_fallback_answers_unknown_paths_with_200_and_leaves_the_rest_alone()
     }
 
     let missing = ServeStatic::builder(&www)
-        .fallback(Some("nope.html"))
+        .fallback("nope.html")
         .build()
         .unwrap();
     let res = send(&missing, Method::GET, "/users/42", &[]).await;
@@ -372,7 +372,7 @@ async fn not_found_page_is_sent_with_404_and_its_own_bytes() {
     let www = t.0.join("www");
     std::fs::write(www.join("404.html"), "<h1>gone</h1>").unwrap();
     let svc = ServeStatic::builder(&www)
-        .not_found(Some("404.html"))
+        .not_found("404.html")
         .cache_control("*.html", "public, max-age=31536000, immutable")
         .build()
         .unwrap();
@@ -411,15 +411,15 @@ async fn not_found_page_is_sent_with_404_and_its_own_bytes() {
     // A fallback that is missing ends in the page too; a page that is missing, in the
     // plain 404.
     let both = ServeStatic::builder(&www)
-        .fallback(Some("nope.html"))
-        .not_found(Some("404.html"))
+        .fallback("nope.html")
+        .not_found("404.html")
         .build()
         .unwrap();
     let res = send(&both, Method::GET, "/users/42", &[]).await;
     assert_eq!(res.status(), StatusCode::NOT_FOUND);
     assert_eq!(body(res).await, b"<h1>gone</h1>");
     let no_page = ServeStatic::builder(&www)
-        .not_found(Some("nope.html"))
+        .not_found("nope.html")
         .build()
         .unwrap();
     let res = send(&no_page, Method::GET, "/missing", &[]).await;
@@ -532,7 +532,7 @@ async fn the_layer_falls_through_on_404_with_a_page_but_not_when_the_fallback_an
     };
 
     let with_page = ServeStatic::builder(&www)
-        .not_found(Some("404.html"))
+        .not_found("404.html")
         .build()
         .unwrap()
         .into_layer();
@@ -544,7 +544,7 @@ async fn the_layer_falls_through_on_404_with_a_page_but_not_when_the_fallback_an
     assert_eq!(body(res).await, b"Hello, world!");
 
     let spa = ServeStatic::builder(&www)
-        .fallback(Some("app.html"))
+        .fallback("app.html")
         .build()
         .unwrap()
         .into_layer();
@@ -561,7 +561,7 @@ fn site_files_must_stay_beneath_the_root() {
     let t = tree("sitefile");
     for bad in ["../outside.txt", "a/../../b", "", "/"] {
         let err = ServeStatic::builder(t.0.join("www"))
-            .fallback(Some(bad))
+            .fallback(bad)
             .build()
             .unwrap_err();
         assert!(
@@ -576,7 +576,7 @@ fn site_files_must_stay_beneath_the_root() {
         );
     }
     let err = ServeStatic::builder(t.0.join("www"))
-        .not_found(Some("x/../y"))
+        .not_found("x/../y")
         .build()
         .unwrap_err();
     assert!(matches!(
@@ -588,8 +588,8 @@ fn site_files_must_stay_beneath_the_root() {
     ));
     // A leading `/` means the root, and nothing is percent-decoded.
     ServeStatic::builder(t.0.join("www"))
-        .fallback(Some("/dir/index.html"))
-        .not_found(Some("100%.html"))
+        .fallback("/dir/index.html")
+        .not_found("100%.html")
         .build()
         .unwrap();
 }
