@@ -12,6 +12,11 @@ use bytes::{Buf, Bytes, BytesMut};
 /// Longest chunk-size line (size plus extensions) accepted.
 const MAX_SIZE_LINE: usize = 4096;
 
+/// Most bytes of chunk extensions one body may carry, over all its chunks: scb reads and
+/// drops extensions, and without a total a peer could make it parse 4 KiB of them per
+/// byte of body. hyper's figure.
+const MAX_EXTENSION_BYTES: usize = 16 * 1024;
+
 /// What one decoding step produced.
 #[non_exhaustive]
 #[derive(Debug, PartialEq, Eq)]
@@ -33,6 +38,9 @@ pub enum ChunkError {
     /// A chunk-size line longer than 4 KiB.
     #[error("chunk size line too long")]
     SizeLineTooLong,
+    /// More than 16 KiB of chunk extensions in one body.
+    #[error("chunk extensions over 16 KiB in one body")]
+    Extensions,
     /// Chunk data not followed by CRLF.
     #[error("chunk data not followed by CRLF")]
     DataEnd,
@@ -58,6 +66,7 @@ enum State {
 pub struct ChunkedDecoder {
     state: State,
     trailer_budget: usize,
+    extension_budget: usize,
 }
 
 impl ChunkedDecoder {
@@ -66,6 +75,7 @@ impl ChunkedDecoder {
         Self {
             state: State::Size,
             trailer_budget: max_trailer_bytes,
+            extension_budget: MAX_EXTENSION_BYTES,
         }
     }
 
@@ -78,7 +88,11 @@ impl ChunkedDecoder {
                     else {
                         return Ok(Decoded::NeedMore);
                     };
-                    let size = parse_size_line(&line)?;
+                    let (size, extensions) = parse_size_line(&line)?;
+                    self.extension_budget = self
+                        .extension_budget
+                        .checked_sub(extensions)
+                        .ok_or(ChunkError::Extensions)?;
                     self.state = if size == 0 {
                         State::Trailers
                     } else {
@@ -168,8 +182,9 @@ fn is_field_line(line: &[u8]) -> bool {
     colon > 0 && line[..colon].iter().all(is_tchar) && line[colon + 1..].iter().all(is_value_byte)
 }
 
-/// `chunk-size [ BWS ";" chunk-ext ]`: hex digits, then only extensions.
-fn parse_size_line(line: &[u8]) -> Result<u64, ChunkError> {
+/// `chunk-size [ BWS ";" chunk-ext ]`: hex digits, then only extensions. The size, and
+/// how many bytes the extensions take.
+fn parse_size_line(line: &[u8]) -> Result<(u64, usize), ChunkError> {
     let digits = line.iter().take_while(|b| b.is_ascii_hexdigit()).count();
     if digits == 0 || digits > 16 {
         return Err(ChunkError::Size);
@@ -189,7 +204,7 @@ fn parse_size_line(line: &[u8]) -> Result<u64, ChunkError> {
     if !(rest.is_empty() || rest[0] == b';') || rest.iter().any(is_control) {
         return Err(ChunkError::Size);
     }
-    Ok(size)
+    Ok((size, rest.len()))
 }
 
 #[cfg(test)]
@@ -324,6 +339,22 @@ mod tests {
         }
         let fine = b"0\r\nX-A: a\tb \xe9 ~\r\nX-B:\r\n\r\n";
         assert_eq!(decode_all(fine), Ok(Vec::new()));
+    }
+
+    #[test]
+    fn extensions_are_bounded_over_the_whole_body() {
+        let body = |chunks: usize, ext: usize| {
+            let mut raw = Vec::new();
+            for _ in 0..chunks {
+                raw.extend_from_slice(format!("1;x={}\r\nk\r\n", "a".repeat(ext)).as_bytes());
+            }
+            raw.extend_from_slice(b"0\r\n\r\n");
+            raw
+        };
+        // 4 x 4000 bytes, each line under its own limit, 16,012 in all: taken.
+        assert_eq!(decode_all(&body(4, 4000)).unwrap(), b"kkkk");
+        // One more line goes over 16 KiB for the body.
+        assert_eq!(decode_all(&body(5, 4000)), Err(ChunkError::Extensions));
     }
 
     #[test]
