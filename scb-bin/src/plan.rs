@@ -113,7 +113,12 @@ impl Plan {
     /// Reads and parses `file`, without building anything.
     pub(crate) fn parse(file: &Path) -> Result<Parsed, ConfigError> {
         let source = Config::read(file)?;
-        let config = Config::parse(&source).map_err(|e| e.locate(file, &source))?;
+        let mut config = Config::parse(&source).map_err(|e| e.locate(file, &source))?;
+        let dir = std::path::absolute(file)
+            .ok()
+            .and_then(|file| file.parent().map(Path::to_path_buf))
+            .unwrap_or_default();
+        config.resolve_paths(&dir);
         Ok(Parsed {
             file: file.to_owned(),
             source,

@@ -105,6 +105,47 @@ fn check_names_file_line_column_and_key_of_config_errors() {
 }
 
 #[test]
+fn relative_paths_are_the_config_files_own_from_any_working_directory() {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("relative-paths-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("public")).unwrap();
+    std::fs::write(dir.join("public/index.html"), "hi").unwrap();
+    let config = |root: &str| {
+        format!(
+            "[[listen]]\naddr = \"127.0.0.1:0\"\n[[route]]\nprefix = \"/\"\n\
+             static = {{ root = \"{root}\", not_found = \"index.html\" }}\n"
+        )
+    };
+    let file = dir.join("scb.toml");
+    for root in ["public", "./public"] {
+        std::fs::write(&file, config(root)).unwrap();
+        // Run from elsewhere: the root is found beside the config, not in the cwd.
+        let output = scb()
+            .current_dir("/")
+            .args(["check", "--config"])
+            .arg(&file)
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{root}: {}", stderr(&output));
+    }
+    std::fs::write(&file, config("missing")).unwrap();
+    let output = scb()
+        .current_dir("/")
+        .args(["check", "--config"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    // The error names the directory as resolved: absolute, beside the config.
+    let want = format!(
+        "cannot open the root directory {}",
+        dir.join("missing").display()
+    );
+    assert!(stderr(&output).contains(&want), "{}", stderr(&output));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn run_refuses_an_invalid_config_like_check() {
     let output = support::run_to_end(
         "run",

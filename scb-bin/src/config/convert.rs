@@ -136,9 +136,14 @@ impl TryFrom<&RespondConfig> for Respond {
         let status = match &config.status {
             None => StatusCode::OK,
             Some(status) => {
-                let code = StatusCode::from_u16(*status.get_ref()).map_err(|_| {
-                    Located::at(status, "status", "must be a status code from 100 to 999")
-                })?;
+                // RFC 9110 15: the classes are 1xx to 5xx; 600-999 parse but mean nothing
+                // to a client.
+                let code = StatusCode::from_u16(*status.get_ref())
+                    .ok()
+                    .filter(|code| code.as_u16() < 600)
+                    .ok_or_else(|| {
+                        Located::at(status, "status", "must be a status code from 200 to 599")
+                    })?;
                 if code.is_informational() {
                     // A 1xx is never a final response: the client would keep waiting.
                     return Err(Located::at(
@@ -246,7 +251,7 @@ impl TryFrom<&StaticConfig> for scb_static::ServeStatic {
                 ),
             };
         }
-        builder.build().map_err(|e| match e {
+        let files = builder.build().map_err(|e| match e {
             scb_static::BuildError::Root { .. } => Located::at(&config.root, "root", e),
             scb_static::BuildError::Coding(_) => match &config.precompressed {
                 Some(p) => Located::at(p, "precompressed", e),
@@ -269,7 +274,24 @@ impl TryFrom<&StaticConfig> for scb_static::ServeStatic {
                     None => Located::at(&config.root, setting, e),
                 }
             }
-        })
+        })?;
+        // The site's own pages must exist now (the root does): a missing one would only show as every
+        // fallback path or every 404 turning into the plain 404 later.
+        for (key, file) in [
+            ("fallback", &config.fallback),
+            ("not_found", &config.not_found),
+        ] {
+            let Some(file) = file else { continue };
+            let path = config.root.get_ref().join(file.get_ref());
+            if !std::fs::metadata(&path).is_ok_and(|m| m.is_file()) {
+                return Err(Located::at(
+                    file,
+                    key,
+                    format_args!("no such file: {}", path.display()),
+                ));
+            }
+        }
+        Ok(files)
     }
 }
 

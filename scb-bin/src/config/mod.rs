@@ -385,6 +385,39 @@ impl Config {
         toml::from_str(source).map_err(|e| Located::from_toml(&e, source))
     }
 
+    /// Makes every relative file path of the config (`server.pid_file`, a listener's
+    /// `cert` and `key`, a static route's `root`) relative to `dir`, the directory of the
+    /// config file, as nginx and Caddy do with theirs: the same file means the same files
+    /// from any working directory, and errors name them absolutely. `fallback` and
+    /// `not_found` stay names beneath their root.
+    pub(crate) fn resolve_paths(&mut self, dir: &Path) {
+        let resolve = |path: &mut std::path::PathBuf| {
+            if path.is_relative() {
+                *path = dir.join(&*path);
+            }
+        };
+        if let Some(pid_file) = &mut self.server.pid_file {
+            resolve(pid_file);
+        }
+        for listen in &mut self.listen {
+            let Some(tls) = &mut listen.tls else { continue };
+            let tls = tls.get_mut();
+            for path in [&mut tls.cert, &mut tls.key].into_iter().flatten() {
+                resolve(path.get_mut());
+            }
+            for cert in &mut tls.certs {
+                let cert = cert.get_mut();
+                resolve(&mut cert.cert);
+                resolve(&mut cert.key);
+            }
+        }
+        for route in &mut self.route {
+            if let Some(files) = &mut route.get_mut().static_files {
+                resolve(files.get_mut().root.get_mut());
+            }
+        }
+    }
+
     /// Reads `file`, for error messages that name it as the user did.
     pub(crate) fn read(file: &Path) -> Result<String, ConfigError> {
         std::fs::read_to_string(file).map_err(|source| ConfigError::Read {

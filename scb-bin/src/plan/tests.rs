@@ -87,7 +87,7 @@ fn route_names_are_derived_from_paths() {
 
 #[test]
 fn static_routes_are_built_from_their_table() {
-    let root = std::env::temp_dir();
+    let root = site_dir("table");
     let source = format!(
         "{LISTEN}[[route]]\nprefix = \"/\"\nstatic = {{ root = {:?}, index = \"\", \
          precompressed = [\"br\", \"gzip\"], symlinks = \"none\", show_hidden = true, \
@@ -99,6 +99,38 @@ fn static_routes_are_built_from_their_table() {
     let plan = plan(&source);
     assert_eq!(&*plan.routes[0].name, "root");
     assert!(matches!(plan.routes[0].handler, Handler::Static { .. }));
+}
+
+/// A root with the pages a static route may name: `index.html` and `errors/404.html`.
+fn site_dir(name: &str) -> std::path::PathBuf {
+    let root = std::env::temp_dir().join(format!("scb-plan-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(root.join("errors")).unwrap();
+    std::fs::write(root.join("index.html"), "index").unwrap();
+    std::fs::write(root.join("errors/404.html"), "not here").unwrap();
+    root
+}
+
+#[test]
+fn missing_site_pages_are_config_errors_naming_the_file() {
+    let root = site_dir("missing");
+    for key in ["fallback", "not_found"] {
+        let source = format!(
+            "{LISTEN}[[route]]\nprefix = \"/\"\nstatic = {{ root = {:?}, {key} = \"nope.html\" }}\n",
+            root.display().to_string()
+        );
+        let err = Plan::from_source(&source).unwrap_err();
+        assert_eq!(err.key, format!("route[0].static.{key}"));
+        assert_eq!(
+            err.message,
+            format!("no such file: {}", root.join("nope.html").display())
+        );
+    }
+    // The pages that exist are taken.
+    plan(&format!(
+        "{LISTEN}[[route]]\nprefix = \"/\"\nstatic = {{ root = {:?}, fallback = \"index.html\", not_found = \"errors/404.html\" }}\n",
+        root.display().to_string()
+    ));
+    let _ = std::fs::remove_dir_all(&root);
 }
 
 #[test]
@@ -491,7 +523,11 @@ fn errors_name_file_line_column_and_key() {
         ),
         (
             format!("{LISTEN}[[route]]\npath = \"/a\"\nrespond = {{ status = 1000 }}\n"),
-            "scb.toml:5:22: route[0].respond.status: must be a status code from 100 to 999",
+            "scb.toml:5:22: route[0].respond.status: must be a status code from 200 to 599",
+        ),
+        (
+            format!("{LISTEN}[[route]]\npath = \"/a\"\nrespond = {{ status = 999 }}\n"),
+            "scb.toml:5:22: route[0].respond.status: must be a status code from 200 to 599",
         ),
         (
             format!("{LISTEN}[[route]]\npath = \"/a\"\nrespond = {{ status = 101 }}\n"),
