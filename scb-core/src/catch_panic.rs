@@ -3,8 +3,10 @@
 //!
 //! [`CatchPanicLayer`] catches a panic raised while the inner service is called and while
 //! its response future is polled, logs it with `tracing::error!` (message included), and
-//! answers `500` with `text/plain` body `internal server error\n`. The response body of a
-//! service that does not panic is passed through untouched.
+//! answers `500` with `text/plain` body `Internal Server Error\n`. Any response body type
+//! is taken, so the layer composes outside tower-http's (compression, say): responses come
+//! out as [`Body`], and a body that already is one passes through untouched (no box, a file
+//! region still visible to the server's `sendfile`).
 //!
 //! # Example
 //!
@@ -46,9 +48,12 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use http::{HeaderValue, Request, Response, StatusCode, header};
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
 use pin_project_lite::pin_project;
 use tower::{Layer, Service};
+
+use crate::{Body, BoxError};
 
 /// Applies [`CatchPanic`] to a service.
 #[derive(Clone, Copy, Debug, Default)]
@@ -109,9 +114,10 @@ impl<S> CatchPanic<S> {
 impl<S, ReqB, ResB> Service<Request<ReqB>> for CatchPanic<S>
 where
     S: Service<Request<ReqB>, Response = Response<ResB>>,
-    ResB: From<&'static str>,
+    ResB: http_body::Body<Data = Bytes> + Send + 'static,
+    ResB::Error: Into<BoxError>,
 {
-    type Response = Response<ResB>;
+    type Response = Response<Body>;
     type Error = S::Error;
     type Future = ResponseFuture<S::Future>;
 
@@ -165,9 +171,10 @@ impl<F> fmt::Debug for ResponseFuture<F> {
 impl<F, B, E> Future for ResponseFuture<F>
 where
     F: Future<Output = Result<Response<B>, E>>,
-    B: From<&'static str>,
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
 {
-    type Output = Result<Response<B>, E>;
+    type Output = Result<Response<Body>, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut kind = self.project().kind;
@@ -176,7 +183,7 @@ where
             KindProj::Panicked => return Poll::Ready(Ok(internal_server_error())),
         };
         match polled {
-            Ok(poll) => poll,
+            Ok(poll) => poll.map(|res| res.map(|res| res.map(Body::new))),
             Err(payload) => {
                 log_panic(&*payload, "response future");
                 // The future is not polled again after a panic: drop it now to release
@@ -208,14 +215,8 @@ pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> &str {
     }
 }
 
-fn internal_server_error<B: From<&'static str>>() -> Response<B> {
-    let mut res = Response::new(B::from("internal server error\n"));
-    *res.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
-    res.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    res
+fn internal_server_error() -> Response<Body> {
+    crate::respond::reason(StatusCode::INTERNAL_SERVER_ERROR)
 }
 
 #[cfg(test)]
@@ -225,13 +226,12 @@ mod tests {
     use std::sync::{Arc, Mutex};
     use std::task::Poll;
 
-    use bytes::Bytes;
     use futures_util::FutureExt as _;
+    use http::header;
     use http_body_util::BodyExt as _;
     use tower::{ServiceBuilder, ServiceExt, service_fn};
 
     use super::*;
-    use crate::Body;
     use crate::request_id::RequestIdLayer;
 
     /// Collects formatted log output, so a test can check what was logged.
@@ -276,7 +276,7 @@ mod tests {
             "text/plain; charset=utf-8"
         );
         let body = res.into_body().collect().await.unwrap().to_bytes();
-        assert_eq!(body, "internal server error\n");
+        assert_eq!(body, "Internal Server Error\n");
     }
 
     #[tokio::test]
@@ -363,7 +363,7 @@ mod tests {
             if polls == 1 {
                 panic!("first poll");
             }
-            Poll::Ready(Ok::<_, Infallible>(Response::new(Bytes::new())))
+            Poll::Ready(Ok::<_, Infallible>(Response::new(String::new())))
         });
         let mut fut = Box::pin(ResponseFuture {
             kind: Kind::Future { future: inner },
@@ -374,7 +374,8 @@ mod tests {
         // Polling again (against the contract) answers 500 again rather than panicking.
         let res = fut.as_mut().now_or_never().unwrap().unwrap();
         assert_eq!(res.status(), StatusCode::INTERNAL_SERVER_ERROR);
-        assert_eq!(res.into_body(), "internal server error\n");
+        let body = res.into_body().collect().now_or_never().unwrap().unwrap();
+        assert_eq!(body.to_bytes(), "Internal Server Error\n");
     }
 
     #[test]
@@ -402,7 +403,8 @@ mod tests {
         let res = svc.oneshot(Request::new(())).await.unwrap();
         assert_eq!(res.status(), StatusCode::INTERNAL_SERVER_ERROR);
         assert!(res.headers().contains_key("x-request-id"));
-        assert_eq!(res.into_body(), "internal server error\n");
+        let body = res.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(body, "Internal Server Error\n");
     }
 
     #[test]

@@ -155,7 +155,11 @@ pub fn text(status: StatusCode, text: impl Into<Bytes>) -> Response<Body> {
     res
 }
 
-/// [`text`] with the status's reason phrase as the body (`Bad Gateway\n`).
+/// [`text`] with the status's reason phrase as the body (`Bad Gateway\n`): the one style
+/// of every answer scb makes itself, the router's 404, static files' 404 and 405, the
+/// proxy's 502 and 504, a panic's 500 (the server's own refusals add `: why` after the
+/// reason). The request id is in the response's header, set by
+/// [`RequestIdLayer`](crate::request_id::RequestIdLayer) or by the server itself.
 pub fn reason(status: StatusCode) -> Response<Body> {
     let reason = status.canonical_reason().unwrap_or("error");
     text(status, format!("{reason}\n"))

@@ -2,7 +2,9 @@
 //! fallback.
 //!
 //! A [`Router`] holds named routes, each an exact path or a prefix bound to a service of
-//! one type `S` (an enum or a boxed service when routes differ). Names identify routes in
+//! one type `S`. Routes of different kinds (a closure, `ServeStatic`, `ReverseProxy`) go
+//! into a `Router<BoxRoute>` with [`Router::boxed_route`], which boxes each one; a route
+//! table that knows its kinds can use an enum instead and skip the box. Names identify routes in
 //! errors and in `Debug` output; the router touches neither the request nor the response,
 //! so a service that needs to know its route (a metrics label, say) is built knowing it.
 //!
@@ -28,6 +30,32 @@
 //! let req = Request::get("/nowhere").body(Body::empty()).unwrap();
 //! let res = router.oneshot(req).await.unwrap();
 //! assert_eq!(res.status(), StatusCode::NOT_FOUND);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Mixing kinds: each route is boxed into a [`BoxRoute`].
+//!
+//! ```
+//! use http::{Request, Response, StatusCode};
+//! use scb_core::Body;
+//! use scb_core::respond::Respond;
+//! use scb_core::router::{BoxRoute, PathMatch, Router};
+//! use tower::{ServiceExt, service_fn};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), scb_core::router::RouterError> {
+//! let hello = service_fn(|_req: Request<Body>| async {
+//!     Ok::<_, std::convert::Infallible>(Response::new(Body::from("hello")))
+//! });
+//! let router: Router<BoxRoute> = Router::new()
+//!     .boxed_route("hello", PathMatch::Exact("/hello".into()), hello)?
+//!     .boxed_route("health", PathMatch::Exact("/healthz".into()), Respond::new(StatusCode::OK))?;
+//! // ... and `.boxed_route("files", PathMatch::Prefix("/".into()), ServeStatic::new("public")?)`
+//! // or a `ReverseProxy` the same way: any service answering `Response<Body>`, infallibly.
+//!
+//! let res = router.oneshot(Request::get("/hello").body(Body::empty()).unwrap()).await.unwrap();
+//! assert_eq!(res.status(), StatusCode::OK);
 //! # Ok(())
 //! # }
 //! ```
@@ -369,7 +397,38 @@ where
     }
 }
 
-/// The default fallback: `404 Not Found`, `text/plain`, body `not found\n`.
+/// A route's service of any type, boxed, so that routes of different kinds share one
+/// [`Router`]: see [`Router::boxed_route`]. `Send + Sync` and `Clone`, so the router works
+/// in axum as on scb's server. One allocation per request (the boxed future); a router
+/// whose kinds are known can route to an enum instead.
+pub type BoxRoute<B = Body> =
+    tower::util::BoxCloneSyncService<Request<B>, Response<Body>, Infallible>;
+
+impl<F, B> Router<BoxRoute<B>, F> {
+    /// Adds the route `name` with a service of any type, boxed into a [`BoxRoute`].
+    ///
+    /// # Errors
+    ///
+    /// As [`route`](Self::route).
+    pub fn boxed_route<T>(
+        self,
+        name: impl Into<Arc<str>>,
+        path: PathMatch,
+        service: T,
+    ) -> Result<Self, RouterError>
+    where
+        T: Service<Request<B>, Response = Response<Body>, Error = Infallible>
+            + Clone
+            + Send
+            + Sync
+            + 'static,
+        T::Future: Send + 'static,
+    {
+        self.route(name, path, BoxRoute::new(service))
+    }
+}
+
+/// The default fallback: `404 Not Found`, `text/plain`, body `Not Found\n`.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct NotFound;
 
@@ -383,10 +442,7 @@ impl<B> Service<Request<B>> for NotFound {
     }
 
     fn call(&mut self, _req: Request<B>) -> Self::Future {
-        ready(Ok(crate::respond::text(
-            StatusCode::NOT_FOUND,
-            "not found\n",
-        )))
+        ready(Ok(crate::respond::reason(StatusCode::NOT_FOUND)))
     }
 }
 
@@ -488,7 +544,7 @@ mod tests {
             res.headers()[header::CONTENT_TYPE],
             "text/plain; charset=utf-8"
         );
-        assert_eq!(body(res).await, "not found\n");
+        assert_eq!(body(res).await, "Not Found\n");
     }
 
     #[tokio::test]
