@@ -24,19 +24,19 @@
 //! # }
 //! ```
 
-use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
+use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode, header};
 use pin_project_lite::pin_project;
 use tower::{Layer, Service};
 
-use crate::Body;
 use crate::respond::text;
+use crate::{Body, BoxError};
 use crate::server::ConnectInfo;
 
 /// Answers plain-HTTP requests with `308 Permanent Redirect` to their `https` URL; secure
@@ -102,15 +102,19 @@ impl<S> RedirectHttps<S> {
     }
 }
 
-impl<S, B> Service<Request<B>> for RedirectHttps<S>
+/// Any inner service: response bodies come out as [`Body`] (free when they already are
+/// one), errors as they are.
+impl<S, B, ResB> Service<Request<B>> for RedirectHttps<S>
 where
-    S: Service<Request<B>, Response = Response<Body>, Error = Infallible>,
+    S: Service<Request<B>, Response = Response<ResB>>,
+    ResB: http_body::Body<Data = Bytes> + Send + 'static,
+    ResB::Error: Into<BoxError>,
 {
     type Response = Response<Body>;
-    type Error = Infallible;
+    type Error = S::Error;
     type Future = RedirectFuture<S::Future>;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
         self.inner.poll_ready(cx)
     }
 
@@ -185,18 +189,22 @@ pin_project! {
     }
 }
 
-impl<F> Future for RedirectFuture<F>
+impl<F, ResB, E> Future for RedirectFuture<F>
 where
-    F: Future<Output = Result<Response<Body>, Infallible>>,
+    F: Future<Output = Result<Response<ResB>, E>>,
+    ResB: http_body::Body<Data = Bytes> + Send + 'static,
+    ResB::Error: Into<BoxError>,
 {
-    type Output = Result<Response<Body>, Infallible>;
+    type Output = Result<Response<Body>, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().state.project() {
             RedirectStateProj::Now { response } => {
                 Poll::Ready(Ok(response.take().unwrap_or_default()))
             }
-            RedirectStateProj::Inner { future } => future.poll(cx),
+            RedirectStateProj::Inner { future } => future
+                .poll(cx)
+                .map(|res| res.map(|res| res.map(Body::new))),
         }
     }
 }

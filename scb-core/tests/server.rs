@@ -647,6 +647,73 @@ fn panicking_handler_gets_500_and_the_worker_keeps_serving() {
 }
 
 #[test]
+fn tower_errors_get_their_status_not_a_generic_500() {
+    // A handler that never answers, under tower's Timeout: 504. One that is shed by
+    // LoadShed because it is never ready: 503. Anything else a service fails with: 500.
+    for (path, status) in [("/timeout", 504), ("/shed", 503), ("/error", 500)] {
+        let bound = Server::builder()
+            .workers(1)
+            .listen("127.0.0.1:0".parse().unwrap())
+            .bind()
+            .unwrap();
+        let addr = bound.local_addrs()[0];
+        let handle = bound.start(move |_| {
+            let never = tower::service_fn(|_req: Request<Body>| {
+                std::future::pending::<Result<Response<Body>, Infallible>>()
+            });
+            let route = path;
+            let svc: tower::util::BoxCloneService<Request<Body>, Response<Body>, tower::BoxError> =
+                match route {
+                    "/timeout" => tower::util::BoxCloneService::new(
+                        ServiceBuilder::new()
+                            .timeout(Duration::from_millis(20))
+                            .service(never),
+                    ),
+                    "/shed" => tower::util::BoxCloneService::new(
+                        ServiceBuilder::new().load_shed().service(NeverReady),
+                    ),
+                    _ => tower::util::BoxCloneService::new(tower::service_fn(
+                        |_req: Request<Body>| async {
+                            Err::<Response<Body>, tower::BoxError>("broken".into())
+                        },
+                    )),
+                };
+            svc
+        });
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(format!("GET {path} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes())
+            .unwrap();
+        let r = read_response(&mut s, &mut Vec::new(), false).unwrap();
+        assert_eq!(r.status, status, "{path}");
+        assert!(r.header("x-request-id").is_some(), "{path}");
+        handle.shutdown();
+        handle.join();
+    }
+}
+
+/// A service that is never ready, for LoadShed to shed.
+#[derive(Clone)]
+struct NeverReady;
+
+impl tower::Service<Request<Body>> for NeverReady {
+    type Response = Response<Body>;
+    type Error = Infallible;
+    type Future = std::future::Ready<Result<Response<Body>, Infallible>>;
+
+    fn poll_ready(
+        &mut self,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Infallible>> {
+        std::task::Poll::Pending
+    }
+
+    fn call(&mut self, _req: Request<Body>) -> Self::Future {
+        std::future::ready(Ok(Response::new(Body::empty())))
+    }
+}
+
+#[test]
 fn slowloris_is_closed_at_the_header_deadline() {
     let mut limits = Limits::default();
     limits.header_read_timeout = Duration::from_millis(500);

@@ -17,7 +17,6 @@
 //! # }
 //! ```
 
-use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -79,17 +78,22 @@ impl<S> ReverseProxyOr<S> {
     }
 }
 
-impl<S, B> Service<Request<B>> for ReverseProxyOr<S>
+/// Any inner service: its responses' bodies come out as [`Body`] (free when they already
+/// are one), its errors as they are, so the layer fits axum's `Router::layer` as well as
+/// a stack of scb's own services.
+impl<S, B, ResB> Service<Request<B>> for ReverseProxyOr<S>
 where
-    S: Service<Request<B>, Response = Response<Body>, Error = Infallible>,
+    S: Service<Request<B>, Response = Response<ResB>>,
     B: http_body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<BoxError>,
+    ResB: http_body::Body<Data = Bytes> + Send + 'static,
+    ResB::Error: Into<BoxError>,
 {
     type Response = Response<Body>;
-    type Error = Infallible;
+    type Error = S::Error;
     type Future = ResponseFuture<S::Future>;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
         self.inner.poll_ready(cx)
     }
 
@@ -134,16 +138,23 @@ pin_project! {
     }
 }
 
-impl<F> Future for ResponseFuture<F>
+impl<F, ResB, E> Future for ResponseFuture<F>
 where
-    F: Future<Output = Result<Response<Body>, Infallible>>,
+    F: Future<Output = Result<Response<ResB>, E>>,
+    ResB: http_body::Body<Data = Bytes> + Send + 'static,
+    ResB::Error: Into<BoxError>,
 {
-    type Output = Result<Response<Body>, Infallible>;
+    type Output = Result<Response<Body>, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().state.project() {
-            StateProj::Proxy { future } => future.poll(cx),
-            StateProj::Inner { future } => future.poll(cx),
+            StateProj::Proxy { future } => future.poll(cx).map(|res| match res {
+                Ok(res) => Ok(res),
+                Err(never) => match never {},
+            }),
+            StateProj::Inner { future } => future
+                .poll(cx)
+                .map(|res| res.map(|res| res.map(Body::new))),
         }
     }
 }

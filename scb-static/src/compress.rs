@@ -44,10 +44,11 @@ use std::future::{Future, Ready, ready};
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
+use bytes::Bytes;
 use http::header::{self, HeaderValue};
 use http::{HeaderMap, Request, Response, StatusCode};
 use pin_project_lite::pin_project;
-use scb_core::Body;
+use scb_core::{Body, BoxError};
 use tower::{Layer, Service};
 use tower_http::compression::{Compression, CompressionLevel, Predicate};
 
@@ -115,15 +116,19 @@ pub struct Compress<S> {
     layer: CompressLayer,
 }
 
-impl<S, ReqBody> Service<Request<ReqBody>> for Compress<S>
+/// Any inner service: response bodies come out as [`Body`] (free when they already are
+/// one), errors as they are.
+impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for Compress<S>
 where
-    S: Service<Request<ReqBody>, Response = Response<Body>, Error = Infallible>,
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    ResBody: http_body::Body<Data = Bytes> + Send + 'static,
+    ResBody::Error: Into<BoxError>,
 {
     type Response = Response<Body>;
-    type Error = Infallible;
+    type Error = S::Error;
     type Future = ResponseFuture<S::Future>;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
         self.inner.poll_ready(cx)
     }
 
@@ -180,11 +185,13 @@ pin_project! {
     }
 }
 
-impl<F> Future for ResponseFuture<F>
+impl<F, ResBody, E> Future for ResponseFuture<F>
 where
-    F: Future<Output = Result<Response<Body>, Infallible>>,
+    F: Future<Output = Result<Response<ResBody>, E>>,
+    ResBody: http_body::Body<Data = Bytes> + Send + 'static,
+    ResBody::Error: Into<BoxError>,
 {
-    type Output = Result<Response<Body>, Infallible>;
+    type Output = Result<Response<Body>, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
@@ -195,7 +202,7 @@ where
                     accept,
                     revalidates_weak,
                 } => {
-                    let Ok(mut res) = ready!(future.poll(cx));
+                    let mut res = ready!(future.poll(cx))?.map(Body::new);
                     if res.status() == StatusCode::NOT_MODIFIED && *revalidates_weak {
                         // The client holds the compressed variant, whose tag is weak (a
                         // 304 has no Content-Type to decide by): keep its tag weak too.

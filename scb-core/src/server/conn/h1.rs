@@ -243,14 +243,9 @@ where
         };
         let written = match result {
             Ok(res) => conn.write_response(res, info).await,
-            Err(()) => {
-                let res = error_response(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "the request handler failed",
-                    &ctx.request_id_header,
-                    false,
-                );
-                conn.write_response(res, info).await
+            Err(failed) => {
+                conn.write_response(failed.response(&ctx.request_id_header), info)
+                    .await
             }
         };
         let keep_alive = match written {

@@ -182,13 +182,7 @@ where
             req.extensions_mut().insert(info);
             let res = match call_service(&mut svc, req).await {
                 Ok(res) => res.map(Either::Left),
-                Err(()) => error_response(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "the request handler failed",
-                    &ctx.request_id_header,
-                    false,
-                )
-                .map(Either::Right),
+                Err(failed) => failed.response(&ctx.request_id_header).map(Either::Right),
             };
             if let Some(slot) = unread {
                 let rest = slot.lock().ok().and_then(|mut rest| rest.take());

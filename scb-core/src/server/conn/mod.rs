@@ -127,7 +127,8 @@ pub(crate) async fn serve_secure<S, B>(
 }
 
 /// Calls the service, turning a panic (in `call` or in the future) or a service error
-/// into `Err(())`, logged here, so that the driver answers 500 and the worker goes on.
+/// into the [`Failed`] answer, logged here, so that the driver answers it and the worker
+/// goes on.
 pub(crate) fn call_service<S, B>(svc: &mut S, req: Request<Body>) -> CallService<'_, S>
 where
     S: Service<Request<Body>, Response = Response<B>>,
@@ -168,7 +169,7 @@ where
     S: Service<Request<Body>, Response = Response<B>>,
     S::Error: Into<BoxError>,
 {
-    type Output = Result<Response<B>, ()>;
+    type Output = Result<Response<B>, Failed>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
@@ -176,12 +177,13 @@ where
             match this.state.as_mut().project() {
                 CallStateProj::Ready { req } => {
                     if let Err(e) = ready!(this.svc.poll_ready(cx)) {
-                        tracing::error!(error = %e.into(), "service not ready");
+                        let e = e.into();
+                        tracing::error!(error = %e, "service not ready");
                         this.state.set(CallState::Done);
-                        return Poll::Ready(Err(()));
+                        return Poll::Ready(Err(Failed::of(&e)));
                     }
                     let Some(req) = req.take() else {
-                        return Poll::Ready(Err(()));
+                        return Poll::Ready(Err(Failed::PANICKED));
                     };
                     let svc = &mut **this.svc;
                     match std::panic::catch_unwind(AssertUnwindSafe(|| svc.call(req))) {
@@ -189,7 +191,7 @@ where
                         Err(panic) => {
                             log_panic(&*panic);
                             this.state.set(CallState::Done);
-                            return Poll::Ready(Err(()));
+                            return Poll::Ready(Err(Failed::PANICKED));
                         }
                     }
                 }
@@ -199,21 +201,60 @@ where
                         Ok(Poll::Pending) => return Poll::Pending,
                         Ok(Poll::Ready(Ok(res))) => Ok(res),
                         Ok(Poll::Ready(Err(e))) => {
-                            tracing::error!(error = %e.into(), "service failed");
-                            Err(())
+                            let e = e.into();
+                            tracing::error!(error = %e, "service failed");
+                            Err(Failed::of(&e))
                         }
                         Err(panic) => {
                             log_panic(&*panic);
-                            Err(())
+                            Err(Failed::PANICKED)
                         }
                     };
                     // Dropped now: after a panic it is not polled again.
                     this.state.set(CallState::Done);
                     return Poll::Ready(result);
                 }
-                CallStateProj::Done => return Poll::Ready(Err(())),
+                CallStateProj::Done => return Poll::Ready(Err(Failed::PANICKED)),
             }
         }
+    }
+}
+
+/// The answer for a service that failed instead of answering: the one place a service's
+/// error becomes a status. tower's own errors say what happened (a `Timeout` layer's
+/// deadline passed: 504; a `LoadShed` layer shed the request: 503); anything else, and a
+/// panic, is 500.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Failed {
+    pub(crate) status: StatusCode,
+    pub(crate) reason: &'static str,
+}
+
+impl Failed {
+    const PANICKED: Self = Self {
+        status: StatusCode::INTERNAL_SERVER_ERROR,
+        reason: "the request handler failed",
+    };
+
+    fn of(error: &BoxError) -> Self {
+        if error.is::<tower::timeout::error::Elapsed>() {
+            Self {
+                status: StatusCode::GATEWAY_TIMEOUT,
+                reason: "the request handler timed out",
+            }
+        } else if error.is::<tower::load_shed::error::Overloaded>() {
+            Self {
+                status: StatusCode::SERVICE_UNAVAILABLE,
+                reason: "the request handler is overloaded",
+            }
+        } else {
+            Self::PANICKED
+        }
+    }
+
+    /// The answer, as the server's own.
+    pub(crate) fn response(self, request_id_header: &HeaderName) -> Response<Body> {
+        error_response(self.status, self.reason, request_id_header, false)
     }
 }
 
