@@ -34,6 +34,7 @@ mod conditional;
 
 mod range;
 
+#[cfg(feature = "compress")]
 pub mod compress;
 
 pub use cache::OpenFileCache;

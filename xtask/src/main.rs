@@ -110,7 +110,7 @@ struct Step {
 }
 
 /// The CI steps, cheapest first so that a formatting slip fails in seconds.
-const CI: [Step; 7] = [
+const CI: [Step; 8] = [
     Step {
         args: &["fmt", "--all", "--check"],
         env: &[],
@@ -127,6 +127,21 @@ const CI: [Step; 7] = [
             "clippy",
             "--workspace",
             "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ],
+        env: &[],
+        counts_tests: false,
+    },
+    // ServeStatic without on-the-fly compression, as an axum user who turns the default
+    // feature off builds it.
+    Step {
+        args: &[
+            "clippy",
+            "-p",
+            "scb-static",
+            "--no-default-features",
             "--",
             "-D",
             "warnings",
