@@ -17,6 +17,60 @@
 //! learns nothing of what lies outside); 403 for a file the server may not read; 400 for
 //! a malformed path; 405 with `Allow: GET, HEAD` for other methods. Never a 500 for
 //! anything a client sends, never a byte from outside the root.
+//!
+//! # In an axum app
+//!
+//! `ServeStatic` is a `tower::Service` that is `Clone + Send + Sync`: it goes wherever
+//! tower-http's `ServeDir` goes (the whole program: `examples/static_axum.rs`).
+//!
+//! ```no_run
+//! use axum::{Router, routing::get};
+//! use scb_static::ServeStatic;
+//!
+//! # #[tokio::main]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // The root is opened here: a missing directory is an error now, not a 404 per request.
+//! let site = ServeStatic::builder("public")
+//!     .precompressed(["br", "gzip"])
+//!     .cache_control("*.html", "no-cache")
+//!     .build()?;
+//! let app = Router::new()
+//!     .route("/api/hello", get(|| async { "hello\n" }))
+//!     .fallback_service(site);
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
+//! axum::serve(listener, app).await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # From tower-http's `ServeDir`
+//!
+//! | `ServeDir` | `ServeStatic` |
+//! |---|---|
+//! | `ServeDir::new(root)` | `ServeStatic::new(root)?` (a `Result`: the root is opened once, at start) |
+//! | `.append_index_html_on_directories(false)` | `.no_index()`; another name: `.index("home.html")` |
+//! | `.precompressed_br().precompressed_gzip()` | `.precompressed(["br", "gzip"])` (the order is the server's preference; `zstd` too; no `deflate`) |
+//! | `.fallback(ServeFile::new("public/index.html"))` (an SPA) | `.fallback("index.html")`, a name beneath the root, served as itself |
+//! | `.not_found_service(ServeFile::new("public/404.html"))` | `.not_found("404.html")` |
+//! | `.fallback(other_service)` (files first, then the app) | `ServeStatic::new(root)?.into_layer()` on the app ([`ServeStaticLayer`]) |
+//! | `.call_fallback_on_method_not_allowed(true)` | what [`ServeStaticLayer`] does: a POST goes to the inner service |
+//! | `.with_buf_chunk_size(n)` | nothing to set: small files are answered from memory, large ones with `sendfile` |
+//!
+//! What behaves differently, on purpose:
+//!
+//! - **Directory redirects** are `308` with a *relative* `Location` (`docs/`), so they stay
+//!   under a `nest_service("/assets", ...)` prefix that the service never sees.
+//! - **Error answers** have a short text body (`Not Found\n`, and `405` with `Allow`),
+//!   and text types carry `charset=utf-8`.
+//! - **Validators**: a strong `ETag` from length, mtime (nanoseconds) and inode beside
+//!   `Last-Modified`; caches that held `ServeDir`'s responses revalidate once.
+//! - **Refused, as 404**: dotfiles (`.env`, `.git/`; [`show_hidden`](ServeStaticBuilder::show_hidden)
+//!   turns that off) and anything a symlink would reach outside the root (the kernel
+//!   resolves beneath it).
+//! - **Ranges**: several ranges get a `multipart/byteranges` answer (up to 16, then the
+//!   whole file).
+//! - **On-the-fly compression** is a separate layer, [`compress::CompressLayer`] (feature
+//!   `compress`, on by default), for responses without a sidecar.
 
 mod cache;
 mod serve;
