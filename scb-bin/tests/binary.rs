@@ -117,24 +117,21 @@ fn relative_paths_are_the_config_files_own_from_any_working_directory() {
         )
     };
     let file = dir.join("scb.toml");
-    for root in ["public", "./public"] {
+    // Run from elsewhere: the root is found beside the config, not in the cwd.
+    let check_from_root = |root: &str| {
         std::fs::write(&file, config(root)).unwrap();
-        // Run from elsewhere: the root is found beside the config, not in the cwd.
-        let output = scb()
+        scb()
             .current_dir("/")
             .args(["check", "--config"])
             .arg(&file)
             .output()
-            .unwrap();
+            .unwrap()
+    };
+    for root in ["public", "./public"] {
+        let output = check_from_root(root);
         assert!(output.status.success(), "{root}: {}", stderr(&output));
     }
-    std::fs::write(&file, config("missing")).unwrap();
-    let output = scb()
-        .current_dir("/")
-        .args(["check", "--config"])
-        .arg(&file)
-        .output()
-        .unwrap();
+    let output = check_from_root("missing");
     assert!(!output.status.success());
     // The error names the directory as resolved: absolute, beside the config.
     let want = format!(

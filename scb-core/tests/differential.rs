@@ -66,8 +66,8 @@ fn start_scb() -> (SocketAddr, ServerHandle) {
     start_scb_on(false)
 }
 
-/// scb with [`handle`] on a plain listener, or on a secure one with [`PassThrough`].
-fn start_scb_on(secure: bool) -> (SocketAddr, ServerHandle) {
+/// scb's server, one worker, on a plain listener or on a secure one with [`PassThrough`].
+fn bind_scb(secure: bool) -> (SocketAddr, scb_core::server::BoundServer) {
     let builder = Server::builder().workers(1).limits(Limits::default());
     let addr = "127.0.0.1:0".parse().unwrap();
     let builder = if secure {
@@ -76,7 +76,12 @@ fn start_scb_on(secure: bool) -> (SocketAddr, ServerHandle) {
         builder.listen(addr)
     };
     let bound = builder.bind().unwrap();
-    let addr = bound.local_addrs()[0];
+    (bound.local_addrs()[0], bound)
+}
+
+/// scb with [`handle`].
+fn start_scb_on(secure: bool) -> (SocketAddr, ServerHandle) {
+    let (addr, bound) = bind_scb(secure);
     (
         addr,
         bound.start(|_| tower::service_fn(handle::<scb_core::Body>)),
@@ -239,17 +244,9 @@ where
     )))))
 }
 
-/// scb's server with [`handled`], on a plain or a [`PassThrough`] secure listener.
+/// scb's server with [`handled`].
 fn start_scb_handled(secure: bool) -> (SocketAddr, ServerHandle) {
-    let addr = "127.0.0.1:0".parse().unwrap();
-    let builder = Server::builder().workers(1);
-    let builder = if secure {
-        builder.listen_secure(addr, std::sync::Arc::new(PassThrough))
-    } else {
-        builder.listen(addr)
-    };
-    let bound = builder.bind().unwrap();
-    let addr = bound.local_addrs()[0];
+    let (addr, bound) = bind_scb(secure);
     (
         addr,
         bound.start(|_| tower::service_fn(handled::<scb_core::Body>)),

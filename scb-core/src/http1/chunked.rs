@@ -12,6 +12,11 @@ use bytes::{Buf, Bytes, BytesMut};
 /// Longest chunk-size line (size plus extensions) accepted.
 const MAX_SIZE_LINE: usize = 4096;
 
+/// Most trailer fields one body may carry (besides the byte budget): the server's default
+/// field count for a head, and hyper's figure, so that no peer reads a trailer section
+/// scb takes as one it refuses.
+const MAX_TRAILER_FIELDS: usize = 100;
+
 /// Most bytes of chunk extensions one body may carry, over all its chunks: scb reads and
 /// drops extensions, and without a total a peer could make it parse 4 KiB of them per
 /// byte of body. hyper's figure.
@@ -66,6 +71,7 @@ enum State {
 pub struct ChunkedDecoder {
     state: State,
     trailer_budget: usize,
+    trailer_fields: usize,
     extension_budget: usize,
 }
 
@@ -75,6 +81,7 @@ impl ChunkedDecoder {
         Self {
             state: State::Size,
             trailer_budget: max_trailer_bytes,
+            trailer_fields: 0,
             extension_budget: MAX_EXTENSION_BYTES,
         }
     }
@@ -134,7 +141,8 @@ impl ChunkedDecoder {
                         self.state = State::Done;
                         return Ok(Decoded::Done);
                     }
-                    if !is_field_line(&line) {
+                    self.trailer_fields += 1;
+                    if !is_field_line(&line) || self.trailer_fields > MAX_TRAILER_FIELDS {
                         return Err(ChunkError::Trailers);
                     }
                     self.trailer_budget = self.trailer_budget.saturating_sub(line.len() + 2);
@@ -339,6 +347,20 @@ mod tests {
         }
         let fine = b"0\r\nX-A: a\tb \xe9 ~\r\nX-B:\r\n\r\n";
         assert_eq!(decode_all(fine), Ok(Vec::new()));
+    }
+
+    #[test]
+    fn trailer_fields_are_counted() {
+        let body = |fields: usize| {
+            let mut raw = b"2\r\nok\r\n0\r\n".to_vec();
+            for i in 0..fields {
+                raw.extend_from_slice(format!("x-t{i}: v\r\n").as_bytes());
+            }
+            raw.extend_from_slice(b"\r\n");
+            raw
+        };
+        assert_eq!(decode_all(&body(100)).unwrap(), b"ok");
+        assert_eq!(decode_all(&body(101)), Err(ChunkError::Trailers));
     }
 
     #[test]
