@@ -36,8 +36,8 @@ use pin_project_lite::pin_project;
 use tower::{Layer, Service};
 
 use crate::respond::text;
-use crate::{Body, BoxError};
 use crate::server::ConnectInfo;
+use crate::{Body, BoxError};
 
 /// Answers plain-HTTP requests with `308 Permanent Redirect` to their `https` URL; secure
 /// requests go to the inner service.
@@ -202,9 +202,9 @@ where
             RedirectStateProj::Now { response } => {
                 Poll::Ready(Ok(response.take().unwrap_or_default()))
             }
-            RedirectStateProj::Inner { future } => future
-                .poll(cx)
-                .map(|res| res.map(|res| res.map(Body::new))),
+            RedirectStateProj::Inner { future } => {
+                future.poll(cx).map(|res| res.map(|res| res.map(Body::new)))
+            }
         }
     }
 }

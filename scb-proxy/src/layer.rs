@@ -152,9 +152,9 @@ where
                 Ok(res) => Ok(res),
                 Err(never) => match never {},
             }),
-            StateProj::Inner { future } => future
-                .poll(cx)
-                .map(|res| res.map(|res| res.map(Body::new))),
+            StateProj::Inner { future } => {
+                future.poll(cx).map(|res| res.map(|res| res.map(Body::new)))
+            }
         }
     }
 }
