@@ -12,13 +12,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::HeaderName;
+use scb_core::health::{HealthCheck, Readiness};
 use scb_core::respond::Respond;
 use scb_core::router::PathMatch;
 use scb_core::server::{Limits, Server};
 use scb_static::compress::CompressLayer;
 use toml::Spanned;
 
-use crate::config::{Config, ConfigError, Located, ProxyConfig, RouteConfig};
+use crate::config::{Config, ConfigError, Located, ProbesConfig, ProxyConfig, RouteConfig};
 use crate::route::Handler;
 
 /// Everything `scb run` needs, checked.
@@ -45,6 +46,11 @@ pub(crate) struct Plan {
     pub(crate) https: HttpsPlan,
     /// Where `scb run` writes its process id.
     pub(crate) pid_file: Option<std::path::PathBuf>,
+    /// The process's readiness, drained on SIGTERM: read by `[health]`'s readiness path
+    /// and by `health = true` routes.
+    pub(crate) readiness: Readiness,
+    /// How long readiness says 503 before the listeners close (`[health] drain_delay`).
+    pub(crate) drain_delay: Duration,
 }
 
 /// What the plain and TLS listeners add to the stack, by `[[listen]]` index (the order of
@@ -81,6 +87,8 @@ pub(crate) struct MetricsPlan {
     pub(crate) listen: SocketAddr,
     /// The path of the scrape, absolute.
     pub(crate) path: String,
+    /// `[health]`: the liveness and readiness paths, answered beside the scrape.
+    pub(crate) probes: Option<(String, String)>,
 }
 
 /// A config file read and parsed, its plan not built yet: `scb run` looks at it first to
@@ -160,6 +168,8 @@ impl Plan {
             tls: Vec::new(),
             https: HttpsPlan::default(),
             pid_file: None,
+            readiness: Readiness::new(),
+            drain_delay: Duration::ZERO,
         })
     }
 
@@ -194,7 +204,8 @@ impl Plan {
         let listen = listen_addrs(config)?;
         let (server, tls, https) = listeners(config, server)?;
         let metrics = metrics(config, &listen)?;
-        let routes = routes(&config.route)?;
+        let readiness = Readiness::new();
+        let routes = routes(&config.route, &readiness)?;
 
         Ok(Self {
             server,
@@ -207,6 +218,12 @@ impl Plan {
             tls,
             https,
             pid_file: config.server.pid_file.clone(),
+            readiness,
+            drain_delay: config
+                .health
+                .as_ref()
+                .and_then(|h| h.get_ref().drain_delay)
+                .map_or(Duration::ZERO, |d| d.0),
         })
     }
 }
@@ -342,6 +359,13 @@ fn metrics(
     listen: &[&Spanned<SocketAddr>],
 ) -> Result<Option<MetricsPlan>, Located> {
     let Some(metrics) = &config.metrics else {
+        if let Some(health) = &config.health {
+            return Err(Located::at(
+                health,
+                "health",
+                "the probes are served on the [metrics] listener: add a [metrics] table",
+            ));
+        }
         return Ok(None);
     };
     let addr = *metrics.listen.get_ref();
@@ -363,7 +387,44 @@ fn metrics(
             path.get_ref().clone()
         }
     };
-    Ok(Some(MetricsPlan { listen: addr, path }))
+    let probes = match &config.health {
+        None => None,
+        Some(health) => {
+            let (live, ready) = probes(health)?;
+            if path == live || path == ready {
+                return Err(Located::at(
+                    health,
+                    "health",
+                    "the probe paths and the metrics path must differ",
+                ));
+            }
+            Some((live, ready))
+        }
+    };
+    Ok(Some(MetricsPlan {
+        listen: addr,
+        path,
+        probes,
+    }))
+}
+
+/// `[health]`'s two paths, checked and distinct.
+fn probes(health: &Spanned<ProbesConfig>) -> Result<(String, String), Located> {
+    let config = health.get_ref();
+    let path = |value: &Option<Spanned<String>>, key: &str, default: &str| match value {
+        None => Ok(default.to_owned()),
+        Some(p) => check_path(p, key).map(|()| p.get_ref().clone()),
+    };
+    let live = path(&config.liveness, "health.liveness", "/healthz")?;
+    let ready = path(&config.readiness, "health.readiness", "/readyz")?;
+    if live == ready {
+        return Err(Located::at(
+            health,
+            "health",
+            "liveness and readiness need paths of their own",
+        ));
+    }
+    Ok((live, ready))
 }
 
 /// A route path: absolute, and a valid URI path (no query, no fragment), so that some
@@ -399,14 +460,17 @@ fn derive_name(path: &str) -> String {
     }
 }
 
-fn routes(configs: &[Spanned<RouteConfig>]) -> Result<Vec<RoutePlan>, Located> {
+fn routes(
+    configs: &[Spanned<RouteConfig>],
+    readiness: &Readiness,
+) -> Result<Vec<RoutePlan>, Located> {
     let mut plans = Vec::with_capacity(configs.len());
     // Name -> index of the route that has it; path -> index, per match kind.
     let mut names: HashMap<Arc<str>, usize> = HashMap::new();
     let mut paths: HashMap<PathMatch, usize> = HashMap::new();
     for (i, config) in configs.iter().enumerate() {
         let key = format!("route[{i}]");
-        let (plan, field, path) = route(config).map_err(|e| e.within(&key))?;
+        let (plan, field, path) = route(config, readiness).map_err(|e| e.within(&key))?;
         if let Some(&first) = paths.get(&plan.matcher) {
             return Err(Located::at(
                 path,
@@ -444,9 +508,10 @@ fn routes(configs: &[Spanned<RouteConfig>]) -> Result<Vec<RoutePlan>, Located> {
 
 /// One route, checked on its own (keys relative to the route), with the key and value of
 /// its path or prefix for errors about it.
-fn route(
-    config: &Spanned<RouteConfig>,
-) -> Result<(RoutePlan, &'static str, &Spanned<String>), Located> {
+fn route<'a>(
+    config: &'a Spanned<RouteConfig>,
+    readiness: &Readiness,
+) -> Result<(RoutePlan, &'static str, &'a Spanned<String>), Located> {
     let route = config.get_ref();
     let (matcher, field, path) = match (&route.path, &route.prefix) {
         (Some(path), None) => {
@@ -502,7 +567,7 @@ fn route(
             format_args!("{UNMATCHED:?} is the name of requests no route matches"),
         ));
     }
-    let handler = handler(config, &matcher)?;
+    let handler = handler(config, &matcher, readiness)?;
     let plan = RoutePlan {
         name,
         matcher,
@@ -512,10 +577,17 @@ fn route(
 }
 
 /// The route's one handler.
-fn handler(config: &Spanned<RouteConfig>, matcher: &PathMatch) -> Result<Handler, Located> {
+fn handler(
+    config: &Spanned<RouteConfig>,
+    matcher: &PathMatch,
+    readiness: &Readiness,
+) -> Result<Handler, Located> {
     let route = config.get_ref();
+    // `health = false` is as good as absent.
+    let health = route.health.as_ref().filter(|h| *h.get_ref());
     let given: Vec<(&str, Range<usize>)> = [
         ("respond", route.respond.as_ref().map(Spanned::span)),
+        ("health", health.map(Spanned::span)),
         ("static", route.static_files.as_ref().map(Spanned::span)),
         ("proxy", route.proxy.as_ref().map(Spanned::span)),
     ]
@@ -534,6 +606,9 @@ fn handler(config: &Spanned<RouteConfig>, matcher: &PathMatch) -> Result<Handler
             Respond::try_from(respond.get_ref()).map_err(|e| e.within("respond"))?,
         ));
     }
+    if health.is_some() {
+        return Ok(Handler::Health(HealthCheck::readiness(readiness.clone())));
+    }
     if let Some(files) = &route.static_files {
         return Ok(Handler::Static {
             files: scb_static::ServeStatic::try_from(files.get_ref())
@@ -547,7 +622,8 @@ fn handler(config: &Spanned<RouteConfig>, matcher: &PathMatch) -> Result<Handler
     Err(Located::at(
         config,
         "",
-        "a route needs a handler: `respond = { ... }`, `static = { ... }` or `proxy = { ... }`",
+        "a route needs a handler: `respond = { ... }`, `static = { ... }`, `proxy = { ... }` \
+         or `health = true`",
     ))
 }
 

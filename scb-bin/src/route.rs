@@ -12,6 +12,7 @@ use std::task::{Context, Poll};
 use http::{Request, Response};
 use pin_project_lite::pin_project;
 use scb_core::Body;
+use scb_core::health::HealthCheck;
 use scb_core::respond::Respond;
 use scb_proxy::ReverseProxy;
 use scb_static::ServeStatic;
@@ -26,6 +27,8 @@ use tower::{Layer as _, Service};
 pub(crate) enum Handler {
     /// A fixed response.
     Respond(Respond),
+    /// The process's readiness (`health = true`): 200, or 503 once a drain has started.
+    Health(HealthCheck),
     /// Files beneath a directory. One `ServeStatic` (one root descriptor) serves every
     /// worker: it holds no per-request state and is `Send + Sync`.
     Static {
@@ -44,6 +47,7 @@ impl Handler {
     pub(crate) fn service(&self) -> RouteService {
         match self {
             Self::Respond(respond) => RouteService::Respond(respond.clone()),
+            Self::Health(check) => RouteService::Health(check.clone()),
             Self::Static {
                 files,
                 compress: None,
@@ -62,6 +66,8 @@ impl Handler {
 pub(crate) enum RouteService {
     /// A fixed response.
     Respond(Respond),
+    /// A readiness probe.
+    Health(HealthCheck),
     /// Files beneath a directory.
     Static(ServeStatic),
     /// Files beneath a directory, compressed on the fly where that helps.
@@ -78,6 +84,7 @@ impl Service<Request<Body>> for RouteService {
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         match self {
             Self::Respond(svc) => Service::<Request<Body>>::poll_ready(svc, cx),
+            Self::Health(svc) => Service::<Request<Body>>::poll_ready(svc, cx),
             Self::Static(svc) => Service::<Request<Body>>::poll_ready(svc, cx),
             Self::CompressedStatic(svc) => Service::<Request<Body>>::poll_ready(svc, cx),
             Self::Proxy(svc) => Service::<Request<Body>>::poll_ready(svc, cx),
@@ -87,6 +94,10 @@ impl Service<Request<Body>> for RouteService {
     fn call(&mut self, req: Request<Body>) -> ResponseFuture {
         match self {
             Self::Respond(svc) => ResponseFuture::Respond {
+                future: svc.call(req),
+            },
+            // The same future type as a fixed response's: an answer ready at once.
+            Self::Health(svc) => ResponseFuture::Respond {
                 future: svc.call(req),
             },
             Self::Static(svc) => ResponseFuture::Static {
@@ -107,7 +118,7 @@ pin_project! {
     #[project = ResponseFutureProj]
     #[derive(Debug)]
     pub(crate) enum ResponseFuture {
-        /// A [`Respond`] answering.
+        /// A [`Respond`] or a [`HealthCheck`] answering.
         Respond {
             #[pin]
             future: <Respond as Service<Request<Body>>>::Future,

@@ -72,6 +72,8 @@ pub(crate) fn run(plan: Plan, recorder: Option<PrometheusHandle>) -> anyhow::Res
         tls,
         https,
         pid_file,
+        readiness,
+        drain_delay,
     } = plan;
     let routes: Arc<[RoutePlan]> = routes;
 
@@ -80,8 +82,17 @@ pub(crate) fn run(plan: Plan, recorder: Option<PrometheusHandle>) -> anyhow::Res
     stack::app(&routes, &header, &stack::Https::default()).context("building the service stack")?;
     let metrics_stack = match (&metrics_plan, &recorder) {
         (Some(metrics), Some(handle)) => Some(
-            stack::metrics(handle.clone(), &metrics.path, &header)
-                .context("building the metrics stack")?,
+            stack::metrics(
+                handle.clone(),
+                &metrics.path,
+                metrics
+                    .probes
+                    .as_ref()
+                    .map(|(l, r)| (l.as_str(), r.as_str())),
+                &readiness,
+                &header,
+            )
+            .context("building the metrics stack")?,
         ),
         _ => None,
     };
@@ -157,6 +168,13 @@ pub(crate) fn run(plan: Plan, recorder: Option<PrometheusHandle>) -> anyhow::Res
             () = signal => {}
             never = upkeep => match never {},
             () = reloads => {}
+        }
+        // Not ready from now on; the listeners still accept for `drain_delay`, so that a
+        // load balancer polling the readiness probe stops sending before they close.
+        readiness.drain();
+        if !drain_delay.is_zero() {
+            tracing::info!(?drain_delay, "draining: readiness says 503, still serving");
+            tokio::time::sleep(drain_delay).await;
         }
         tracing::info!("shutting down: no new connections, in-flight requests may finish");
         for handle in &handles {

@@ -5,7 +5,8 @@
 //!                   routes:   Metrics(route name) -> RouteService
 //!                   fallback: Metrics("unmatched") -> NotFound
 //! metrics server: RequestId -> Router
-//!                   [metrics].path -> RenderMetrics, fallback NotFound
+//!                   [metrics].path -> RenderMetrics, [health] paths -> HealthCheck,
+//!                   fallback NotFound
 //! ```
 //!
 //! The access-log layer is always in the stack; `[log] access = false` turns its tracing
@@ -23,10 +24,11 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use scb_core::Body;
 use scb_core::access_log::{AccessLog, AccessLogLayer};
 use scb_core::catch_panic::{CatchPanic, CatchPanicLayer};
+use scb_core::health::{HealthCheck, Readiness};
 use scb_core::https::{Hsts, HstsLayer, RedirectHttps, RedirectHttpsLayer};
 use scb_core::metrics::{Metrics, MetricsLayer};
 use scb_core::request_id::{RequestId, RequestIdLayer};
-use scb_core::router::{NotFound, PathMatch, Router, RouterError};
+use scb_core::router::{BoxRoute, NotFound, PathMatch, Router, RouterError};
 use tower::util::Either;
 use tower::{Layer, Service, ServiceBuilder};
 
@@ -109,10 +111,12 @@ pub(crate) fn app(
         .service(router))
 }
 
-/// The metrics server's stack.
-pub(crate) type MetricsService = RequestId<Router<RenderMetrics>>;
+/// The metrics server's stack: its routes boxed (a scrape every few seconds and a probe or
+/// two; the box costs nothing that matters there).
+pub(crate) type MetricsService = RequestId<Router<BoxRoute>>;
 
-/// Builds the metrics server's stack: the scrape at `path`, 404 elsewhere.
+/// Builds the metrics server's stack: the scrape at `path`, the `probes` (liveness and
+/// readiness paths) answered from `readiness`, 404 elsewhere.
 ///
 /// # Errors
 ///
@@ -120,13 +124,28 @@ pub(crate) type MetricsService = RequestId<Router<RenderMetrics>>;
 pub(crate) fn metrics(
     handle: PrometheusHandle,
     path: &str,
+    probes: Option<(&str, &str)>,
+    readiness: &Readiness,
     header: &HeaderName,
 ) -> Result<MetricsService, RouterError> {
-    let router = Router::new().route(
+    let mut router = Router::new().boxed_route(
         "metrics",
         PathMatch::Exact(path.to_owned()),
         RenderMetrics { handle },
     )?;
+    if let Some((live, ready)) = probes {
+        router = router
+            .boxed_route(
+                "liveness",
+                PathMatch::Exact(live.to_owned()),
+                HealthCheck::liveness(),
+            )?
+            .boxed_route(
+                "readiness",
+                PathMatch::Exact(ready.to_owned()),
+                HealthCheck::readiness(readiness.clone()),
+            )?;
+    }
     Ok(RequestIdLayer::new().header(header.clone()).layer(router))
 }
 
@@ -230,7 +249,15 @@ mod tests {
         metrics::with_local_recorder(&recorder, || {
             metrics::counter!("scb_test_total").increment(3);
         });
-        let svc = metrics(handle, "/metrics", &scb_core::request_id::X_REQUEST_ID).unwrap();
+        let readiness = Readiness::new();
+        let svc = metrics(
+            handle,
+            "/metrics",
+            Some(("/healthz", "/readyz")),
+            &readiness,
+            &scb_core::request_id::X_REQUEST_ID,
+        )
+        .unwrap();
 
         let req = Request::get("/metrics").body(Body::empty()).unwrap();
         let res = svc.clone().oneshot(req).await.unwrap();
@@ -242,7 +269,20 @@ mod tests {
         assert!(body.contains("scb_test_total 3"), "{body}");
 
         let req = Request::get("/other").body(Body::empty()).unwrap();
-        let res = svc.oneshot(req).await.unwrap();
+        let res = svc.clone().oneshot(req).await.unwrap();
         assert_eq!(res.status(), StatusCode::NOT_FOUND);
+
+        let probe = |path: &'static str| {
+            svc.clone()
+                .oneshot(Request::get(path).body(Body::empty()).unwrap())
+        };
+        assert_eq!(probe("/healthz").await.unwrap().status(), StatusCode::OK);
+        assert_eq!(probe("/readyz").await.unwrap().status(), StatusCode::OK);
+        readiness.drain();
+        assert_eq!(probe("/healthz").await.unwrap().status(), StatusCode::OK);
+        assert_eq!(
+            probe("/readyz").await.unwrap().status(),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
     }
 }

@@ -203,6 +203,29 @@ fn unknown_paths_get_404_with_a_request_id() {
 }
 
 #[test]
+fn sigterm_turns_readiness_to_503_while_the_listeners_still_serve() {
+    let config = format!(
+        "{HELLO}{METRICS}\n[health]\ndrain_delay = \"3s\"\n\n\
+         [[route]]\npath = \"/ready\"\nhealth = true\n"
+    );
+    let mut server = Server::start(&config);
+    let metrics = server.metrics.expect("metrics address");
+    assert_eq!(get(metrics, "/healthz").status, 200);
+    assert_eq!(get(metrics, "/readyz").status, 200);
+    assert_eq!(get(server.addr(), "/ready").status, 200);
+
+    server.terminate();
+    // Logged right after readiness turned: from here until the delay ends, the probes
+    // say 503 and the routes are still served.
+    server.wait_for_line(|line| line.contains("draining"));
+    assert_eq!(get(metrics, "/readyz").status, 503);
+    assert_eq!(get(server.addr(), "/ready").status, 503);
+    assert_eq!(get(metrics, "/healthz").status, 200);
+    assert_eq!(get(server.addr(), "/respond").status, 200);
+    assert!(server.wait().success());
+}
+
+#[test]
 fn metrics_count_requests_by_route_method_and_status() {
     let server = Server::start(&format!("{HELLO}{METRICS}"));
     let metrics = server.metrics.expect("metrics address");

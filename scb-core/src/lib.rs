@@ -23,6 +23,7 @@ pub mod access_log;
 pub mod body;
 pub mod catch_panic;
 pub mod date;
+pub mod health;
 pub mod http1;
 pub mod https;
 pub mod metrics;

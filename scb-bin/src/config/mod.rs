@@ -35,6 +35,8 @@ pub(crate) struct Config {
     pub(crate) request_id: RequestIdConfig,
     /// Absent: no metrics endpoint (the metrics layers record into nothing).
     pub(crate) metrics: Option<MetricsConfig>,
+    /// Liveness and readiness on the metrics listener; absent means none there.
+    pub(crate) health: Option<Spanned<ProbesConfig>>,
     #[serde(default)]
     pub(crate) log: LogConfig,
     /// At least one is required; that is checked with the rest, so that a missing
@@ -97,6 +99,20 @@ pub(crate) struct MetricsConfig {
     pub(crate) path: Option<Spanned<String>>,
 }
 
+/// `[health]`: probes on the `[metrics]` listener, and how long a drain is announced
+/// before the listeners close.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ProbesConfig {
+    /// Absent means `/healthz`.
+    pub(crate) liveness: Option<Spanned<String>>,
+    /// Absent means `/readyz`.
+    pub(crate) readiness: Option<Spanned<String>>,
+    /// After SIGTERM, how long readiness says 503 while the listeners still accept, so
+    /// that a load balancer stops sending first; absent means 0.
+    pub(crate) drain_delay: Option<HumanDuration>,
+}
+
 /// `[log]`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -157,6 +173,8 @@ pub(crate) struct RouteConfig {
     pub(crate) static_files: Option<Spanned<StaticConfig>>,
     /// `proxy = { ... }`: forwarded to upstream servers.
     pub(crate) proxy: Option<Spanned<ProxyConfig>>,
+    /// `health = true`: the process's readiness, as `[health]`'s readiness path answers.
+    pub(crate) health: Option<Spanned<bool>>,
 }
 
 /// `static = { ... }`: the files beneath `root`. The request path is looked up beneath the

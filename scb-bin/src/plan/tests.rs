@@ -31,6 +31,7 @@ fn the_schema_from_the_issue_is_accepted_as_written() {
         Some(MetricsPlan {
             listen: "127.0.0.1:9090".parse().unwrap(),
             path: "/metrics".into(),
+            probes: None,
         })
     );
     assert_eq!(plan.request_id_header, "x-request-id");
@@ -131,6 +132,46 @@ fn missing_site_pages_are_config_errors_naming_the_file() {
         root.display().to_string()
     ));
     let _ = std::fs::remove_dir_all(&root);
+}
+
+#[test]
+fn health_errors_name_their_key() {
+    let metrics = "[metrics]\nlisten = \"127.0.0.1:9999\"\n";
+    for (source, want) in [
+        (
+            format!("{LISTEN}[health]\n"),
+            "health: the probes are served on the [metrics] listener",
+        ),
+        (
+            format!("{LISTEN}{metrics}[health]\nliveness = \"/x\"\nreadiness = \"/x\"\n"),
+            "health: liveness and readiness need paths of their own",
+        ),
+        (
+            format!("{LISTEN}{metrics}[health]\nreadiness = \"/metrics\"\n"),
+            "health: the probe paths and the metrics path must differ",
+        ),
+        (
+            format!("{LISTEN}{metrics}[health]\nliveness = \"live\"\n"),
+            "health.liveness: must start with '/'",
+        ),
+        (
+            format!("{LISTEN}[[route]]\npath = \"/r\"\nhealth = true\nrespond = {{}}\n"),
+            "route[0].health: a route has exactly one handler",
+        ),
+    ] {
+        let err = Plan::from_source(&source).unwrap_err();
+        let got = format!("{}: {}", err.key, err.message);
+        assert!(got.starts_with(want), "got {got}\nwant {want}");
+    }
+    let plan = plan(&format!(
+        "{LISTEN}{metrics}[health]\ndrain_delay = \"2s\"\n[[route]]\npath = \"/r\"\nhealth = true\n"
+    ));
+    assert_eq!(plan.drain_delay, Duration::from_secs(2));
+    assert_eq!(
+        plan.metrics.unwrap().probes,
+        Some(("/healthz".to_owned(), "/readyz".to_owned()))
+    );
+    assert!(matches!(plan.routes[0].handler, Handler::Health(_)));
 }
 
 #[test]
