@@ -128,7 +128,7 @@ fn accepted_per_rfc(stream: &[u8]) -> bool {
         .filter(|f| f.name.eq_ignore_ascii_case("transfer-encoding"))
         .map(|f| f.value)
         .collect();
-    matches!(codings[..], [value] if value.split(|&b| b == b',').last().is_some_and(|e| e.trim_ascii().is_empty())
+    matches!(codings[..], [value] if value.split(|&b| b == b',').next_back().is_some_and(|e| e.trim_ascii().is_empty())
         && scb_core::http1::transfer_coding(value) == scb_core::http1::TransferCoding::Chunked)
 }
 
