@@ -128,6 +128,9 @@ pub(crate) fn run(plan: Plan, recorder: Option<PrometheusHandle>) -> anyhow::Res
 
         let mut reload = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
             .context("installing the SIGHUP handler")?;
+        // A second SIGTERM or SIGINT during the drain delay ends the delay: whoever sends it
+        // wants the process gone, not announced.
+        let mut again = Again::install().context("installing the signal handlers")?;
 
         let mut handles = Vec::with_capacity(2);
         let app_addrs = app.local_addrs().to_vec();
@@ -173,8 +176,14 @@ pub(crate) fn run(plan: Plan, recorder: Option<PrometheusHandle>) -> anyhow::Res
         // load balancer polling the readiness probe stops sending before they close.
         readiness.drain();
         if !drain_delay.is_zero() {
+            // Before the log line, so that a signal sent after reading it counts as the
+            // second.
+            again.forget_pending().await;
             tracing::info!(?drain_delay, "draining: readiness says 503, still serving");
-            tokio::time::sleep(drain_delay).await;
+            tokio::select! {
+                () = tokio::time::sleep(drain_delay) => {}
+                () = again.next() => tracing::info!("second signal: ending the drain delay"),
+            }
         }
         tracing::info!("shutting down: no new connections, in-flight requests may finish");
         for handle in &handles {
@@ -185,6 +194,41 @@ pub(crate) fn run(plan: Plan, recorder: Option<PrometheusHandle>) -> anyhow::Res
     handles.into_iter().for_each(ServerHandle::join);
     tracing::info!("stopped");
     Ok(())
+}
+
+/// SIGTERM and SIGINT again, after the one that started the shutdown.
+struct Again {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Again {
+    fn install() -> std::io::Result<Self> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Self {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+        })
+    }
+
+    /// Drops the delivery these listeners saw too: the signal that started the shutdown.
+    async fn forget_pending(&mut self) {
+        for signal in [&mut self.term, &mut self.int] {
+            tokio::select! {
+                biased;
+                _ = signal.recv() => {}
+                () = std::future::ready(()) => {}
+            }
+        }
+    }
+
+    /// The next SIGTERM or SIGINT.
+    async fn next(&mut self) {
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.int.recv() => {}
+        }
+    }
 }
 
 /// Re-reads every TLS listener's certificate files: new connections get the new

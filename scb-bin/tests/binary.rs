@@ -226,6 +226,19 @@ fn sigterm_turns_readiness_to_503_while_the_listeners_still_serve() {
 }
 
 #[test]
+fn a_second_sigterm_ends_the_drain_delay() {
+    // A delay far longer than the test's wait: only the second signal can end it in time.
+    let config = format!("{HELLO}{METRICS}\n[health]\ndrain_delay = \"1h\"\n");
+    let mut server = Server::start(&config);
+    server.terminate();
+    server.wait_for_line(|line| line.contains("draining"));
+    assert_eq!(get(server.addr(), "/respond").status, 200);
+    server.terminate();
+    server.wait_for_line(|line| line.contains("second signal"));
+    assert!(server.wait().success());
+}
+
+#[test]
 fn metrics_count_requests_by_route_method_and_status() {
     let server = Server::start(&format!("{HELLO}{METRICS}"));
     let metrics = server.metrics.expect("metrics address");
