@@ -88,7 +88,17 @@ fn start_scb_on(secure: bool) -> (SocketAddr, ServerHandle) {
     )
 }
 
+/// hyper's server with [`handle`].
 fn start_hyper() -> SocketAddr {
+    start_hyper_with(handle::<hyper::body::Incoming>, false)
+}
+
+/// hyper's HTTP/1 server with `handler`, on a thread of its own for the test's life.
+fn start_hyper_with<F, Fut>(handler: F, half_close: bool) -> SocketAddr
+where
+    F: Fn(Request<hyper::body::Incoming>) -> Fut + Copy + Send + 'static,
+    Fut: Future<Output = Result<Response<Full<Bytes>>, Infallible>> + Send + 'static,
+{
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     listener.set_nonblocking(true).unwrap();
     let addr = listener.local_addr().unwrap();
@@ -103,9 +113,10 @@ fn start_hyper() -> SocketAddr {
                 let (stream, _) = listener.accept().await.unwrap();
                 tokio::spawn(async move {
                     let _ = hyper::server::conn::http1::Builder::new()
+                        .half_close(half_close)
                         .serve_connection(
                             hyper_util::rt::TokioIo::new(stream),
-                            hyper::service::service_fn(handle::<hyper::body::Incoming>),
+                            hyper::service::service_fn(handler),
                         )
                         .await;
                 });
@@ -253,36 +264,11 @@ fn start_scb_handled(secure: bool) -> (SocketAddr, ServerHandle) {
     )
 }
 
-/// hyper's server with [`handled`], on a thread of its own for the test's life.
+/// hyper's server with [`handled`]. `verdict` shuts its write side after the stream:
+/// without half-close support hyper may see that EOF before it answers and close instead,
+/// depending on timing (scb's driver answers either way).
 fn start_hyper_handled() -> SocketAddr {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.set_nonblocking(true).unwrap();
-    let addr = listener.local_addr().unwrap();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-            loop {
-                let (stream, _) = listener.accept().await.unwrap();
-                tokio::spawn(async move {
-                    // `verdict` shuts its write side after the stream: without half-close
-                    // support hyper may see that EOF before it answers and close instead,
-                    // depending on timing (scb's driver answers either way).
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .half_close(true)
-                        .serve_connection(
-                            hyper_util::rt::TokioIo::new(stream),
-                            hyper::service::service_fn(handled::<hyper::body::Incoming>),
-                        )
-                        .await;
-                });
-            }
-        });
-    });
-    addr
+    start_hyper_with(handled::<hyper::body::Incoming>, true)
 }
 
 /// Whether a verdict refuses the request: a 4xx/5xx of the server's own, or a close.

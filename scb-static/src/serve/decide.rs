@@ -54,57 +54,37 @@ pub(crate) fn decide(
 
     let rel = &*path.rel;
     let entry = resolver.entry(config, rel, &candidates)?;
-    match select(&entry, &candidates) {
-        Selected::Variant(variant, coding) => {
-            return Ok(file_response(
-                config,
-                method,
-                &req.headers,
-                &entry,
-                variant,
-                coding,
-            ));
+    let selected = select(&entry, &candidates);
+    if let Some(res) = answer(config, req, &entry, &selected) {
+        return Ok(res);
+    }
+    if matches!(selected, Selected::Dir) {
+        if !path.trailing_slash {
+            return Ok(redirect_to_directory(&req.uri));
         }
-        Selected::Forbidden => return Ok(status(StatusCode::FORBIDDEN)),
-        Selected::Unavailable => return Ok(unavailable()),
-        Selected::Missing => {}
-        Selected::Dir => {
-            if !path.trailing_slash {
-                return Ok(redirect_to_directory(&req.uri));
-            }
-            if let Some(index) = &config.index {
-                let index = if rel.is_empty() {
-                    index.clone()
-                } else {
-                    format!("{rel}/{index}")
-                };
-                let entry = resolver.entry(config, &index, &candidates)?;
-                match select(&entry, &candidates) {
-                    Selected::Variant(variant, coding) => {
-                        return Ok(file_response(
-                            config,
-                            method,
-                            &req.headers,
-                            &entry,
-                            variant,
-                            coding,
-                        ));
-                    }
-                    Selected::Forbidden => return Ok(status(StatusCode::FORBIDDEN)),
-                    Selected::Unavailable => return Ok(unavailable()),
-                    // An "index" that is itself a directory is no index.
-                    Selected::Dir => return not_found(config, page, method, resolver),
-                    Selected::Missing => {}
-                }
-            }
-            return if !candidates.identity_acceptable() {
-                Ok(status(StatusCode::NOT_ACCEPTABLE))
-            } else if config.list_directories {
-                listing::listing_response(config, method, rel, resolver.mode())
+        if let Some(index) = &config.index {
+            let index = if rel.is_empty() {
+                index.clone()
             } else {
-                not_found(config, page, method, resolver)
+                format!("{rel}/{index}")
             };
+            let entry = resolver.entry(config, &index, &candidates)?;
+            let selected = select(&entry, &candidates);
+            if let Some(res) = answer(config, req, &entry, &selected) {
+                return Ok(res);
+            }
+            if matches!(selected, Selected::Dir) {
+                // An "index" that is itself a directory is no index.
+                return not_found(config, page, method, resolver);
+            }
         }
+        return if !candidates.identity_acceptable() {
+            Ok(status(StatusCode::NOT_ACCEPTABLE))
+        } else if config.list_directories {
+            listing::listing_response(config, method, rel, resolver.mode())
+        } else {
+            not_found(config, page, method, resolver)
+        };
     }
     if let Some(fallback) = &config.fallback
         && entry.names_nothing()
@@ -133,6 +113,29 @@ enum Selected<'e> {
     Unavailable,
     /// Nothing this client may have: 404, or 406 when only identity was missing.
     Missing,
+}
+
+/// The answer a selection makes by itself, wherever the entry was found: the file (or its
+/// sidecar), 403 or 503. `None` for a directory or nothing, which depend on where.
+fn answer(
+    config: &Config,
+    req: &Parts,
+    entry: &Entry,
+    selected: &Selected<'_>,
+) -> Option<Response<Body>> {
+    match *selected {
+        Selected::Variant(variant, coding) => Some(file_response(
+            config,
+            &req.method,
+            &req.headers,
+            entry,
+            variant,
+            coding,
+        )),
+        Selected::Forbidden => Some(status(StatusCode::FORBIDDEN)),
+        Selected::Unavailable => Some(unavailable()),
+        Selected::Dir | Selected::Missing => None,
+    }
 }
 
 fn select<'e>(entry: &'e Entry, candidates: &Candidates) -> Selected<'e> {
