@@ -3,7 +3,7 @@
 //! ```text
 //! scb run   --config scb.toml     serve until SIGTERM/SIGINT, then drain and exit 0
 //! scb check --config scb.toml     validate: "scb.toml: ok", or file:line:column: key: error
-//! scb reload --config scb.toml    SIGHUP to the running server ([server] pid_file): new TLS certificates
+//! scb reload --config scb.toml    check, then SIGHUP the running server ([server] pid_file): reload
 //! scb --version
 //! ```
 //!
@@ -15,6 +15,7 @@ mod plan;
 mod route;
 mod run;
 mod stack;
+mod switch;
 
 use std::io::IsTerminal as _;
 use std::path::PathBuf;
@@ -54,8 +55,9 @@ enum Command {
         #[arg(long, short)]
         config: PathBuf,
     },
-    /// Tell the running `scb run` of a config (found by its `[server] pid_file`) to re-read
-    /// its TLS certificates, as SIGHUP does.
+    /// Check a config file, then tell the `scb run` it names (by its `[server] pid_file`)
+    /// to reload it, as SIGHUP does: new requests get the new routes, listeners and
+    /// certificates; a config the server finds wrong is logged and changes nothing.
     Reload {
         /// The config file (TOML) the server runs with.
         #[arg(long, short)]
@@ -124,7 +126,7 @@ fn main() -> ExitCode {
                 }
             };
             init_logging(cli.log_format, plan.access_log);
-            match run::run(plan, None) {
+            match run::run(None, plan, None) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!("{e:#}");
@@ -151,7 +153,7 @@ fn main() -> ExitCode {
                 Ok(pid) => {
                     #[allow(clippy::print_stdout, reason = "the result is the command's output")]
                     {
-                        println!("signalled scb (pid {pid}) to reload its certificates");
+                        println!("signalled scb (pid {pid}) to reload its config");
                     }
                     ExitCode::SUCCESS
                 }
@@ -177,7 +179,7 @@ fn main() -> ExitCode {
                 }
             };
             init_logging(cli.log_format, plan.access_log);
-            match run::run(plan, recorder) {
+            match run::run(Some(config), plan, recorder) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!("{e:#}");

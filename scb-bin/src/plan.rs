@@ -40,10 +40,10 @@ pub(crate) struct Plan {
     pub(crate) grace_period: Option<Duration>,
     /// The limits, for the metrics server, which shares them with the main server.
     pub(crate) limits: Limits,
-    /// The TLS listeners' acceptors, re-read on SIGHUP (`scb reload`).
-    pub(crate) tls: Vec<scb_tls::TlsAcceptor>,
     /// Redirects to `https` and `Strict-Transport-Security`, by listener.
     pub(crate) https: HttpsPlan,
+    /// `[server] workers` as configured (a reload cannot change it).
+    pub(crate) workers: Option<usize>,
     /// Where `scb run` writes its process id.
     pub(crate) pid_file: Option<std::path::PathBuf>,
     /// The process's readiness, drained on SIGTERM: read by `[health]`'s readiness path
@@ -108,7 +108,13 @@ impl Parsed {
 
     /// Checks the config and builds the plan.
     pub(crate) fn plan(&self) -> Result<Plan, ConfigError> {
-        Plan::new(&self.config).map_err(|e| e.locate(&self.file, &self.source))
+        self.plan_with(Readiness::new())
+    }
+
+    /// [`plan`](Self::plan) with the running process's `readiness`: a reload's routes
+    /// and probes must answer from the same one that SIGTERM drains.
+    pub(crate) fn plan_with(&self, readiness: Readiness) -> Result<Plan, ConfigError> {
+        Plan::new(&self.config, readiness).map_err(|e| e.locate(&self.file, &self.source))
     }
 }
 
@@ -165,8 +171,8 @@ impl Plan {
             access_log: true,
             grace_period: None,
             limits,
-            tls: Vec::new(),
             https: HttpsPlan::default(),
+            workers,
             pid_file: None,
             readiness: Readiness::new(),
             drain_delay: Duration::ZERO,
@@ -176,11 +182,12 @@ impl Plan {
     /// Parses and checks a config document.
     #[cfg(test)]
     pub(crate) fn from_source(source: &str) -> Result<Self, Located> {
-        Self::new(&Config::parse(source)?)
+        Self::new(&Config::parse(source)?, Readiness::new())
     }
 
-    /// Checks `config` and converts it.
-    pub(crate) fn new(config: &Config) -> Result<Self, Located> {
+    /// Checks `config` and converts it; `health = true` routes and the probes answer
+    /// from `readiness`.
+    pub(crate) fn new(config: &Config, readiness: Readiness) -> Result<Self, Located> {
         let limits = Limits::try_from(&config.limits).map_err(|e| e.within("limits"))?;
         let request_id_header = config
             .request_id
@@ -202,9 +209,8 @@ impl Plan {
         }
 
         let listen = listen_addrs(config)?;
-        let (server, tls, https) = listeners(config, server)?;
+        let (server, https) = listeners(config, server)?;
         let metrics = metrics(config, &listen)?;
-        let readiness = Readiness::new();
         let routes = routes(&config.route, &readiness)?;
 
         Ok(Self {
@@ -215,8 +221,8 @@ impl Plan {
             access_log: config.log.access,
             grace_period,
             limits,
-            tls,
             https,
+            workers: config.server.workers.as_ref().map(|w| *w.get_ref()),
             pid_file: config.server.pid_file.clone(),
             readiness,
             drain_delay: config
@@ -230,11 +236,7 @@ impl Plan {
 
 /// Adds every `[[listen]]` to `server`: plain, or secured by a TLS acceptor loaded (and
 /// so checked: files, key match, validity dates) here.
-fn listeners(
-    config: &Config,
-    mut server: Server,
-) -> Result<(Server, Vec<scb_tls::TlsAcceptor>, HttpsPlan), Located> {
-    let mut tls = Vec::new();
+fn listeners(config: &Config, mut server: Server) -> Result<(Server, HttpsPlan), Located> {
     let mut https = HttpsPlan::default();
     for (i, listen) in config.listen.iter().enumerate() {
         let addr = *listen.addr.get_ref();
@@ -256,8 +258,7 @@ fn listeners(
                 }
                 let acceptor =
                     tls_acceptor(config_tls).map_err(|e| e.within(&format!("listen[{i}]")))?;
-                server = server.listen_secure(addr, Arc::new(acceptor.clone()));
-                tls.push(acceptor);
+                server = server.listen_secure(addr, Arc::new(acceptor));
                 https.https_listener.get_or_insert(i);
                 if let Some(hsts) = &config_tls.get_ref().hsts {
                     let value = http::HeaderValue::from_str(hsts.get_ref()).map_err(|_| {
@@ -283,7 +284,7 @@ fn listeners(
             }
         }
     }
-    Ok((server, tls, https))
+    Ok((server, https))
 }
 
 /// Loads a listener's certificates.

@@ -1,16 +1,17 @@
 //! `scb run`: install the metrics recorder, bind every listener, start the servers, and
 //! shut them down gracefully on SIGTERM or SIGINT.
 
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use scb_core::health::Readiness;
 use scb_core::server::{Server, ServerHandle, WorkerInfo, shutdown_signal};
 
-use crate::plan::{Plan, RoutePlan};
-use crate::stack;
+use crate::plan::{MetricsPlan, Plan, RoutePlan};
+use crate::stack::{self, AppService, MetricsService};
+use crate::switch::{Maker, Switch};
 
 /// Histogram buckets for request durations, in seconds: from 100 µs (a fixed response or a
 /// cached small file on loopback) to 10 s (a slow upstream), roughly 2.5x apart, so the
@@ -53,70 +54,19 @@ pub(crate) enum LoadError {
     Recorder(anyhow::Error),
 }
 
-/// Runs the plan until SIGTERM or SIGINT, then shuts down gracefully. `recorder` is the
-/// metrics recorder installed before the plan was built, when it has a metrics endpoint.
+/// Runs the plan until SIGTERM or SIGINT, then shuts down gracefully; SIGHUP reloads
+/// `file` (absent for `scb serve`). `recorder` is the metrics recorder installed before
+/// the plan was built, when it has a metrics endpoint.
 ///
 /// # Errors
 ///
 /// When a listener cannot be bound or the signal handlers cannot be installed. Nothing is
 /// left running on error.
-pub(crate) fn run(plan: Plan, recorder: Option<PrometheusHandle>) -> anyhow::Result<()> {
-    let Plan {
-        server,
-        request_id_header: header,
-        routes,
-        metrics: metrics_plan,
-        access_log: _,
-        grace_period,
-        limits,
-        tls,
-        https,
-        pid_file,
-        readiness,
-        drain_delay,
-    } = plan;
-    let routes: Arc<[RoutePlan]> = routes;
-
-    // One stack on this thread first, so that a stack that cannot be built is an error
-    // here, not a panic in a worker.
-    stack::app(&routes, &header, &stack::Https::default()).context("building the service stack")?;
-    let metrics_stack = match (&metrics_plan, &recorder) {
-        (Some(metrics), Some(handle)) => Some(
-            stack::metrics(
-                handle.clone(),
-                &metrics.path,
-                metrics
-                    .probes
-                    .as_ref()
-                    .map(|(l, r)| (l.as_str(), r.as_str())),
-                &readiness,
-                &header,
-            )
-            .context("building the metrics stack")?,
-        ),
-        _ => None,
-    };
-
-    // Bind everything before starting anything, so that an address in use stops the
-    // process before a single request is served.
-    let app = server.bind()?;
-    let metrics = match &metrics_plan {
-        Some(metrics) => {
-            // One worker is plenty for a scrape every few seconds.
-            let mut builder = Server::builder()
-                .workers(1)
-                .limits(limits)
-                .request_id_header(header.clone())
-                .listen(metrics.listen);
-            if let Some(grace_period) = grace_period {
-                builder = builder.grace_period(grace_period);
-            }
-            let bound = builder.bind().context("the metrics listener")?;
-            Some(bound)
-        }
-        None => None,
-    };
-
+pub(crate) fn run(
+    file: Option<std::path::PathBuf>,
+    plan: Plan,
+    recorder: Option<PrometheusHandle>,
+) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -125,56 +75,36 @@ pub(crate) fn run(plan: Plan, recorder: Option<PrometheusHandle>) -> anyhow::Res
         // Handlers first, addresses after: whoever sends SIGTERM as soon as it reads
         // "listening on" must get a graceful shutdown, not the signal's default action.
         let signal = shutdown_signal().context("installing the signal handlers")?;
-
-        let mut reload = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
             .context("installing the SIGHUP handler")?;
         // A second SIGTERM or SIGINT during the drain delay ends the delay: whoever sends it
         // wants the process gone, not announced.
         let mut again = Again::install().context("installing the signal handlers")?;
 
-        let mut handles = Vec::with_capacity(2);
-        let app_addrs = app.local_addrs().to_vec();
-        let https = stack::Https::new(&https, &app_addrs);
-        handles.push(app.start(move |worker: &WorkerInfo| {
-            tracing::debug!(worker = worker.index, "building the service stack");
-            stack::app(&routes, &header, &https).expect("the same stack was built before starting")
-        }));
-        for addr in app_addrs {
-            tracing::info!("listening on {addr}");
-        }
-        if let (Some(bound), Some(service), Some(config)) = (metrics, metrics_stack, metrics_plan) {
-            let addr = bound.local_addrs()[0];
-            handles.push(bound.start(move |_: &WorkerInfo| service.clone()));
-            tracing::info!("metrics on {addr} {}", config.path);
-        }
-
-        let upkeep = async {
-            let Some(recorder) = &recorder else {
-                return std::future::pending::<Infallible>().await;
-            };
-            let mut interval = tokio::time::interval(UPKEEP_INTERVAL);
-            loop {
-                interval.tick().await;
-                recorder.run_upkeep();
-            }
-        };
-        let _pid_file = match &pid_file {
+        let mut running = Running::start(file, plan, recorder)?;
+        let _pid_file = match &running.pid_file {
             Some(path) => Some(PidFile::write(path)?),
             None => None,
         };
-        let reloads = async {
-            while reload.recv().await.is_some() {
-                reload_tls(&tls);
+        let mut upkeep = tokio::time::interval(UPKEEP_INTERVAL);
+        tokio::pin!(signal);
+        loop {
+            tokio::select! {
+                () = &mut signal => break,
+                _ = upkeep.tick() => {
+                    if let Some(recorder) = &running.recorder {
+                        recorder.run_upkeep();
+                    }
+                }
+                // SIGHUPs that arrive during a reload are kept by the stream and coalesce
+                // into one more reload, which reads the file as it is by then.
+                Some(()) = hangup.recv() => running.reload().await,
             }
-        };
-        tokio::select! {
-            () = signal => {}
-            never = upkeep => match never {},
-            () = reloads => {}
         }
         // Not ready from now on; the listeners still accept for `drain_delay`, so that a
         // load balancer polling the readiness probe stops sending before they close.
-        readiness.drain();
+        running.readiness.drain();
+        let drain_delay = running.drain_delay;
         if !drain_delay.is_zero() {
             // Before the log line, so that a signal sent after reading it counts as the
             // second.
@@ -186,6 +116,7 @@ pub(crate) fn run(plan: Plan, recorder: Option<PrometheusHandle>) -> anyhow::Res
             }
         }
         tracing::info!("shutting down: no new connections, in-flight requests may finish");
+        let handles = running.into_handles();
         for handle in &handles {
             handle.shutdown();
         }
@@ -194,6 +125,255 @@ pub(crate) fn run(plan: Plan, recorder: Option<PrometheusHandle>) -> anyhow::Res
     handles.into_iter().for_each(ServerHandle::join);
     tracing::info!("stopped");
     Ok(())
+}
+
+/// What `scb run` runs: the main server, the metrics server, and what a reload replaces.
+struct Running {
+    /// The config file a reload reads.
+    file: Option<std::path::PathBuf>,
+    app: ServerHandle,
+    app_stack: Arc<Switch<AppService>>,
+    metrics: Option<MetricsServer>,
+    recorder: Option<PrometheusHandle>,
+    readiness: Readiness,
+    drain_delay: Duration,
+    /// What a reload cannot change, to warn when it tries.
+    workers: Option<usize>,
+    pid_file: Option<std::path::PathBuf>,
+}
+
+/// The metrics listener's server and stack.
+struct MetricsServer {
+    handle: ServerHandle,
+    stack: Arc<Switch<MetricsService>>,
+}
+
+impl Running {
+    /// Binds every listener, then starts the servers.
+    fn start(
+        file: Option<std::path::PathBuf>,
+        plan: Plan,
+        recorder: Option<PrometheusHandle>,
+    ) -> anyhow::Result<Self> {
+        // Bind everything before starting anything, so that an address in use stops the
+        // process before a single request is served.
+        let app = plan.server.clone().bind()?;
+        let metrics = match &plan.metrics {
+            Some(metrics) => Some(
+                metrics_server(&plan, metrics)
+                    .bind()
+                    .context("the metrics listener")?,
+            ),
+            None => None,
+        };
+        let app_addrs = app.local_addrs().to_vec();
+        // One stack on this thread first, so that a stack that cannot be built is an error
+        // here, not a panic in a worker.
+        let make_app = app_maker(&plan, &app_addrs);
+        make_app().context("building the service stack")?;
+        let app_stack = Switch::new(make_app);
+        let metrics_stack = match (&plan.metrics, &recorder) {
+            (Some(metrics), Some(handle)) => {
+                let make = metrics_maker(&plan, metrics, handle);
+                make().context("building the metrics stack")?;
+                Some(Switch::new(make))
+            }
+            _ => None,
+        };
+
+        let stack = Arc::clone(&app_stack);
+        let app = app.start(move |worker: &WorkerInfo| {
+            tracing::debug!(worker = worker.index, "building the service stack");
+            stack
+                .worker()
+                .expect("the same stack was built before starting")
+        });
+        for addr in &app_addrs {
+            tracing::info!("listening on {addr}");
+        }
+        let metrics = match (metrics, metrics_stack, &plan.metrics) {
+            (Some(bound), Some(stack), Some(config)) => {
+                let addr = bound.local_addrs()[0];
+                let switch = Arc::clone(&stack);
+                let handle = bound.start(move |_: &WorkerInfo| {
+                    switch
+                        .worker()
+                        .expect("the same stack was built before starting")
+                });
+                tracing::info!("metrics on {addr} {}", config.path);
+                Some(MetricsServer { handle, stack })
+            }
+            _ => None,
+        };
+        Ok(Self {
+            file,
+            app,
+            app_stack,
+            metrics,
+            recorder,
+            readiness: plan.readiness,
+            drain_delay: plan.drain_delay,
+            workers: plan.workers,
+            pid_file: plan.pid_file,
+        })
+    }
+
+    /// Reloads the config file: everything is read, checked, bound and built first, and
+    /// only then switched to; on any error the running config stays as it is.
+    async fn reload(&mut self) {
+        let Some(file) = self.file.clone() else {
+            tracing::warn!("SIGHUP: `scb serve` has no config file to reload");
+            return;
+        };
+        tracing::info!("SIGHUP: reloading {}", file.display());
+        match self.try_reload(&file).await {
+            Ok(()) => tracing::info!(
+                "reloaded {}: listening on {}",
+                file.display(),
+                self.app
+                    .local_addrs()
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            Err(e) => tracing::error!("reload failed, the running config stays: {e:#}"),
+        }
+    }
+
+    async fn try_reload(&mut self, file: &std::path::Path) -> anyhow::Result<()> {
+        let parsed = Plan::parse(file)?;
+        if parsed.wants_metrics() && self.recorder.is_none() {
+            self.recorder = Some(install_recorder()?);
+        }
+        let plan = parsed.plan_with(self.readiness.clone())?;
+        if plan.workers != self.workers {
+            tracing::warn!("server.workers changed: it takes effect at the next start");
+        }
+        if plan.pid_file != self.pid_file {
+            tracing::warn!("server.pid_file changed: it takes effect at the next start");
+        }
+
+        // Bind first: an address that cannot be bound fails the reload here.
+        let app = self.app.prepare(&plan.server)?;
+        enum Metrics {
+            Keep(scb_core::server::Prepared),
+            Start(scb_core::server::BoundServer),
+            Stop,
+            None,
+        }
+        let metrics = match (&self.metrics, &plan.metrics) {
+            (Some(running), Some(config)) => Metrics::Keep(
+                running
+                    .handle
+                    .prepare(&metrics_server(&plan, config))
+                    .context("the metrics listener")?,
+            ),
+            (None, Some(config)) => Metrics::Start(
+                metrics_server(&plan, config)
+                    .bind()
+                    .context("the metrics listener")?,
+            ),
+            (Some(_), None) => Metrics::Stop,
+            (None, None) => Metrics::None,
+        };
+        // Then build: a stack that cannot be built fails the reload here.
+        let make_app = app_maker(&plan, &app.local_addrs());
+        make_app().context("building the service stack")?;
+        let make_metrics = match (&plan.metrics, &self.recorder) {
+            (Some(config), Some(handle)) => {
+                let make = metrics_maker(&plan, config, handle);
+                make().context("building the metrics stack")?;
+                Some(make)
+            }
+            _ => None,
+        };
+
+        // Nothing can fail from here on. The stack first, so that a request on a new
+        // listener meets the new routes.
+        self.app_stack.replace(make_app);
+        self.app.apply(app).await;
+        match (metrics, make_metrics) {
+            (Metrics::Keep(prepared), Some(make)) => {
+                if let Some(running) = &mut self.metrics {
+                    running.stack.replace(make);
+                    running.handle.apply(prepared).await;
+                }
+            }
+            (Metrics::Start(bound), Some(make)) => {
+                let addr = bound.local_addrs()[0];
+                let stack = Switch::new(make);
+                let switch = Arc::clone(&stack);
+                let handle = bound.start(move |_: &WorkerInfo| {
+                    switch
+                        .worker()
+                        .expect("the same stack was built before starting")
+                });
+                tracing::info!("metrics on {addr}");
+                self.metrics = Some(MetricsServer { handle, stack });
+            }
+            (Metrics::Stop, _) => {
+                if let Some(old) = self.metrics.take() {
+                    // Scrapes are short: the reload waits for them (the grace period at
+                    // most), so that once it is logged the listener is closed.
+                    old.handle.shutdown();
+                    let _ = tokio::task::spawn_blocking(move || old.handle.join()).await;
+                }
+            }
+            _ => {}
+        }
+        self.drain_delay = plan.drain_delay;
+        Ok(())
+    }
+
+    fn into_handles(self) -> Vec<ServerHandle> {
+        let mut handles = vec![self.app];
+        handles.extend(self.metrics.map(|m| m.handle));
+        handles
+    }
+}
+
+/// The metrics listener's server: one worker is plenty for a scrape every few seconds.
+fn metrics_server(plan: &Plan, metrics: &MetricsPlan) -> Server {
+    let mut builder = Server::builder()
+        .workers(1)
+        .limits(plan.limits.clone())
+        .request_id_header(plan.request_id_header.clone())
+        .listen(metrics.listen);
+    if let Some(grace_period) = plan.grace_period {
+        builder = builder.grace_period(grace_period);
+    }
+    builder
+}
+
+/// Builds the main stack of `plan` on a worker; `addrs` are the bound listeners.
+fn app_maker(plan: &Plan, addrs: &[std::net::SocketAddr]) -> Maker<AppService> {
+    let routes: Arc<[RoutePlan]> = Arc::clone(&plan.routes);
+    let header = plan.request_id_header.clone();
+    let https = stack::Https::new(&plan.https, addrs);
+    Arc::new(move || Ok(stack::app(&routes, &header, &https)?))
+}
+
+/// Builds the metrics listener's stack of `plan`.
+fn metrics_maker(
+    plan: &Plan,
+    metrics: &MetricsPlan,
+    handle: &PrometheusHandle,
+) -> Maker<MetricsService> {
+    let handle = handle.clone();
+    let path = metrics.path.clone();
+    let probes = metrics.probes.clone();
+    let readiness = plan.readiness.clone();
+    let header = plan.request_id_header.clone();
+    Arc::new(move || {
+        Ok(stack::metrics(
+            handle.clone(),
+            &path,
+            probes.as_ref().map(|(l, r)| (l.as_str(), r.as_str())),
+            &readiness,
+            &header,
+        )?)
+    })
 }
 
 /// SIGTERM and SIGINT again, after the one that started the shutdown.
@@ -231,19 +411,6 @@ impl Again {
     }
 }
 
-/// Re-reads every TLS listener's certificate files: new connections get the new
-/// certificates, open ones keep theirs, and a listener whose new files are broken keeps
-/// serving the old ones (the error is logged).
-fn reload_tls(acceptors: &[scb_tls::TlsAcceptor]) {
-    tracing::info!("SIGHUP: reloading {} TLS listener(s)", acceptors.len());
-    for acceptor in acceptors {
-        match acceptor.reload() {
-            Ok(()) => tracing::info!("TLS certificates reloaded"),
-            Err(e) => tracing::error!("TLS reload failed, the old certificates stay: {e}"),
-        }
-    }
-}
-
 /// The pid file of a running `scb run`, removed when dropped if it still holds this
 /// process's id: a file another process has written since is theirs.
 struct PidFile(std::path::PathBuf);
@@ -266,8 +433,7 @@ impl Drop for PidFile {
     }
 }
 
-/// `scb reload`: signals the `scb run` whose pid file `pid_file` is to re-read its TLS
-/// certificates.
+/// `scb reload`: signals the `scb run` whose pid file `pid_file` is to reload its config.
 pub(crate) fn signal_reload(pid_file: &std::path::Path) -> anyhow::Result<i32> {
     let text = std::fs::read_to_string(pid_file)
         .with_context(|| format!("reading the pid file {}", pid_file.display()))?;

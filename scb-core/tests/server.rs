@@ -1114,3 +1114,117 @@ fn an_h2_body_longer_than_its_content_length_is_a_stream_error_even_when_the_han
     // RFC 9113 §8.1.1: a stream error of type PROTOCOL_ERROR (1), not a response.
     assert_eq!(verdict, ("rst_stream", 1));
 }
+
+#[test]
+fn listeners_change_on_a_running_server_without_dropping_a_kept_one() {
+    let mut server = TestServer::start(2, Limits::default());
+    let first = server.addr;
+    let mut handle = server.handle.take().unwrap();
+    let mut kept_alive = server.connect();
+    kept_alive
+        .write_all(b"GET /hello HTTP/1.1\r\nHost: t\r\n\r\n")
+        .unwrap();
+    let mut buf = Vec::new();
+    assert_eq!(
+        read_response(&mut kept_alive, &mut buf, false)
+            .unwrap()
+            .status,
+        200
+    );
+
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    // The first address stays (same configured address), a second one opens, and new
+    // connections get the new limits.
+    let mut small = Limits::default();
+    small.max_header_bytes = 64;
+    let next = Server::builder()
+        .limits(small)
+        .listen("127.0.0.1:0".parse().unwrap())
+        .listen("127.0.0.1:0".parse().unwrap());
+    let prepared = handle.prepare(&next).unwrap();
+    let addrs = prepared.local_addrs();
+    assert_eq!(
+        addrs[0], first,
+        "the port-0 listener is matched, not rebound"
+    );
+    runtime.block_on(handle.apply(prepared));
+    assert_eq!(handle.local_addrs(), &addrs[..]);
+    let second = addrs[1];
+    let long_head = format!(
+        "GET /hello HTTP/1.1\r\nHost: t\r\nX-Pad: {}\r\n\r\n",
+        "p".repeat(80)
+    );
+    for addr in [first, second] {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(long_head.as_bytes()).unwrap();
+        let mut buf = Vec::new();
+        assert_eq!(
+            read_response(&mut s, &mut buf, false).unwrap().status,
+            431,
+            "{addr}"
+        );
+    }
+    // The connection accepted before keeps the limits it started with.
+    kept_alive.write_all(long_head.as_bytes()).unwrap();
+    assert_eq!(
+        read_response(&mut kept_alive, &mut buf, false)
+            .unwrap()
+            .status,
+        200
+    );
+
+    // Only the second address now: the first refuses new connections once `apply` has
+    // returned, while the connection it accepted is still served, then drains.
+    let only_second = Server::builder().listen(second);
+    let prepared = handle.prepare(&only_second).unwrap();
+    assert_eq!(prepared.local_addrs(), vec![second]);
+    runtime.block_on(handle.apply(prepared));
+    let refused = TcpStream::connect(first);
+    assert!(refused.is_err(), "the removed listener still accepts");
+    kept_alive
+        .write_all(b"GET /hello HTTP/1.1\r\nHost: t\r\n\r\n")
+        .unwrap();
+    assert_eq!(
+        read_response(&mut kept_alive, &mut buf, false)
+            .unwrap()
+            .status,
+        200
+    );
+    let mut s = TcpStream::connect(second).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"GET /hello HTTP/1.1\r\nHost: t\r\n\r\n")
+        .unwrap();
+    assert_eq!(
+        read_response(&mut s, &mut Vec::new(), false)
+            .unwrap()
+            .status,
+        200
+    );
+
+    // An address another process holds fails `prepare`, and nothing changes.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let clash = Server::builder()
+        .listen(second)
+        .listen(taken.local_addr().unwrap());
+    let err = handle.prepare(&clash).unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::AddrInUse, "{err}");
+    assert_eq!(handle.local_addrs(), &[second]);
+    let mut s = TcpStream::connect(second).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"GET /hello HTTP/1.1\r\nHost: t\r\n\r\n")
+        .unwrap();
+    assert_eq!(
+        read_response(&mut s, &mut Vec::new(), false)
+            .unwrap()
+            .status,
+        200
+    );
+
+    handle.shutdown();
+    drop(kept_alive);
+    handle.join();
+}

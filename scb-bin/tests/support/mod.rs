@@ -203,9 +203,22 @@ impl Server {
 
     /// Sends SIGTERM.
     pub(crate) fn terminate(&self) {
+        self.signal(rustix::process::Signal::TERM);
+    }
+
+    /// Sends `signal`.
+    pub(crate) fn signal(&self, signal: rustix::process::Signal) {
         let pid = i32::try_from(self.child.id()).expect("pid fits in i32");
         let pid = rustix::process::Pid::from_raw(pid).expect("pid is positive");
-        rustix::process::kill_process(pid, rustix::process::Signal::TERM).expect("kill -TERM");
+        rustix::process::kill_process(pid, signal).expect("kill");
+    }
+
+    /// Replaces the config file the server runs with, atomically (a new file renamed over
+    /// it, as editors and config managers do), so that a reload never reads half of it.
+    pub(crate) fn rewrite_config(&self, contents: &str) {
+        let next = self.config.with_extension("next");
+        std::fs::write(&next, contents).expect("writing the new config");
+        std::fs::rename(&next, &self.config).expect("renaming the new config over the old");
     }
 
     /// Waits for the process to exit, failing the test after [`TIMEOUT`], then collects
@@ -242,7 +255,7 @@ impl Drop for Server {
 }
 
 /// The socket address right after `marker` in a log line (text or JSON).
-fn addr_after(line: &str, marker: &str) -> SocketAddr {
+pub(crate) fn addr_after(line: &str, marker: &str) -> SocketAddr {
     let rest = &line[line.find(marker).expect("marker in line") + marker.len()..];
     let end = rest
         .find(|c: char| !(c.is_ascii_hexdigit() || matches!(c, '.' | ':' | '[' | ']')))
@@ -284,6 +297,44 @@ pub(crate) fn get(addr: SocketAddr, path: &str) -> Response {
     )
 }
 
+/// A keep-alive HTTP/1.1 connection for responses with a Content-Length.
+pub(crate) struct KeepAlive {
+    reader: BufReader<TcpStream>,
+}
+
+impl KeepAlive {
+    pub(crate) fn connect(addr: SocketAddr) -> std::io::Result<Self> {
+        let stream = TcpStream::connect_timeout(&addr, TIMEOUT)?;
+        stream.set_read_timeout(Some(TIMEOUT))?;
+        stream.set_write_timeout(Some(TIMEOUT))?;
+        Ok(Self {
+            reader: BufReader::new(stream),
+        })
+    }
+
+    /// `GET path`, and its whole response.
+    pub(crate) fn get(&mut self, path: &str) -> std::io::Result<Response> {
+        // One write: `write!` would send the pieces apart, and Nagle would hold the
+        // second until the first is acknowledged.
+        let request = format!("GET {path} HTTP/1.1\r\nHost: test\r\n\r\n");
+        self.reader.get_mut().write_all(request.as_bytes())?;
+        let mut head = Vec::new();
+        while !head.ends_with(b"\r\n\r\n") {
+            let read = self.reader.read_until(b'\n', &mut head)?;
+            if read == 0 {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+        }
+        let (mut response, _) = parse_head(&head);
+        let length = response
+            .header("content-length")
+            .map_or(0, |v| v.parse().expect("numeric content-length"));
+        response.body = vec![0; length];
+        self.reader.read_exact(&mut response.body)?;
+        Ok(response)
+    }
+}
+
 /// Sends `raw` (which must ask the server to close) and reads the response to EOF.
 pub(crate) fn request(addr: SocketAddr, raw: &str) -> Response {
     let mut stream = TcpStream::connect_timeout(&addr, TIMEOUT).expect("connecting");
@@ -300,6 +351,20 @@ pub(crate) fn request(addr: SocketAddr, raw: &str) -> Response {
 }
 
 fn parse(bytes: &[u8]) -> Response {
+    let (mut response, end) = parse_head(bytes);
+    response.body = bytes[end + 4..].to_vec();
+    if let Some(len) = response.header("content-length") {
+        assert_eq!(
+            len.parse::<usize>().unwrap(),
+            response.body.len(),
+            "content-length"
+        );
+    }
+    response
+}
+
+/// The status and fields of a response, and where its head ends (the final CRLF CRLF).
+fn parse_head(bytes: &[u8]) -> (Response, usize) {
     let end = bytes
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
@@ -320,20 +385,12 @@ fn parse(bytes: &[u8]) -> Response {
             (n.to_ascii_lowercase(), v.trim().to_owned())
         })
         .collect();
-    let body = bytes[end + 4..].to_vec();
     let response = Response {
         status,
         headers,
-        body,
+        body: Vec::new(),
     };
-    if let Some(len) = response.header("content-length") {
-        assert_eq!(
-            len.parse::<usize>().unwrap(),
-            response.body.len(),
-            "content-length"
-        );
-    }
-    response
+    (response, end)
 }
 
 /// The value of the series written exactly as `series` (name and labels) in a Prometheus

@@ -185,33 +185,57 @@ impl Server {
             ));
         }
         sys::raise_nofile_limit();
-        let mut local_addrs = Vec::with_capacity(self.addrs.len());
+        let mut bound = Vec::with_capacity(self.addrs.len());
         let mut per_worker: Vec<Vec<worker::Listener>> =
             (0..self.workers).map(|_| Vec::new()).collect();
         for (addr, secure) in &self.addrs {
-            let named =
-                |e: std::io::Error| std::io::Error::new(e.kind(), format!("binding {addr}: {e}"));
-            if addr.port() != 0 {
-                worker::check_unclaimed(*addr).map_err(named)?;
-            }
-            let mut addr = *addr;
-            for listeners in &mut per_worker {
-                let listener = worker::reuseport_listener(addr).map_err(named)?;
-                // Port 0: the first bind picks the port, the others must share it.
-                addr = listener.local_addr()?;
+            let (local, sockets) = bind_everywhere(*addr, self.workers)?;
+            for (listeners, socket) in per_worker.iter_mut().zip(sockets) {
                 listeners.push(worker::Listener {
-                    socket: listener,
+                    socket,
                     secure: secure.clone(),
                 });
             }
-            local_addrs.push(addr);
+            bound.push(BoundAddr {
+                configured: *addr,
+                local,
+            });
         }
         Ok(BoundServer {
             config: Arc::new(self),
-            local_addrs,
+            local_addrs: bound.iter().map(|b| b.local).collect(),
+            bound,
             per_worker,
         })
     }
+}
+
+/// Binds `addr` once per worker (`SO_REUSEPORT`), after checking that no other process
+/// listens there. Returns the bound address (port 0 resolved) and the sockets.
+fn bind_everywhere(
+    addr: SocketAddr,
+    workers: usize,
+) -> std::io::Result<(SocketAddr, Vec<std::net::TcpListener>)> {
+    let named = |e: std::io::Error| std::io::Error::new(e.kind(), format!("binding {addr}: {e}"));
+    if addr.port() != 0 {
+        worker::check_unclaimed(addr).map_err(named)?;
+    }
+    let mut sockets = Vec::with_capacity(workers);
+    let mut local = addr;
+    for _ in 0..workers {
+        let socket = worker::reuseport_listener(local).map_err(named)?;
+        // Port 0: the first bind picks the port, the others must share it.
+        local = socket.local_addr()?;
+        sockets.push(socket);
+    }
+    Ok((local, sockets))
+}
+
+/// A listener as configured and as bound.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct BoundAddr {
+    configured: SocketAddr,
+    local: SocketAddr,
 }
 
 /// A [`Server`] whose listeners are open; [`start`](BoundServer::start) runs it.
@@ -219,6 +243,7 @@ impl Server {
 pub struct BoundServer {
     config: Arc<Server>,
     local_addrs: Vec<SocketAddr>,
+    bound: Vec<BoundAddr>,
     per_worker: Vec<Vec<worker::Listener>>,
 }
 
@@ -245,6 +270,7 @@ impl BoundServer {
         let make_service = Arc::new(make_service);
         let shutdown = shutdown::Trigger::new();
         let workers = self.per_worker.len();
+        let mut updates = Vec::with_capacity(workers);
         let threads = self
             .per_worker
             .into_iter()
@@ -254,19 +280,42 @@ impl BoundServer {
                 let make_service = Arc::clone(&make_service);
                 let config = Arc::clone(&self.config);
                 let shutdown = shutdown.clone();
+                let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+                updates.push(tx);
                 std::thread::Builder::new()
                     .name(format!("scb-worker-{index}"))
                     .spawn(move || {
-                        worker::run(info, &config, listeners, &shutdown, |i| make_service(i));
+                        worker::run(info, &config, listeners, &shutdown, rx, |i| make_service(i));
                     })
                     .expect("spawning a worker thread")
             })
             .collect();
         ServerHandle {
             local_addrs: self.local_addrs,
+            bound: self.bound,
             shutdown,
+            updates,
             threads,
         }
+    }
+}
+
+/// A running server's next listeners and settings, bound by [`ServerHandle::prepare`]
+/// and switched to by [`ServerHandle::apply`]. Dropped, it closes the sockets it opened.
+#[derive(Debug)]
+pub struct Prepared {
+    bound: Vec<BoundAddr>,
+    per_worker: Vec<Vec<worker::ListenerUpdate>>,
+    limits: Limits,
+    request_id_header: HeaderName,
+    grace_period: Duration,
+}
+
+impl Prepared {
+    /// The addresses the server will listen on, in the order they were added (port 0
+    /// resolved).
+    pub fn local_addrs(&self) -> Vec<SocketAddr> {
+        self.bound.iter().map(|b| b.local).collect()
     }
 }
 
@@ -274,7 +323,9 @@ impl BoundServer {
 /// [`join`](Self::join).
 pub struct ServerHandle {
     local_addrs: Vec<SocketAddr>,
+    bound: Vec<BoundAddr>,
     shutdown: shutdown::Trigger,
+    updates: Vec<tokio::sync::mpsc::UnboundedSender<worker::Update>>,
     threads: Vec<std::thread::JoinHandle<()>>,
 }
 
@@ -291,6 +342,114 @@ impl ServerHandle {
     /// The addresses the server listens on.
     pub fn local_addrs(&self) -> &[SocketAddr] {
         &self.local_addrs
+    }
+
+    /// Binds what `server` adds to the running server's listeners, without changing
+    /// anything yet: [`apply`](Self::apply) the result to switch over, or drop it to
+    /// close the new sockets again. Two steps, so that a caller changing several things
+    /// at once (two servers, the service stack) can fail before any of them changed.
+    ///
+    /// A listener of `server` whose address is one the server listens on already keeps
+    /// that socket, so no connection is refused while the listeners change; listeners
+    /// on port 0 are matched in the order they were added, or by the port they were
+    /// given. `server`'s worker count is
+    /// ignored: the threads stay as they are.
+    ///
+    /// # Errors
+    ///
+    /// As [`Server::bind`]: no address, or one that cannot be bound (in use by another
+    /// process). Nothing changed then.
+    pub fn prepare(&self, server: &Server) -> std::io::Result<Prepared> {
+        if server.addrs.is_empty() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "server has no listen address",
+            ));
+        }
+        let workers = self.updates.len();
+        let mut unclaimed: Vec<Option<BoundAddr>> = self.bound.iter().copied().map(Some).collect();
+        let mut bound = Vec::with_capacity(server.addrs.len());
+        let mut per_worker: Vec<Vec<worker::ListenerUpdate>> =
+            (0..workers).map(|_| Vec::new()).collect();
+        for (addr, secure) in &server.addrs {
+            // The same configured address, or the address a port-0 listener was given.
+            let found = unclaimed
+                .iter()
+                .position(|b| b.is_some_and(|b| b.configured == *addr))
+                .or_else(|| {
+                    unclaimed
+                        .iter()
+                        .position(|b| b.is_some_and(|b| addr.port() != 0 && b.local == *addr))
+                });
+            let kept = found.and_then(|i| unclaimed[i].take());
+            if let Some(kept) = kept {
+                for listeners in &mut per_worker {
+                    listeners.push(worker::ListenerUpdate::Keep {
+                        local: kept.local,
+                        secure: secure.clone(),
+                    });
+                }
+                bound.push(kept);
+                continue;
+            }
+            let (local, sockets) = bind_everywhere(*addr, workers)?;
+            for (listeners, socket) in per_worker.iter_mut().zip(sockets) {
+                listeners.push(worker::ListenerUpdate::Open(worker::Listener {
+                    socket,
+                    secure: secure.clone(),
+                }));
+            }
+            bound.push(BoundAddr {
+                configured: *addr,
+                local,
+            });
+        }
+        Ok(Prepared {
+            bound,
+            per_worker,
+            limits: server.limits.clone(),
+            request_id_header: server.request_id_header.clone(),
+            grace_period: server.grace_period,
+        })
+    }
+
+    /// Switches the running server to what [`prepare`](Self::prepare) bound: each
+    /// worker's new connections get the new limits, request-id header and handshakes,
+    /// listeners left out stop accepting (the connections they accepted carry on and
+    /// drain), and new ones start. The grace period of a later shutdown is the new one.
+    ///
+    /// Resolves once every worker has switched: from then on the listeners left out
+    /// refuse connections and the new ones accept them.
+    pub async fn apply(&mut self, prepared: Prepared) {
+        let Prepared {
+            bound,
+            per_worker,
+            limits,
+            request_id_header,
+            grace_period,
+        } = prepared;
+        let mut switched = Vec::with_capacity(self.updates.len());
+        for (tx, listeners) in self.updates.iter().zip(per_worker) {
+            let (done, done_rx) = tokio::sync::oneshot::channel();
+            switched.push(done_rx);
+            // A worker that has exited (after shutdown) has nothing left to update.
+            let _ = tx.send(worker::Update {
+                listeners,
+                ctx: conn::ConnCtx {
+                    limits: limits.clone(),
+                    request_id_header: request_id_header.clone(),
+                    shutdown: self.shutdown.clone(),
+                },
+                grace_period,
+                done,
+            });
+        }
+        self.local_addrs = bound.iter().map(|b| b.local).collect();
+        self.bound = bound;
+        for done in switched {
+            // An error is a worker that exited without switching: nothing to wait for.
+            let _ = done.await;
+        }
     }
 
     /// Begins graceful shutdown: every worker stops accepting, closes idle connections,

@@ -1,14 +1,17 @@
 //! One worker: a thread, a `current_thread` runtime, its listeners and its connections.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::rc::Rc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Request, Response};
 use socket2::{Domain, Protocol, Socket, Type};
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
+use tokio::sync::mpsc::UnboundedReceiver;
 use tower::Service;
 
 use super::conn::{self, ConnCtx};
@@ -64,6 +67,45 @@ pub(super) struct Listener {
     pub(super) secure: Option<super::Secure>,
 }
 
+/// A new configuration for a running worker, from [`ServerHandle::apply`]: the
+/// listeners it keeps (by their bound address) with their possibly new handshake, the
+/// sockets it opens, and the settings its new connections get.
+///
+/// [`ServerHandle::apply`]: super::ServerHandle::apply
+#[derive(Debug)]
+pub(super) struct Update {
+    pub(super) listeners: Vec<ListenerUpdate>,
+    pub(super) ctx: ConnCtx,
+    pub(super) grace_period: Duration,
+    /// Told once the worker has switched.
+    pub(super) done: tokio::sync::oneshot::Sender<()>,
+}
+
+/// One listener of an [`Update`].
+#[derive(Debug)]
+pub(super) enum ListenerUpdate {
+    /// The socket bound to `local` stays open; its connections from now on get `secure`.
+    Keep {
+        local: SocketAddr,
+        secure: Option<super::Secure>,
+    },
+    /// A socket to start accepting on.
+    Open(Listener),
+}
+
+/// A listener's accept loop, as the worker tracks it.
+struct Accepting {
+    task: tokio::task::JoinHandle<()>,
+    secure: Rc<RefCell<Option<super::Secure>>>,
+}
+
+/// What a worker's accept loops read for each new connection: replaced by an [`Update`],
+/// while the connections already open keep the `ConnCtx` they started with.
+struct Current {
+    ctx: RefCell<Rc<ConnCtx>>,
+    connections: Rc<Connections>,
+}
+
 /// Counts a worker's open connections and wakes whoever waits for a change.
 #[derive(Debug, Default)]
 struct Connections {
@@ -87,6 +129,7 @@ pub(super) fn run<S, B>(
     config: &Server,
     listeners: Vec<Listener>,
     shutdown: &Trigger,
+    mut updates: UnboundedReceiver<Update>,
     make_service: impl FnOnce(&WorkerInfo) -> S,
 ) where
     S: Service<Request<Body>, Response = Response<B>> + Clone + 'static,
@@ -107,33 +150,79 @@ pub(super) fn run<S, B>(
         }
     };
     let local = tokio::task::LocalSet::new();
-    let ctx = Rc::new(ConnCtx {
-        limits: config.limits.clone(),
-        request_id_header: config.request_id_header.clone(),
-        shutdown: shutdown.clone(),
+    let current = Rc::new(Current {
+        ctx: RefCell::new(Rc::new(ConnCtx {
+            limits: config.limits.clone(),
+            request_id_header: config.request_id_header.clone(),
+            shutdown: shutdown.clone(),
+        })),
+        connections: Rc::new(Connections::default()),
     });
-    let connections = Rc::new(Connections::default());
-    let grace_period = config.grace_period;
+    let mut grace_period = config.grace_period;
 
     local.block_on(&runtime, async {
         let svc = make_service(&info);
-        for Listener { socket, secure } in listeners {
-            let listener = match TcpListener::from_std(socket) {
-                Ok(l) => l,
+        let mut accepting: HashMap<SocketAddr, Accepting> = HashMap::new();
+        let start = |listener: Listener, accepting: &mut HashMap<SocketAddr, Accepting>| {
+            let Listener { socket, secure } = listener;
+            let registered = socket
+                .local_addr()
+                .and_then(|addr| Ok((addr, TcpListener::from_std(socket)?)));
+            let (addr, listener) = match registered {
+                Ok(registered) => registered,
                 Err(e) => {
                     tracing::error!(worker = info.index, error = %e, "cannot register listener");
-                    continue;
+                    return;
                 }
             };
-            tokio::task::spawn_local(accept_loop(
+            let secure = Rc::new(RefCell::new(secure));
+            let task = tokio::task::spawn_local(accept_loop(
                 listener,
-                secure,
+                addr,
+                Rc::clone(&secure),
                 svc.clone(),
-                Rc::clone(&ctx),
-                Rc::clone(&connections),
+                Rc::clone(&current),
             ));
+            accepting.insert(addr, Accepting { task, secure });
+        };
+        for listener in listeners {
+            start(listener, &mut accepting);
         }
-        shutdown.fired().await;
+        loop {
+            let update = tokio::select! {
+                () = shutdown.fired() => break,
+                update = updates.recv() => update,
+            };
+            let Some(update) = update else {
+                // The handle is gone; only shutdown is left to wait for.
+                shutdown.fired().await;
+                break;
+            };
+            grace_period = update.grace_period;
+            *current.ctx.borrow_mut() = Rc::new(update.ctx);
+            let mut kept = HashMap::with_capacity(update.listeners.len());
+            for listener in update.listeners {
+                match listener {
+                    ListenerUpdate::Keep { local, secure } => {
+                        if let Some(loop_) = accepting.remove(&local) {
+                            *loop_.secure.borrow_mut() = secure;
+                            kept.insert(local, loop_);
+                        }
+                    }
+                    ListenerUpdate::Open(listener) => start(listener, &mut kept),
+                }
+            }
+            // The listeners left out stop accepting: their sockets close when the aborted
+            // loops drop them, while the connections they accepted carry on.
+            for (_, removed) in accepting.drain() {
+                removed.task.abort();
+                // Resolves once the loop's future, and with it the socket, is dropped.
+                let _ = removed.task.await;
+            }
+            accepting = kept;
+            let _ = update.done.send(());
+        }
+        let connections = &current.connections;
         let drained = async {
             loop {
                 let changed = connections.changed.notified();
@@ -157,10 +246,10 @@ pub(super) fn run<S, B>(
 
 async fn accept_loop<S, B>(
     listener: TcpListener,
-    secure: Option<super::Secure>,
+    local: SocketAddr,
+    secure: Rc<RefCell<Option<super::Secure>>>,
     svc: S,
-    ctx: Rc<ConnCtx>,
-    connections: Rc<Connections>,
+    current: Rc<Current>,
 ) where
     S: Service<Request<Body>, Response = Response<B>> + Clone + 'static,
     S::Error: Into<BoxError>,
@@ -168,11 +257,10 @@ async fn accept_loop<S, B>(
     B: http_body::Body<Data = Bytes> + 'static,
     B::Error: Into<BoxError>,
 {
-    let Ok(local) = listener.local_addr() else {
-        return;
-    };
-    let max = ctx.limits.max_connections.max(1);
+    let connections = &current.connections;
     loop {
+        let ctx = Rc::clone(&current.ctx.borrow());
+        let max = ctx.limits.max_connections.max(1);
         // At the limit, wait for a connection to close (or for shutdown).
         while connections.open.get() >= max {
             let changed = connections.changed.notified();
@@ -192,10 +280,11 @@ async fn accept_loop<S, B>(
                 // would only delay them.
                 let _ = stream.set_nodelay(true);
                 connections.open.set(connections.open.get() + 1);
-                let guard = ConnGuard(Rc::clone(&connections));
+                let guard = ConnGuard(Rc::clone(connections));
                 let svc = svc.clone();
-                let ctx = Rc::clone(&ctx);
-                let secure = secure.clone();
+                // The settings as they are now, not as they were when the wait began.
+                let ctx = Rc::clone(&current.ctx.borrow());
+                let secure = secure.borrow().clone();
                 tokio::task::spawn_local(async move {
                     let _guard = guard;
                     match secure {

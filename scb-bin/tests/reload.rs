@@ -1,0 +1,294 @@
+//! Config reload on SIGHUP under constant load: routes, layers and listeners change with
+//! zero failed requests, and configs that cannot be served change nothing.
+
+mod support;
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::thread;
+
+use rustix::process::Signal;
+use support::{KeepAlive, Server, echo_upstream, get};
+
+/// Generation `n` of the config: `/gen` answers `n`, a route of its own exists only in
+/// this generation, and odd generations name the request-id header differently (a layer
+/// that changes). `extra` adds listeners.
+fn config(n: usize, root: &std::path::Path, upstream: SocketAddr, extra: &str) -> String {
+    let header = if n % 2 == 1 {
+        "x-trace-id"
+    } else {
+        "x-request-id"
+    };
+    format!(
+        "[server]\nworkers = 2\n\
+         [request_id]\nheader = \"{header}\"\n\
+         [[listen]]\naddr = \"127.0.0.1:0\"\n{extra}\
+         [[route]]\npath = \"/gen\"\nrespond = {{ body = \"{n}\" }}\n\
+         [[route]]\npath = \"/only-{n}\"\nrespond = {{ body = \"only\" }}\n\
+         [[route]]\nprefix = \"/api/\"\nproxy = {{ upstreams = [\"{upstream}\"] }}\n\
+         [[route]]\nprefix = \"/\"\nstatic = {{ root = {root:?} }}\n",
+        root = root.display().to_string(),
+    )
+}
+
+/// The addresses a "reloaded" log line lists.
+fn listed(line: &str) -> Vec<SocketAddr> {
+    let list = &line[line.find("listening on ").expect("addresses") + "listening on ".len()..];
+    list.split(", ")
+        .map(|a| {
+            let a = a.trim_end_matches(|c: char| !c.is_ascii_digit());
+            a.parse()
+                .unwrap_or_else(|e| panic!("{a:?} in {line:?}: {e}"))
+        })
+        .collect()
+}
+
+/// Clients that keep requesting what every generation serves the same way, on
+/// keep-alive connections renewed every few requests, counting whatever is not a
+/// success.
+struct Load {
+    stop: Arc<AtomicBool>,
+    done: Arc<AtomicUsize>,
+    threads: Vec<thread::JoinHandle<Vec<String>>>,
+}
+
+impl Load {
+    fn start(addr: SocketAddr, clients: usize) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let done = Arc::new(AtomicUsize::new(0));
+        let threads = (0..clients)
+            .map(|_| {
+                let stop = Arc::clone(&stop);
+                let done = Arc::clone(&done);
+                thread::spawn(move || {
+                    let mut failures = Vec::new();
+                    while !stop.load(Ordering::Relaxed) {
+                        let mut conn = match KeepAlive::connect(addr) {
+                            Ok(conn) => conn,
+                            Err(e) => {
+                                failures.push(format!("connect: {e}"));
+                                continue;
+                            }
+                        };
+                        for i in 0..30 {
+                            let path = match i % 3 {
+                                0 => "/gen",
+                                1 => "/index.html",
+                                _ => "/api/x",
+                            };
+                            match conn.get(path) {
+                                Ok(res) if res.status == 200 => {
+                                    done.fetch_add(1, Ordering::Relaxed);
+                                }
+                                Ok(res) => failures.push(format!("{path}: {}", res.status)),
+                                Err(e) => {
+                                    failures.push(format!("{path}: {e}"));
+                                    break;
+                                }
+                            }
+                        }
+                    }
+                    failures
+                })
+            })
+            .collect();
+        Self {
+            stop,
+            done,
+            threads,
+        }
+    }
+
+    /// Waits until `more` requests have succeeded since the call.
+    fn wait_for(&self, more: usize) {
+        let target = self.done.load(Ordering::Relaxed) + more;
+        let deadline = std::time::Instant::now() + support::TIMEOUT;
+        while self.done.load(Ordering::Relaxed) < target {
+            assert!(std::time::Instant::now() < deadline, "the load stalled");
+            thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+
+    fn stop(self) -> (usize, Vec<String>) {
+        self.stop.store(true, Ordering::Relaxed);
+        let failures = self
+            .threads
+            .into_iter()
+            .flat_map(|t| t.join().unwrap())
+            .collect();
+        (self.done.load(Ordering::Relaxed), failures)
+    }
+}
+
+#[test]
+fn reloads_under_load_change_routes_layers_and_listeners_without_a_failed_request() {
+    let root = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("reload-{}", std::process::id()));
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::write(root.join("index.html"), "<p>hello</p>").unwrap();
+    let upstream = echo_upstream();
+    let mut server = Server::start(&config(0, &root, upstream, ""));
+    let addr = server.addr();
+    let load = Load::start(addr, 3);
+    load.wait_for(100);
+    // A connection opened before the reloads, to see that it moves with them.
+    let mut old = KeepAlive::connect(addr).unwrap();
+    assert_eq!(old.get("/gen").unwrap().text(), "0");
+
+    // Twelve reloads, with load running through each.
+    const LAST: usize = 12;
+    for n in 1..=LAST {
+        server.rewrite_config(&config(n, &root, upstream, ""));
+        server.signal(Signal::HUP);
+        let line = server.wait_for_line(|l| l.contains("reloaded "));
+        assert_eq!(listed(&line), [addr], "the listener stays");
+        // New and open connections alike get the new routes and layers at once.
+        let res = get(addr, "/gen");
+        assert_eq!(res.text(), n.to_string());
+        let (named, other) = if n % 2 == 1 {
+            ("x-trace-id", "x-request-id")
+        } else {
+            ("x-request-id", "x-trace-id")
+        };
+        assert!(res.header(named).is_some() && res.header(other).is_none());
+        assert_eq!(old.get("/gen").unwrap().text(), n.to_string());
+        assert_eq!(old.get(&format!("/only-{n}")).unwrap().status, 200);
+        assert_eq!(old.get(&format!("/only-{}", n - 1)).unwrap().status, 404);
+        load.wait_for(200);
+    }
+
+    // Configs that cannot be served: each is logged and changes nothing.
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let missing = root.join("missing");
+    let broken = [
+        ("a syntax error", "[[route]\n".to_owned()),
+        (
+            "an unknown key",
+            format!("{}colour = \"red\"\n", config(99, &root, upstream, "")),
+        ),
+        (
+            "an address another process holds",
+            config(
+                9,
+                &root,
+                upstream,
+                &format!("[[listen]]\naddr = \"{}\"\n", taken.local_addr().unwrap()),
+            ),
+        ),
+        (
+            "a root that does not exist",
+            config(99, &root, upstream, "").replace(
+                &format!("{:?}", root.display().to_string()),
+                &format!("{:?}", missing.display().to_string()),
+            ),
+        ),
+    ];
+    for (what, text) in &broken {
+        server.rewrite_config(text);
+        server.signal(Signal::HUP);
+        let line = server.wait_for_line(|l| l.contains("reload failed"));
+        assert!(line.contains("the running config stays"), "{what}: {line}");
+        assert_eq!(get(addr, "/gen").text(), LAST.to_string(), "{what}");
+        assert_eq!(old.get("/gen").unwrap().text(), LAST.to_string(), "{what}");
+        load.wait_for(50);
+    }
+
+    // A second listener comes, serves, and goes: its open connection drains while new
+    // ones are refused.
+    server.rewrite_config(&config(
+        LAST + 1,
+        &root,
+        upstream,
+        "[[listen]]\naddr = \"127.0.0.1:0\"\n",
+    ));
+    server.signal(Signal::HUP);
+    let line = server.wait_for_line(|l| l.contains("reloaded "));
+    let addrs = listed(&line);
+    assert_eq!(addrs.len(), 2, "{line}");
+    assert_eq!(addrs[0], addr);
+    let second = addrs[1];
+    let mut on_second = KeepAlive::connect(second).unwrap();
+    assert_eq!(
+        on_second.get("/gen").unwrap().text(),
+        (LAST + 1).to_string()
+    );
+    server.rewrite_config(&config(LAST + 2, &root, upstream, ""));
+    server.signal(Signal::HUP);
+    let line = server.wait_for_line(|l| l.contains("reloaded "));
+    assert_eq!(listed(&line), [addr]);
+    assert!(
+        TcpStream::connect(second).is_err(),
+        "the removed listener accepts"
+    );
+    assert_eq!(
+        on_second.get("/gen").unwrap().text(),
+        (LAST + 2).to_string()
+    );
+    load.wait_for(100);
+
+    // Two SIGHUPs in a row, the file changing in between: the second is not lost, so the
+    // server ends up on the last file, whether the two reloads ran apart or as one.
+    server.rewrite_config(&config(LAST + 3, &root, upstream, ""));
+    server.signal(Signal::HUP);
+    server.rewrite_config(&config(LAST + 4, &root, upstream, ""));
+    server.signal(Signal::HUP);
+    server.wait_for_line(|l| l.contains("reloaded "));
+    let last = (LAST + 4).to_string();
+    if get(addr, "/gen").text() != last {
+        server.wait_for_line(|l| l.contains("reloaded "));
+    }
+    assert_eq!(get(addr, "/gen").text(), last);
+    load.wait_for(100);
+
+    let (done, failures) = load.stop();
+    assert!(
+        failures.is_empty(),
+        "{} failed of {done}: {failures:?}",
+        failures.len()
+    );
+    server.terminate();
+    assert!(server.wait().success());
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+#[test]
+fn the_metrics_listener_moves_and_comes_and_goes_with_the_config() {
+    let base = "[server]\nworkers = 1\n[[listen]]\naddr = \"127.0.0.1:0\"\n\
+                [[route]]\npath = \"/\"\nrespond = {}\n";
+    let mut server = Server::start(base);
+    assert!(server.metrics.is_none());
+
+    // Added by a reload: the recorder is installed then, and the probes answer.
+    server.rewrite_config(&format!(
+        "{base}[metrics]\nlisten = \"127.0.0.1:0\"\n[health]\n"
+    ));
+    server.signal(Signal::HUP);
+    let line = server.wait_for_line(|l| l.contains("metrics on "));
+    let metrics = support::addr_after(&line, "metrics on ");
+    server.wait_for_line(|l| l.contains("reloaded "));
+    assert_eq!(get(server.addr(), "/").status, 200);
+    let scrape = get(metrics, "/metrics");
+    assert_eq!(scrape.status, 200);
+    assert_eq!(get(metrics, "/readyz").status, 200);
+
+    // A new path on the same listener.
+    server.rewrite_config(&format!(
+        "{base}[metrics]\nlisten = \"{metrics}\"\npath = \"/stats\"\n"
+    ));
+    server.signal(Signal::HUP);
+    server.wait_for_line(|l| l.contains("reloaded "));
+    assert_eq!(get(metrics, "/stats").status, 200);
+    assert_eq!(get(metrics, "/metrics").status, 404);
+
+    // Gone: the listener closes.
+    server.rewrite_config(base);
+    server.signal(Signal::HUP);
+    server.wait_for_line(|l| l.contains("reloaded "));
+    assert!(
+        TcpStream::connect(metrics).is_err(),
+        "the metrics listener stays open"
+    );
+    server.terminate();
+    assert!(server.wait().success());
+}
