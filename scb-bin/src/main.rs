@@ -96,6 +96,17 @@ enum LogFormat {
     Json,
 }
 
+impl LogFormat {
+    /// The access log's format when the config names none: lines people read beside
+    /// text, JSON beside JSON.
+    fn access_format(self) -> access_log::AccessLogFormat {
+        match self {
+            Self::Text => access_log::AccessLogFormat::Combined,
+            Self::Json => access_log::AccessLogFormat::Json,
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
@@ -125,8 +136,8 @@ fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            init_logging(cli.log_format, plan.access_log);
-            match run::run(None, plan, None) {
+            init_logging(cli.log_format);
+            match run::run(None, plan, None, cli.log_format.access_format()) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!("{e:#}");
@@ -178,8 +189,8 @@ fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            init_logging(cli.log_format, plan.access_log);
-            match run::run(Some(config), plan, recorder) {
+            init_logging(cli.log_format);
+            match run::run(Some(config), plan, recorder, cli.log_format.access_format()) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!("{e:#}");
@@ -200,17 +211,17 @@ fn config_error(err: &config::ConfigError) -> ExitCode {
     ExitCode::FAILURE
 }
 
-/// Installs the global subscriber: `RUST_LOG` (default `info`) plus the access log's
-/// target turned on or off by `[log] access`, unless `RUST_LOG` names that target itself.
-fn init_logging(format: LogFormat, access_log: bool) {
+/// Installs the global subscriber: `RUST_LOG` (default `info`), with the access log's
+/// `tracing` target off unless `RUST_LOG` names it: the access log has its own writer
+/// (`[log] access`), and the events of the layer's `tracing` sink would only repeat it.
+fn init_logging(format: LogFormat) {
     let mut filter = EnvFilter::builder()
         .with_default_directive(LevelFilter::INFO.into())
         .from_env_lossy();
     let env_names_access = std::env::var(EnvFilter::DEFAULT_ENV)
         .is_ok_and(|directives| directives.contains(access_log::TARGET));
     if !env_names_access {
-        let level = if access_log { "info" } else { "off" };
-        let directive: Directive = format!("{}={level}", access_log::TARGET)
+        let directive: Directive = format!("{}=off", access_log::TARGET)
             .parse()
             .expect("a target and a level make a valid directive");
         filter = filter.add_directive(directive);

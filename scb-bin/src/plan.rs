@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::HeaderName;
+use scb_core::access_log::AccessLogFormat;
 use scb_core::health::{HealthCheck, Readiness};
 use scb_core::respond::Respond;
 use scb_core::router::PathMatch;
@@ -33,8 +34,10 @@ pub(crate) struct Plan {
     pub(crate) routes: Arc<[RoutePlan]>,
     /// The metrics endpoint, if configured.
     pub(crate) metrics: Option<MetricsPlan>,
-    /// Whether the access log is on.
-    pub(crate) access_log: bool,
+    /// The access log, when on.
+    pub(crate) access_log: Option<AccessPlan>,
+    /// `[server] trusted_proxies`, for the access log's client address.
+    pub(crate) trusted_proxies: scb_core::client_ip::TrustedProxies,
     /// The configured grace period (absent: scb-core's default), for the metrics server,
     /// which shares it with the main server.
     pub(crate) grace_period: Option<Duration>,
@@ -51,6 +54,15 @@ pub(crate) struct Plan {
     pub(crate) readiness: Readiness,
     /// How long readiness says 503 before the listeners close (`[health] drain_delay`).
     pub(crate) drain_delay: Duration,
+}
+
+/// Where the access log goes and how it reads.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct AccessPlan {
+    /// The file; `None` is stderr.
+    pub(crate) path: Option<std::path::PathBuf>,
+    /// `None`: as the process's own log (`--log-format`).
+    pub(crate) format: Option<AccessLogFormat>,
 }
 
 /// What the plain and TLS listeners add to the stack, by `[[listen]]` index (the order of
@@ -168,7 +180,11 @@ impl Plan {
                 },
             }]),
             metrics: None,
-            access_log: true,
+            access_log: Some(AccessPlan {
+                path: None,
+                format: None,
+            }),
+            trusted_proxies: scb_core::client_ip::TrustedProxies::default(),
             grace_period: None,
             limits,
             https: HttpsPlan::default(),
@@ -218,7 +234,21 @@ impl Plan {
             request_id_header,
             routes: routes.into(),
             metrics,
-            access_log: config.log.access,
+            access_log: match &config.log.access {
+                crate::config::AccessConfig::Off => None,
+                crate::config::AccessConfig::On(table) => Some(AccessPlan {
+                    path: table.path.clone(),
+                    format: table.format.as_ref().map(|f| match f.get_ref() {
+                        crate::config::AccessFormat::Combined => AccessLogFormat::Combined,
+                        crate::config::AccessFormat::Json => AccessLogFormat::Json,
+                    }),
+                }),
+            },
+            trusted_proxies: match &config.server.trusted_proxies {
+                None => scb_core::client_ip::TrustedProxies::default(),
+                Some(entries) => crate::config::convert::trusted_proxies(entries)
+                    .map_err(|e| e.within("server"))?,
+            },
             grace_period,
             limits,
             https,

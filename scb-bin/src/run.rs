@@ -6,10 +6,11 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use scb_core::access_log::{AccessLogFormat, AccessLogLayer, AccessLogWriter};
 use scb_core::health::Readiness;
 use scb_core::server::{Server, ServerHandle, WorkerInfo, shutdown_signal};
 
-use crate::plan::{MetricsPlan, Plan, RoutePlan};
+use crate::plan::{AccessPlan, MetricsPlan, Plan, RoutePlan};
 use crate::stack::{self, AppService, MetricsService};
 use crate::switch::{Maker, Switch};
 
@@ -66,6 +67,7 @@ pub(crate) fn run(
     file: Option<std::path::PathBuf>,
     plan: Plan,
     recorder: Option<PrometheusHandle>,
+    access_format: AccessLogFormat,
 ) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -77,11 +79,14 @@ pub(crate) fn run(
         let signal = shutdown_signal().context("installing the signal handlers")?;
         let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
             .context("installing the SIGHUP handler")?;
+        let mut reopen =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1())
+                .context("installing the SIGUSR1 handler")?;
         // A second SIGTERM or SIGINT during the drain delay ends the delay: whoever sends it
         // wants the process gone, not announced.
         let mut again = Again::install().context("installing the signal handlers")?;
 
-        let mut running = Running::start(file, plan, recorder)?;
+        let mut running = Running::start(file, plan, recorder, access_format)?;
         let _pid_file = match &running.pid_file {
             Some(path) => Some(PidFile::write(path)?),
             None => None,
@@ -99,6 +104,7 @@ pub(crate) fn run(
                 // SIGHUPs that arrive during a reload are kept by the stream and coalesce
                 // into one more reload, which reads the file as it is by then.
                 Some(()) = hangup.recv() => running.reload().await,
+                Some(()) = reopen.recv() => running.reopen_logs(),
             }
         }
         // Not ready from now on; the listeners still accept for `drain_delay`, so that a
@@ -137,6 +143,10 @@ struct Running {
     recorder: Option<PrometheusHandle>,
     readiness: Readiness,
     drain_delay: Duration,
+    /// The access log's writer and what it was opened for; `None` when off.
+    access: Option<(AccessPlan, AccessLogWriter)>,
+    /// The access log's format when the config names none (`--log-format`).
+    access_format: AccessLogFormat,
     /// What a reload cannot change, to warn when it tries.
     workers: Option<usize>,
     pid_file: Option<std::path::PathBuf>,
@@ -154,7 +164,9 @@ impl Running {
         file: Option<std::path::PathBuf>,
         plan: Plan,
         recorder: Option<PrometheusHandle>,
+        access_format: AccessLogFormat,
     ) -> anyhow::Result<Self> {
+        let access = open_access_log(plan.access_log.as_ref(), None, access_format)?;
         // Bind everything before starting anything, so that an address in use stops the
         // process before a single request is served.
         let app = plan.server.clone().bind()?;
@@ -169,7 +181,7 @@ impl Running {
         let app_addrs = app.local_addrs().to_vec();
         // One stack on this thread first, so that a stack that cannot be built is an error
         // here, not a panic in a worker.
-        let make_app = app_maker(&plan, &app_addrs);
+        let make_app = app_maker(&plan, &app_addrs, access.as_ref().map(|(_, w)| w))?;
         make_app().context("building the service stack")?;
         let app_stack = Switch::new(make_app);
         let metrics_stack = match (&plan.metrics, &recorder) {
@@ -211,6 +223,8 @@ impl Running {
             app_stack,
             metrics,
             recorder,
+            access,
+            access_format,
             readiness: plan.readiness,
             drain_delay: plan.drain_delay,
             workers: plan.workers,
@@ -277,8 +291,14 @@ impl Running {
             (Some(_), None) => Metrics::Stop,
             (None, None) => Metrics::None,
         };
-        // Then build: a stack that cannot be built fails the reload here.
-        let make_app = app_maker(&plan, &app.local_addrs());
+        // Then open and build: a log that cannot be opened or a stack that cannot be built
+        // fails the reload here.
+        let access = open_access_log(
+            plan.access_log.as_ref(),
+            self.access.as_ref(),
+            self.access_format,
+        )?;
+        let make_app = app_maker(&plan, &app.local_addrs(), access.as_ref().map(|(_, w)| w))?;
         make_app().context("building the service stack")?;
         let make_metrics = match (&plan.metrics, &self.recorder) {
             (Some(config), Some(handle)) => {
@@ -323,7 +343,22 @@ impl Running {
             _ => {}
         }
         self.drain_delay = plan.drain_delay;
+        // The old writer (if another) ends once the last old stack is gone, after writing
+        // what those stacks' requests queued.
+        self.access = access;
         Ok(())
+    }
+
+    /// SIGUSR1: the access log's file is closed and opened again (after logrotate moved
+    /// it).
+    fn reopen_logs(&self) {
+        match &self.access {
+            Some((_, writer)) if writer.path().is_some() => {
+                tracing::info!("SIGUSR1: reopening the access log");
+                writer.reopen();
+            }
+            _ => tracing::info!("SIGUSR1: no access log file to reopen"),
+        }
     }
 
     fn into_handles(self) -> Vec<ServerHandle> {
@@ -346,12 +381,45 @@ fn metrics_server(plan: &Plan, metrics: &MetricsPlan) -> Server {
     builder
 }
 
-/// Builds the main stack of `plan` on a worker; `addrs` are the bound listeners.
-fn app_maker(plan: &Plan, addrs: &[std::net::SocketAddr]) -> Maker<AppService> {
+/// Builds the main stack of `plan` on a worker; `addrs` are the bound listeners,
+/// `access` the access log's writer when it is on.
+fn app_maker(
+    plan: &Plan,
+    addrs: &[std::net::SocketAddr],
+    access: Option<&AccessLogWriter>,
+) -> anyhow::Result<Maker<AppService>> {
     let routes: Arc<[RoutePlan]> = Arc::clone(&plan.routes);
     let header = plan.request_id_header.clone();
     let https = stack::Https::new(&plan.https, addrs);
-    Arc::new(move || Ok(stack::app(&routes, &header, &https)?))
+    let mut access_log = AccessLogLayer::new()
+        .trusted_proxies(plan.trusted_proxies.clone())
+        .route_names(stack::route_names(&routes)?);
+    if let Some(writer) = access {
+        access_log = access_log.writer(writer.clone());
+    }
+    Ok(Arc::new(move || {
+        Ok(stack::app(&routes, &header, &https, &access_log)?)
+    }))
+}
+
+/// The access log's writer for `plan`: `running`'s when it was opened for the same plan,
+/// else a new one.
+fn open_access_log(
+    plan: Option<&AccessPlan>,
+    running: Option<&(AccessPlan, AccessLogWriter)>,
+    default_format: AccessLogFormat,
+) -> anyhow::Result<Option<(AccessPlan, AccessLogWriter)>> {
+    let Some(plan) = plan else { return Ok(None) };
+    if let Some((same, writer)) = running.filter(|(p, _)| p == plan) {
+        return Ok(Some((same.clone(), writer.clone())));
+    }
+    let format = plan.format.unwrap_or(default_format);
+    let writer = match &plan.path {
+        Some(path) => AccessLogWriter::file(path, format)
+            .with_context(|| format!("log.access.path: cannot open {}", path.display()))?,
+        None => AccessLogWriter::stderr(format).context("starting the access log")?,
+    };
+    Ok(Some((plan.clone(), writer)))
 }
 
 /// Builds the metrics listener's stack of `plan`.

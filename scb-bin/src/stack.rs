@@ -9,9 +9,10 @@
 //!                   fallback NotFound
 //! ```
 //!
-//! The access-log layer is always in the stack; `[log] access = false` turns its tracing
-//! target off in the subscriber (see `main.rs`), where it then costs one cached filter
-//! check per request and keeps the stack a single static type.
+//! The access-log layer is always in the stack, so that the stack is one static type:
+//! with `[log] access` on it hands records to the writer thread; off, it emits `tracing`
+//! events at `scb::access`, a target the subscriber turns off (see `main.rs`), so it
+//! costs one cached filter check per request.
 
 use std::convert::Infallible;
 use std::future::{Ready, ready};
@@ -22,7 +23,7 @@ use std::task::{Context, Poll};
 use http::{HeaderName, HeaderValue, Request, Response, header};
 use metrics_exporter_prometheus::PrometheusHandle;
 use scb_core::Body;
-use scb_core::access_log::{AccessLog, AccessLogLayer};
+use scb_core::access_log::{AccessLog, AccessLogLayer, RouteNames};
 use scb_core::catch_panic::{CatchPanic, CatchPanicLayer};
 use scb_core::health::{HealthCheck, Readiness};
 use scb_core::https::{Hsts, HstsLayer, RedirectHttps, RedirectHttpsLayer};
@@ -89,6 +90,7 @@ pub(crate) fn app(
     routes: &[RoutePlan],
     header: &HeaderName,
     https: &Https,
+    access_log: &AccessLogLayer,
 ) -> Result<AppService, RouterError> {
     let mut router = Router::new();
     for route in routes {
@@ -98,7 +100,7 @@ pub(crate) fn app(
     let router = router.fallback(MetricsLayer::new(UNMATCHED).layer(NotFound));
     Ok(ServiceBuilder::new()
         .layer(RequestIdLayer::new().header(header.clone()))
-        .layer(AccessLogLayer::new())
+        .layer(access_log.clone())
         .layer(CatchPanicLayer::new())
         .option_layer(https.redirect.as_ref().map(|(listeners, port)| {
             RedirectHttpsLayer::new()
@@ -109,6 +111,19 @@ pub(crate) fn app(
             HstsLayer::new(value.clone()).only_on(listeners.iter().copied())
         }))
         .service(router))
+}
+
+/// Names a request path's route as the router of [`app`] will: the access log's `route`
+/// field (`unmatched` for the fallback).
+pub(crate) fn route_names(routes: &[RoutePlan]) -> Result<RouteNames, RouterError> {
+    let mut names = Router::<()>::new();
+    for route in routes {
+        names = names.route(Arc::clone(&route.name), route.matcher.clone(), ())?;
+    }
+    let unmatched: Arc<str> = Arc::from(UNMATCHED);
+    Ok(Arc::new(move |path: &str| {
+        Some(Arc::clone(names.route_name(path).unwrap_or(&unmatched)))
+    }))
 }
 
 /// The metrics server's stack: its routes boxed (a scrape every few seconds and a probe or
@@ -211,7 +226,13 @@ mod tests {
     #[tokio::test]
     async fn app_routes_by_path_and_sets_request_ids() {
         let plan = Plan::from_source(CONFIG).unwrap();
-        let svc = app(&plan.routes, &plan.request_id_header, &Https::default()).unwrap();
+        let svc = app(
+            &plan.routes,
+            &plan.request_id_header,
+            &Https::default(),
+            &AccessLogLayer::new(),
+        )
+        .unwrap();
 
         let res = get(&svc, "/respond").await;
         assert_eq!(res.status(), StatusCode::OK);
@@ -232,7 +253,13 @@ mod tests {
     async fn app_uses_the_configured_request_id_header() {
         let config = format!("[request_id]\nheader = \"X-Trace-Id\"\n{CONFIG}");
         let plan = Plan::from_source(&config).unwrap();
-        let svc = app(&plan.routes, &plan.request_id_header, &Https::default()).unwrap();
+        let svc = app(
+            &plan.routes,
+            &plan.request_id_header,
+            &Https::default(),
+            &AccessLogLayer::new(),
+        )
+        .unwrap();
         let req = Request::get("/respond")
             .header("x-trace-id", "abc-123")
             .body(Body::empty())

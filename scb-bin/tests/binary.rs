@@ -284,8 +284,12 @@ fn metrics_count_requests_by_route_method_and_status() {
 
 #[test]
 fn two_workers_answer_many_connections() {
-    let config = HELLO.replace("workers = 1", "workers = 2") + "\n[log]\naccess = true\n";
-    let mut server = Server::start(&config);
+    // The access log's `tracing` events (RUST_LOG naming their target) carry the name of
+    // the thread that served each request.
+    let config = HELLO.replace("workers = 1", "workers = 2");
+    let mut server = Server::start_adjusted(&config, |command| {
+        command.env("RUST_LOG", "info,scb::access=info");
+    });
     let addr = server.addr();
     let connections = 64;
     let threads: Vec<_> = (0..connections)

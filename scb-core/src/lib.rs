@@ -22,6 +22,7 @@
 pub mod access_log;
 pub mod body;
 pub mod catch_panic;
+pub mod client_ip;
 pub mod date;
 pub mod health;
 pub mod http1;

@@ -81,6 +81,8 @@ pub const REQUEST_DURATION_SECONDS: &str = "scb_http_request_duration_seconds";
 pub const REQUESTS_IN_FLIGHT: &str = "scb_http_requests_in_flight";
 /// Counter of response body bytes (exact size hints), labelled `route`.
 pub const RESPONSE_BYTES_TOTAL: &str = "scb_http_response_bytes_total";
+/// Counter: access-log records dropped because the writer's queue was full.
+pub const ACCESS_LOG_DROPPED_TOTAL: &str = "scb_access_log_dropped_total";
 
 /// Registers the units and descriptions of the four metrics with the installed recorder.
 ///
@@ -102,6 +104,11 @@ pub fn describe() {
         RESPONSE_BYTES_TOTAL,
         Unit::Bytes,
         "HTTP response body bytes, as announced by the body's exact size"
+    );
+    ::metrics::describe_counter!(
+        ACCESS_LOG_DROPPED_TOTAL,
+        Unit::Count,
+        "Access-log records dropped because the log could not keep up"
     );
 }
 

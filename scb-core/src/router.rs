@@ -283,6 +283,13 @@ impl<S, F> Router<S, F> {
         Ok(self)
     }
 
+    /// The name of the route a request for `path` goes to; `None` when the fallback
+    /// answers it. For what records the route outside the router, such as the access
+    /// log's `route` field.
+    pub fn route_name(&self, path: &str) -> Option<&Arc<str>> {
+        self.table.find(path).map(|route| &route.name)
+    }
+
     /// The service answering requests no route matches.
     ///
     /// Defaults to [`NotFound`].

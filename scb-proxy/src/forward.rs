@@ -20,7 +20,7 @@ use std::net::IpAddr;
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::uri::{Authority, PathAndQuery};
-use ipnet::IpNet;
+pub use scb_core::client_ip::{InvalidNetwork, TrustedProxies};
 
 /// The hop-by-hop fields removed in both directions, besides those `Connection` names,
 /// and `Expect` (see the module docs; no response carries it). `Connection` first:
@@ -95,49 +95,6 @@ pub(crate) fn wants_upgrade(headers: &HeaderMap) -> bool {
                 .map(|v| v.as_bytes()),
         )
         .upgrade
-}
-
-/// Which clients may tell us who *their* client was.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct TrustedProxies(Vec<IpNet>);
-
-impl TrustedProxies {
-    /// Trust the given networks (`10.0.0.0/8`, `::1/128`, a bare address is a /32 or
-    /// /128). Defaults to none.
-    ///
-    /// # Errors
-    ///
-    /// The first entry that is neither a network nor an address, and its position.
-    pub fn new<'a>(nets: impl IntoIterator<Item = &'a str>) -> Result<Self, InvalidNetwork> {
-        nets.into_iter()
-            .enumerate()
-            .map(|(index, net)| {
-                net.parse::<IpNet>()
-                    .or_else(|_| net.parse::<IpAddr>().map(IpNet::from))
-                    .map_err(|_| InvalidNetwork {
-                        index,
-                        entry: net.to_owned(),
-                    })
-            })
-            .collect::<Result<Vec<_>, _>>()
-            .map(Self)
-    }
-
-    fn trusts(&self, ip: IpAddr) -> bool {
-        let ip = ip.to_canonical();
-        self.0.iter().any(|net| net.contains(&ip))
-    }
-}
-
-/// An entry given to [`TrustedProxies::new`] that is neither a network nor an address.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{entry:?} is neither a network (10.0.0.0/8) nor an address")]
-#[non_exhaustive]
-pub struct InvalidNetwork {
-    /// Its position in the list, from 0.
-    pub index: usize,
-    /// The entry as given.
-    pub entry: String,
 }
 
 /// What the request's own hop looked like.
@@ -387,18 +344,6 @@ mod tests {
             push_ip(&mut out, ip.parse().unwrap());
             assert_eq!(out, ip);
         }
-    }
-
-    #[test]
-    fn trusted_proxies_parse_networks_and_addresses() {
-        assert!(TrustedProxies::new(["10.0.0.0/8", "192.168.1.1", "fd00::/8"]).is_ok());
-        assert_eq!(
-            TrustedProxies::new(["10.0.0.0/8", "nonsense"]),
-            Err(InvalidNetwork {
-                index: 1,
-                entry: "nonsense".to_owned()
-            })
-        );
     }
 
     #[test]

@@ -342,6 +342,10 @@ impl ReverseProxy {
             return e.into_response();
         }
         forward::strip_hop_by_hop(&mut parts.headers);
+        // For the access log: which upstream answered.
+        parts.extensions.insert(scb_core::access_log::UpstreamAddr(
+            self.shared.upstreams[index].upstream.authority.clone(),
+        ));
         let body = match Start::new(connection, framing, keep_alive) {
             Start::Complete { body, reusable } => {
                 if let Some(connection) = reusable {

@@ -494,14 +494,18 @@ fn hash_key(key: &Spanned<String>) -> Result<scb_proxy::HashKey, Located> {
 }
 
 /// Each entry a network (`10.0.0.0/8`) or an address; an error names the first bad one.
-fn trusted_proxies(entries: &[Spanned<String>]) -> Result<scb_proxy::TrustedProxies, Located> {
-    scb_proxy::TrustedProxies::new(entries.iter().map(|e| e.get_ref().as_str())).map_err(|bad| {
-        Located::at(
-            &entries[bad.index],
-            format!("trusted_proxies[{}]", bad.index),
-            bad,
-        )
-    })
+pub(crate) fn trusted_proxies(
+    entries: &[Spanned<String>],
+) -> Result<scb_core::client_ip::TrustedProxies, Located> {
+    scb_core::client_ip::TrustedProxies::new(entries.iter().map(|e| e.get_ref().as_str())).map_err(
+        |bad| {
+            Located::at(
+                &entries[bad.index],
+                format!("trusted_proxies[{}]", bad.index),
+                bad,
+            )
+        },
+    )
 }
 
 impl TryFrom<&FileCacheTable> for scb_static::OpenFileCache {

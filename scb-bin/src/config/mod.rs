@@ -9,7 +9,7 @@
 //! Values whose meaning is checked after deserializing are kept [`Spanned`], so that an
 //! error names the line, column and key it is about, like a deserializer error does.
 
-mod convert;
+pub(crate) mod convert;
 mod error;
 mod units;
 
@@ -58,6 +58,9 @@ pub(crate) struct ServerConfig {
     pub(crate) grace_period: Option<HumanDuration>,
     /// Where `scb run` writes its process id, for `scb reload`; absent means nowhere.
     pub(crate) pid_file: Option<std::path::PathBuf>,
+    /// Proxies whose `X-Forwarded-For` names the client, for the access log; absent
+    /// means none (the peer is the client).
+    pub(crate) trusted_proxies: Option<Vec<Spanned<String>>>,
 }
 
 /// `[limits]`: every key is optional and defaults to scb-core's `Limits::default()`.
@@ -117,9 +120,67 @@ pub(crate) struct ProbesConfig {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct LogConfig {
-    /// The access log (tracing target `scb::access`); off by default.
+    /// The access log: `true` (stderr), `false`, or `{ path, format }`; off by default.
     #[serde(default)]
-    pub(crate) access: bool,
+    pub(crate) access: AccessConfig,
+}
+
+/// `[log] access`: `true`/`false`, or a table.
+#[derive(Debug, Default)]
+pub(crate) enum AccessConfig {
+    #[default]
+    Off,
+    On(AccessTable),
+}
+
+/// `[log] access = { path, format }`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct AccessTable {
+    /// The file to append to; absent means stderr.
+    pub(crate) path: Option<std::path::PathBuf>,
+    /// `combined` or `json`; absent means the `--log-format` of the process's own log
+    /// (`text`: combined, `json`: json).
+    pub(crate) format: Option<Spanned<AccessFormat>>,
+}
+
+/// `[log] access.format`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum AccessFormat {
+    Combined,
+    Json,
+}
+
+impl<'de> Deserialize<'de> for AccessConfig {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = AccessConfig;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("true, false or a table { path, format }")
+            }
+
+            fn visit_bool<E: serde::de::Error>(self, on: bool) -> Result<AccessConfig, E> {
+                Ok(if on {
+                    AccessConfig::On(AccessTable::default())
+                } else {
+                    AccessConfig::Off
+                })
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<AccessConfig, A::Error> {
+                let table =
+                    AccessTable::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
+                Ok(AccessConfig::On(table))
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
 }
 
 /// One `[[listen]]`.
@@ -416,6 +477,11 @@ impl Config {
         };
         if let Some(pid_file) = &mut self.server.pid_file {
             resolve(pid_file);
+        }
+        if let AccessConfig::On(access) = &mut self.log.access
+            && let Some(path) = &mut access.path
+        {
+            resolve(path);
         }
         for listen in &mut self.listen {
             let Some(tls) = &mut listen.tls else { continue };

@@ -36,7 +36,7 @@ fn the_schema_from_the_issue_is_accepted_as_written() {
     );
     assert_eq!(plan.request_id_header, "x-request-id");
     assert_eq!(plan.grace_period, Some(Duration::from_secs(10)));
-    assert!(!plan.access_log);
+    assert!(plan.access_log.is_none());
 }
 
 #[test]
@@ -505,7 +505,19 @@ fn errors_name_file_line_column_and_key() {
         ),
         (
             format!("{LISTEN}[log]\naccess = \"yes\"\n"),
-            "scb.toml:4:10: log.access: invalid type: string \"yes\", expected a boolean",
+            "scb.toml:4:10: log.access: invalid type: string \"yes\", expected true, false or a table { path, format }",
+        ),
+        (
+            format!("{LISTEN}[log]\naccess = {{ paht = \"a.log\" }}\n"),
+            "scb.toml:4:12: log.access.paht: unknown field `paht`, expected `path` or `format`",
+        ),
+        (
+            format!("{LISTEN}[log]\naccess = {{ format = \"xml\" }}\n"),
+            "scb.toml:4:21: log.access.format: unknown variant `xml`, expected `combined` or `json`",
+        ),
+        (
+            format!("[server]\ntrusted_proxies = [\"10.0.0.0/8\", \"nope\"]\n{LISTEN}"),
+            "scb.toml:2:34: server.trusted_proxies[1]: \"nope\" is neither a network",
         ),
         ("a = = 1\n".to_owned(), "scb.toml:1:5: "),
         // Semantic errors.

@@ -1,22 +1,27 @@
-//! One structured log event per request, when its response head is ready.
+//! One access-log record per request, when its response head is ready.
 //!
-//! [`AccessLogLayer`] emits a `tracing` event at level `INFO` with target [`TARGET`]
-//! (`scb::access`) and these fields:
+//! [`AccessLogLayer`] records, for each request: the time, the request id, the client's
+//! address (through [`TrustedProxies`] when set), the host, method, path and query,
+//! protocol, status, body bytes, duration, user agent and referer, the route's name (with
+//! [`route_names`](AccessLogLayer::route_names)) and, for a proxied request, the
+//! upstream that answered (the [`UpstreamAddr`] response extension scb-proxy sets).
 //!
-//! | field | value |
-//! | --- | --- |
-//! | `request_id` | the [`Id`] request extension (see [`request_id`](crate::request_id)), `-` if absent |
-//! | `method` | the request method |
-//! | `path` | the path and query as received (for a `CONNECT` request, its authority) |
-//! | `status` | the response status; absent when the inner service returned an error |
-//! | `bytes` | the response body's exact size hint, 0 when not known in advance |
-//! | `duration_us` | microseconds from the call to the response head |
+//! Records go to one of two places:
+//!
+//! - an [`AccessLogWriter`] ([`AccessLogLayer::writer`]): a thread of its own writing
+//!   lines in the combined log format or as JSON, to stderr or a file, reopened for
+//!   logrotate, fed through a bounded queue that never blocks a worker (a full queue
+//!   drops and counts). This is what `scb` uses.
+//! - `tracing` events (the default, [`AccessLogLayer::new`]) at level `INFO`, target
+//!   [`TARGET`] (`scb::access`), for a service that already routes its logs through a
+//!   subscriber; fields `request_id`, `client`, `host`, `method`, `path`, `protocol`,
+//!   `status`, `bytes`, `duration_us`, `user_agent`, `referer`, `route`, `upstream`.
 //!
 //! # Example
 //!
 //! ```
 //! use http::{Request, StatusCode};
-//! use scb_core::access_log::AccessLogLayer;
+//! use scb_core::access_log::{AccessLogFormat, AccessLogLayer, AccessLogWriter};
 //! use scb_core::request_id::RequestIdLayer;
 //! use scb_core::respond::Respond;
 //! use scb_core::router::{PathMatch, Router};
@@ -24,45 +29,59 @@
 //! use tower::{ServiceBuilder, ServiceExt};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() {
+//! # async fn main() -> std::io::Result<()> {
 //! let router = Router::new()
 //!     .route("home", PathMatch::Exact("/".into()), Respond::new(StatusCode::OK))
 //!     .unwrap();
+//! let log = AccessLogWriter::stderr(AccessLogFormat::Combined)?;
 //! let svc = ServiceBuilder::new()
 //!     .layer(RequestIdLayer::new())
-//!     .layer(AccessLogLayer::new())
+//!     .layer(AccessLogLayer::new().writer(log))
 //!     .service(router);
-//! // With a subscriber installed, this logs e.g.
-//! // INFO scb::access: request_id=5f0c… method=GET path=/ status=200 bytes=0 duration_us=3
+//! // Writes e.g.
+//! // - - - [01/Dec/2026:21:49:32 +0000] "GET / HTTP/1.1" 200 0 "-" "-"
 //! let res = svc.oneshot(Request::new(Body::empty())).await.unwrap();
 //! assert_eq!(res.status(), StatusCode::OK);
+//! # Ok(())
 //! # }
 //! ```
 //!
 //! As in the metrics layer, the body is not wrapped (the zero-copy path survives), so
-//! `bytes` is the size of the body as the service produced it, and duration ends at the
-//! response head. A request whose future is dropped before its head is ready (the client
-//! went away) is not logged.
+//! `bytes` is the size of the body as the service produced it (0 when not known in
+//! advance), and the duration ends at the response head. A request whose future is
+//! dropped before its head is ready (the client went away) is not logged.
 //!
 //! Where to put it: outside [`RequestIdLayer`](crate::request_id::RequestIdLayer) is too
 //! early to see the id, so put it inside.
 //!
-//! When nothing listens to `scb::access` at `INFO`, the layer costs one filter check per
-//! request (the callsite's cached interest): it reads no clock, clones nothing and emits
+//! With the `tracing` sink and nothing listening to `scb::access` at `INFO`, the layer
+//! costs one filter check per request: it reads no clock, clones nothing and emits
 //! nothing.
+
+mod record;
+mod writer;
 
 use std::fmt;
 use std::future::Future;
+use std::net::IpAddr;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll, ready};
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
-use http::{Method, Request, Response, StatusCode, Uri};
+use http::uri::Authority;
+use http::{Request, Response, StatusCode, header};
 use http_body::Body as HttpBody;
 use pin_project_lite::pin_project;
 use tower::{Layer, Service};
 
+pub use record::AccessLogFormat;
+pub use writer::AccessLogWriter;
+
+use crate::client_ip::{TrustedProxies, client_ip};
 use crate::request_id::Id;
+use crate::server::ConnectInfo;
+use record::Record;
 
 /// The `tracing` target of access-log events: `scb::access`.
 ///
@@ -70,16 +89,76 @@ use crate::request_id::Id;
 /// (e.g. `RUST_LOG=scb::access=off`).
 pub const TARGET: &str = "scb::access";
 
+/// The upstream that answered a proxied request: a response extension the access log
+/// records. scb-proxy's `ReverseProxy` sets it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UpstreamAddr(pub Authority);
+
+/// Names the route a request path goes to, for the access log's `route` field.
+pub type RouteNames = Arc<dyn Fn(&str) -> Option<Arc<str>> + Send + Sync>;
+
 /// Applies [`AccessLog`] to a service.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Default)]
 pub struct AccessLogLayer {
-    _priv: (),
+    settings: Arc<Settings>,
+}
+
+#[derive(Default)]
+struct Settings {
+    writer: Option<AccessLogWriter>,
+    trusted: TrustedProxies,
+    route_names: Option<RouteNames>,
+}
+
+impl fmt::Debug for AccessLogLayer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AccessLogLayer")
+            .field("writer", &self.settings.writer)
+            .field("trusted", &self.settings.trusted)
+            .finish_non_exhaustive()
+    }
 }
 
 impl AccessLogLayer {
-    /// A layer logging every request at target [`TARGET`].
+    /// A layer emitting `tracing` events at target [`TARGET`].
     pub fn new() -> Self {
-        Self { _priv: () }
+        Self::default()
+    }
+
+    fn settings_mut(&mut self) -> &mut Settings {
+        if Arc::get_mut(&mut self.settings).is_none() {
+            let s = &*self.settings;
+            self.settings = Arc::new(Settings {
+                writer: s.writer.clone(),
+                trusted: s.trusted.clone(),
+                route_names: s.route_names.clone(),
+            });
+        }
+        Arc::get_mut(&mut self.settings).expect("just made unique")
+    }
+
+    /// Sends the records to `writer` instead of emitting `tracing` events. Defaults to
+    /// `tracing` events.
+    #[must_use]
+    pub fn writer(mut self, writer: AccessLogWriter) -> Self {
+        self.settings_mut().writer = Some(writer);
+        self
+    }
+
+    /// Takes the client's address from `X-Forwarded-For` when the peer is one of
+    /// `trusted` (see [`client_ip`]). Defaults to none: the peer is the client.
+    #[must_use]
+    pub fn trusted_proxies(mut self, trusted: TrustedProxies) -> Self {
+        self.settings_mut().trusted = trusted;
+        self
+    }
+
+    /// Names each request's route with `names` (given the request path), e.g. a lookup
+    /// in the same table the router uses. Defaults to none: no `route` field.
+    #[must_use]
+    pub fn route_names(mut self, names: RouteNames) -> Self {
+        self.settings_mut().route_names = Some(names);
+        self
     }
 }
 
@@ -87,22 +166,34 @@ impl<S> Layer<S> for AccessLogLayer {
     type Service = AccessLog<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        AccessLog { inner }
+        AccessLog {
+            inner,
+            settings: Arc::clone(&self.settings),
+        }
     }
 }
 
-/// Logs one event per request when the response head is ready.
+/// Records one access-log entry per request when the response head is ready.
 ///
-/// See the [module documentation](self) for the fields.
-#[derive(Clone, Debug)]
+/// See the [module documentation](self) for the fields and where they go.
+#[derive(Clone)]
 pub struct AccessLog<S> {
     inner: S,
+    settings: Arc<Settings>,
+}
+
+impl<S: fmt::Debug> fmt::Debug for AccessLog<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AccessLog")
+            .field("inner", &self.inner)
+            .finish_non_exhaustive()
+    }
 }
 
 impl<S> AccessLog<S> {
-    /// Wraps `inner`.
+    /// Wraps `inner`, emitting `tracing` events.
     pub fn new(inner: S) -> Self {
-        Self { inner }
+        AccessLogLayer::new().layer(inner)
     }
 
     /// An [`AccessLogLayer`].
@@ -140,16 +231,41 @@ where
     }
 
     fn call(&mut self, req: Request<ReqB>) -> Self::Future {
-        // The one check on the disabled path: everything else is captured only when an
-        // event will be emitted.
-        let entry = tracing::enabled!(target: TARGET, tracing::Level::INFO).then(|| {
-            Box::new(Entry {
+        let settings = &*self.settings;
+        // With the tracing sink this is the one check on the disabled path: everything
+        // else is captured only when a record will be made.
+        let on =
+            settings.writer.is_some() || tracing::enabled!(target: TARGET, tracing::Level::INFO);
+        let entry = on.then(|| {
+            let headers = req.headers();
+            let client = req
+                .extensions()
+                .get::<ConnectInfo>()
+                .map(|info| client_ip(info.remote.ip(), headers, &settings.trusted));
+            Pending {
                 start: Instant::now(),
-                request_id: req.extensions().get::<Id>().cloned(),
-                method: req.method().clone(),
-                // Cheap: the parts of a `Uri` are reference-counted `Bytes`.
-                uri: req.uri().clone(),
-            })
+                sink: settings.writer.clone(),
+                record: Box::new(Record {
+                    time: SystemTime::now(),
+                    request_id: req.extensions().get::<Id>().cloned(),
+                    client,
+                    host: headers.get(header::HOST).cloned(),
+                    method: req.method().clone(),
+                    // Cheap: the parts of a `Uri` are reference-counted `Bytes`.
+                    uri: req.uri().clone(),
+                    version: req.version(),
+                    status: None,
+                    bytes: 0,
+                    duration: std::time::Duration::ZERO,
+                    user_agent: headers.get(header::USER_AGENT).cloned(),
+                    referer: headers.get(header::REFERER).cloned(),
+                    route: settings
+                        .route_names
+                        .as_ref()
+                        .and_then(|names| names(req.uri().path())),
+                    upstream: None,
+                }),
+            }
         });
         ResponseFuture {
             inner: self.inner.call(req),
@@ -158,44 +274,63 @@ where
     }
 }
 
-/// What is known of the request at call time.
+/// A record waiting for its response head.
 #[derive(Debug)]
-struct Entry {
+struct Pending {
     start: Instant,
-    request_id: Option<Id>,
-    method: Method,
-    uri: Uri,
+    sink: Option<AccessLogWriter>,
+    // Boxed: what goes to the writer's queue is a pointer, and so is what the future
+    // carries (and moves through every layer).
+    record: Box<Record>,
 }
 
-impl Entry {
-    fn emit(self, status: Option<StatusCode>, bytes: u64) {
-        let duration_us = u64::try_from(self.start.elapsed().as_micros()).unwrap_or(u64::MAX);
-        let path = self
-            .uri
-            .path_and_query()
-            .map(|pq| pq.as_str())
-            .or_else(|| self.uri.authority().map(|a| a.as_str()))
-            .unwrap_or("-");
-        tracing::info!(
-            target: TARGET,
-            request_id = self.request_id.as_ref().map_or("-", Id::as_str),
-            method = self.method.as_str(),
-            path,
-            status = status.map(|s| s.as_u16()),
-            bytes,
-            duration_us,
-        );
+impl Pending {
+    fn finish(self, status: Option<StatusCode>, bytes: u64, upstream: Option<&UpstreamAddr>) {
+        let Self {
+            start,
+            sink,
+            mut record,
+        } = self;
+        record.status = status;
+        record.bytes = bytes;
+        record.duration = start.elapsed();
+        record.upstream = upstream.map(|u| u.0.clone());
+        match sink {
+            Some(writer) => writer.send(record),
+            None => emit(&record),
+        }
     }
 }
 
+/// The record as a `tracing` event.
+fn emit(record: &Record) {
+    fn text(v: Option<&http::HeaderValue>) -> Option<&str> {
+        v.and_then(|v| v.to_str().ok())
+    }
+    tracing::info!(
+        target: TARGET,
+        request_id = record.request_id.as_ref().map_or("-", Id::as_str),
+        client = record.client.map(tracing::field::display::<IpAddr>),
+        host = text(record.host.as_ref()),
+        method = record.method.as_str(),
+        path = record.target(),
+        protocol = record.protocol(),
+        status = record.status.map(|s| s.as_u16()),
+        bytes = record.bytes,
+        duration_us = u64::try_from(record.duration.as_micros()).unwrap_or(u64::MAX),
+        user_agent = text(record.user_agent.as_ref()),
+        referer = text(record.referer.as_ref()),
+        route = record.route.as_deref(),
+        upstream = record.upstream.as_ref().map(Authority::as_str),
+    );
+}
+
 pin_project! {
-    /// Response future of [`AccessLog`]: logs when the response head is ready.
+    /// Response future of [`AccessLog`]: records when the response head is ready.
     pub struct ResponseFuture<F> {
         #[pin]
         inner: F,
-        // Boxed: only there when an event will be emitted, and a pointer is all the
-        // future carries (and moves through every layer) when it will not.
-        entry: Option<Box<Entry>>,
+        entry: Option<Pending>,
     }
 }
 
@@ -219,11 +354,12 @@ where
         let result = ready!(this.inner.poll(cx));
         if let Some(entry) = this.entry.take() {
             match &result {
-                Ok(res) => entry.emit(
+                Ok(res) => entry.finish(
                     Some(res.status()),
                     res.body().size_hint().exact().unwrap_or(0),
+                    res.extensions().get::<UpstreamAddr>(),
                 ),
-                Err(_) => entry.emit(None, 0),
+                Err(_) => entry.finish(None, 0, None),
             }
         }
         Poll::Ready(result)
@@ -244,6 +380,7 @@ mod tests {
 
     use super::*;
     use crate::Body;
+    use crate::client_ip::TrustedProxies;
     use crate::request_id::RequestIdLayer;
     use crate::respond::Respond;
     use crate::router::{PathMatch, Router};
@@ -343,6 +480,7 @@ mod tests {
                 "duration_us",
                 "method",
                 "path",
+                "protocol",
                 "request_id",
                 "status"
             ]
@@ -440,6 +578,66 @@ mod tests {
         assert!(fut.entry.is_none());
         fut.await.unwrap();
         assert!(events.take().is_empty());
+    }
+
+    #[tokio::test]
+    async fn the_writer_gets_every_field_with_route_client_and_upstream() {
+        let path = std::env::temp_dir().join(format!(
+            "scb-access-layer-{}-{}.log",
+            std::process::id(),
+            fastrand::u64(..)
+        ));
+        let writer = AccessLogWriter::file(&path, AccessLogFormat::Json).unwrap();
+        let names: RouteNames =
+            Arc::new(|path: &str| path.starts_with("/api").then(|| Arc::from("api")));
+        let proxied = service_fn(|_req: Request<Body>| async {
+            let mut res = Response::new(Body::from("from upstream"));
+            res.extensions_mut()
+                .insert(UpstreamAddr("127.0.0.1:8081".parse().unwrap()));
+            Ok::<_, Infallible>(res)
+        });
+        let svc = ServiceBuilder::new()
+            .layer(RequestIdLayer::new())
+            .layer(
+                AccessLogLayer::new()
+                    .writer(writer)
+                    .route_names(names)
+                    .trusted_proxies(TrustedProxies::new(["10.0.0.0/8"]).unwrap()),
+            )
+            .service(proxied);
+        let mut req = Request::get("/api/x?y=1")
+            .header("host", "example.com")
+            .header("x-request-id", "r-1")
+            .header("x-forwarded-for", "198.51.100.7")
+            .header("user-agent", "test/1")
+            .header("referer", "https://example.com/")
+            .body(Body::empty())
+            .unwrap();
+        req.extensions_mut().insert(ConnectInfo {
+            remote: "10.0.0.2:5555".parse().unwrap(),
+            local: "127.0.0.1:80".parse().unwrap(),
+            secure: false,
+        });
+        svc.oneshot(req).await.unwrap();
+        // The service (and the layer's clone of the writer) is gone: the drop of the last
+        // clone wrote the queue out.
+        let line = std::fs::read_to_string(&path).unwrap();
+        let _ = std::fs::remove_file(&path);
+        for field in [
+            "\"request_id\":\"r-1\"",
+            "\"client\":\"198.51.100.7\"",
+            "\"host\":\"example.com\"",
+            "\"method\":\"GET\"",
+            "\"path\":\"/api/x?y=1\"",
+            "\"status\":200",
+            "\"bytes\":13",
+            "\"user_agent\":\"test/1\"",
+            "\"referer\":\"https://example.com/\"",
+            "\"route\":\"api\"",
+            "\"upstream\":\"127.0.0.1:8081\"",
+        ] {
+            assert!(line.contains(field), "{field} in {line}");
+        }
     }
 
     #[test]

@@ -1,0 +1,184 @@
+//! The access log of the real binary: its fields and formats, logrotate's reopen, and a
+//! log consumer that stops reading, which must not stop the server.
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Instant;
+
+use rustix::process::Signal;
+use support::{KeepAlive, Server, TIMEOUT, echo_upstream, get, metric, request};
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("access-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The lines of `path` once it has `count` of them (the writer thread writes a batch
+/// whenever its queue runs empty, so they come soon after the responses).
+fn lines(path: &Path, count: usize) -> Vec<String> {
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let lines: Vec<String> = text.lines().map(str::to_owned).collect();
+        if lines.len() >= count {
+            return lines;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} has {} lines, not {count}",
+            path.display(),
+            lines.len()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn json_lines_carry_every_field_and_sigusr1_starts_a_new_file() {
+    let dir = temp_dir("json");
+    let log = dir.join("access.log");
+    let upstream = echo_upstream();
+    let config = format!(
+        "[server]\nworkers = 1\ntrusted_proxies = [\"127.0.0.1\"]\n\
+         [log]\naccess = {{ path = {log:?}, format = \"json\" }}\n\
+         [[listen]]\naddr = \"127.0.0.1:0\"\n\
+         [[route]]\nname = \"hello\"\npath = \"/hello\"\nrespond = {{ body = \"hi\" }}\n\
+         [[route]]\nname = \"api\"\nprefix = \"/api/\"\nproxy = {{ upstreams = [\"{upstream}\"] }}\n",
+        log = log.display().to_string(),
+    );
+    let mut server = Server::start(&config);
+    let addr = server.addr();
+    let res = request(
+        addr,
+        "GET /hello?x=1 HTTP/1.1\r\nHost: example.com\r\nX-Request-Id: rid-1\r\n\
+         X-Forwarded-For: 203.0.113.5\r\nUser-Agent: probe/1\r\nReferer: https://r.example/\r\n\
+         Connection: close\r\n\r\n",
+    );
+    assert_eq!(res.status, 200);
+    assert_eq!(get(addr, "/api/users").status, 200);
+    assert_eq!(get(addr, "/nowhere").status, 404);
+
+    let written = lines(&log, 3);
+    let hello = &written[0];
+    for field in [
+        r#""request_id":"rid-1""#,
+        // The peer is a trusted proxy: the client is who it forwarded for.
+        r#""client":"203.0.113.5""#,
+        r#""host":"example.com""#,
+        r#""method":"GET""#,
+        r#""path":"/hello?x=1""#,
+        r#""protocol":"HTTP/1.1""#,
+        r#""status":200"#,
+        r#""bytes":2"#,
+        r#""user_agent":"probe/1""#,
+        r#""referer":"https://r.example/""#,
+        r#""route":"hello""#,
+        r#""upstream":null"#,
+    ] {
+        assert!(hello.contains(field), "{field} in {hello}");
+    }
+    assert!(hello.starts_with(r#"{"time":""#) && hello.contains(r#""duration_us":"#));
+    let api = &written[1];
+    assert!(api.contains(r#""route":"api""#), "{api}");
+    assert!(
+        api.contains(&format!(r#""upstream":"{upstream}""#)),
+        "{api}"
+    );
+    assert!(api.contains(r#""client":"127.0.0.1""#), "{api}");
+    assert!(
+        written[2].contains(r#""route":"unmatched""#) && written[2].contains(r#""status":404"#)
+    );
+
+    // logrotate: move the file, SIGUSR1, and the next request lands in a new file.
+    let rotated = dir.join("access.log.1");
+    std::fs::rename(&log, &rotated).unwrap();
+    server.signal(Signal::USR1);
+    server.wait_for_line(|l| l.contains("SIGUSR1: reopening the access log"));
+    assert_eq!(get(addr, "/hello").status, 200);
+    let fresh = lines(&log, 1);
+    assert_eq!(fresh.len(), 1, "{fresh:?}");
+    assert!(fresh[0].contains(r#""path":"/hello""#), "{}", fresh[0]);
+    assert_eq!(lines(&rotated, 3).len(), 3);
+
+    server.terminate();
+    assert!(server.wait().success());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn access_true_writes_the_combined_format_to_stderr() {
+    let mut server = Server::start(
+        "[server]\nworkers = 1\n[log]\naccess = true\n\
+         [[listen]]\naddr = \"127.0.0.1:0\"\n\
+         [[route]]\npath = \"/hello\"\nrespond = { body = \"hi\" }\n",
+    );
+    let addr = server.addr();
+    assert_eq!(get(addr, "/hello").status, 200);
+    let line = server.wait_for_line(|l| l.contains("\"GET /hello HTTP/1.1\""));
+    assert!(line.starts_with("127.0.0.1 - - ["), "{line}");
+    assert!(line.ends_with("\" 200 2 \"-\" \"-\""), "{line}");
+}
+
+#[test]
+fn a_log_reader_that_stops_reading_never_stalls_the_workers() {
+    let config = support::config_file(
+        "[server]\nworkers = 1\n[log]\naccess = true\n\
+         [[listen]]\naddr = \"127.0.0.1:0\"\n\
+         [metrics]\nlisten = \"127.0.0.1:0\"\n\
+         [[route]]\npath = \"/hello\"\nrespond = { body = \"hi\" }\n",
+    );
+    let mut child = support::scb()
+        .arg("run")
+        .arg("--config")
+        .arg(&config)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Read until both addresses are known, then never again: the pipe fills (64 KiB) and
+    // every write to stderr blocks from then on.
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let (mut addr, mut metrics): (Option<SocketAddr>, Option<SocketAddr>) = (None, None);
+    while addr.is_none() || metrics.is_none() {
+        let mut line = String::new();
+        assert!(stderr.read_line(&mut line).unwrap() > 0, "scb exited");
+        if line.contains("listening on ") {
+            addr = Some(support::addr_after(&line, "listening on "));
+        }
+        if line.contains("metrics on ") {
+            metrics = Some(support::addr_after(&line, "metrics on "));
+        }
+    }
+    let (addr, metrics) = (addr.unwrap(), metrics.unwrap());
+
+    // 20,000 lines of about 80 bytes: 25 times what the pipe holds, more than the queue
+    // holds too. Every request is answered all the same.
+    let clients: Vec<_> = (0..4)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let mut conn = KeepAlive::connect(addr).unwrap();
+                for _ in 0..5_000 {
+                    let res = conn.get("/hello").unwrap();
+                    assert_eq!(res.status, 200);
+                }
+            })
+        })
+        .collect();
+    for client in clients {
+        client.join().unwrap();
+    }
+    let scrape = get(metrics, "/metrics");
+    let dropped = metric(scrape.text(), "scb_access_log_dropped_total").unwrap_or(0.0);
+    assert!(dropped > 0.0, "nothing dropped:\n{}", scrape.text());
+    let _ = child.kill();
+    let _ = child.wait();
+    drop(stderr);
+    let _ = std::fs::remove_file(config);
+}
