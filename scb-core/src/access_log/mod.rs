@@ -81,7 +81,7 @@ pub use writer::AccessLogWriter;
 use crate::client_ip::{TrustedProxies, client_ip};
 use crate::request_id::Id;
 use crate::server::ConnectInfo;
-use record::Record;
+use record::{Record, Text};
 
 /// The `tracing` target of access-log events: `scb::access`.
 ///
@@ -242,29 +242,42 @@ where
                 .extensions()
                 .get::<ConnectInfo>()
                 .map(|info| client_ip(info.remote.ip(), headers, &settings.trusted));
+            let uri = req.uri();
+            let target = uri
+                .path_and_query()
+                .map(|pq| pq.as_str())
+                .or_else(|| uri.authority().map(Authority::as_str));
+            let host = headers
+                .get(header::HOST)
+                .map(http::HeaderValue::as_bytes)
+                .or_else(|| uri.authority().map(|a| a.as_str().as_bytes()));
+            let mut record = Box::new(Record::new(
+                SystemTime::now(),
+                client,
+                req.method().clone(),
+                req.version(),
+                [
+                    req.extensions()
+                        .get::<Id>()
+                        .map(|id| id.as_str().as_bytes()),
+                    host,
+                    target.map(str::as_bytes),
+                    headers
+                        .get(header::USER_AGENT)
+                        .map(http::HeaderValue::as_bytes),
+                    headers
+                        .get(header::REFERER)
+                        .map(http::HeaderValue::as_bytes),
+                ],
+            ));
+            record.route = settings
+                .route_names
+                .as_ref()
+                .and_then(|names| names(uri.path()));
             Pending {
                 start: Instant::now(),
                 sink: settings.writer.clone(),
-                record: Box::new(Record {
-                    time: SystemTime::now(),
-                    request_id: req.extensions().get::<Id>().cloned(),
-                    client,
-                    host: headers.get(header::HOST).cloned(),
-                    method: req.method().clone(),
-                    // Cheap: the parts of a `Uri` are reference-counted `Bytes`.
-                    uri: req.uri().clone(),
-                    version: req.version(),
-                    status: None,
-                    bytes: 0,
-                    duration: std::time::Duration::ZERO,
-                    user_agent: headers.get(header::USER_AGENT).cloned(),
-                    referer: headers.get(header::REFERER).cloned(),
-                    route: settings
-                        .route_names
-                        .as_ref()
-                        .and_then(|names| names(req.uri().path())),
-                    upstream: None,
-                }),
+                record,
             }
         });
         ResponseFuture {
@@ -296,7 +309,7 @@ impl Pending {
         record.duration = start.elapsed();
         record.upstream = upstream.map(|u| u.0.clone());
         match sink {
-            Some(writer) => writer.send(record),
+            Some(writer) => writer.send(*record),
             None => emit(&record),
         }
     }
@@ -304,22 +317,22 @@ impl Pending {
 
 /// The record as a `tracing` event.
 fn emit(record: &Record) {
-    fn text(v: Option<&http::HeaderValue>) -> Option<&str> {
-        v.and_then(|v| v.to_str().ok())
+    fn text(v: Option<&[u8]>) -> Option<&str> {
+        v.and_then(|v| std::str::from_utf8(v).ok())
     }
     tracing::info!(
         target: TARGET,
-        request_id = record.request_id.as_ref().map_or("-", Id::as_str),
+        request_id = text(record.text(Text::RequestId)).unwrap_or("-"),
         client = record.client.map(tracing::field::display::<IpAddr>),
-        host = text(record.host.as_ref()),
+        host = text(record.text(Text::Host)),
         method = record.method.as_str(),
-        path = record.target(),
+        path = text(Some(record.target())).unwrap_or("-"),
         protocol = record.protocol(),
         status = record.status.map(|s| s.as_u16()),
         bytes = record.bytes,
         duration_us = u64::try_from(record.duration.as_micros()).unwrap_or(u64::MAX),
-        user_agent = text(record.user_agent.as_ref()),
-        referer = text(record.referer.as_ref()),
+        user_agent = text(record.text(Text::UserAgent)),
+        referer = text(record.text(Text::Referer)),
         route = record.route.as_deref(),
         upstream = record.upstream.as_ref().map(Authority::as_str),
     );
