@@ -10,6 +10,7 @@
 //! Logs go to stderr, human-readable by default or JSON with `--log-format json`, filtered
 //! by `RUST_LOG` (default `info`).
 
+mod activation;
 mod config;
 mod plan;
 mod route;

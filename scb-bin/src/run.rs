@@ -10,6 +10,7 @@ use scb_core::access_log::{AccessLogFormat, AccessLogLayer, AccessLogWriter};
 use scb_core::health::Readiness;
 use scb_core::server::{Server, ServerHandle, WorkerInfo, shutdown_signal};
 
+use crate::activation;
 use crate::plan::{AccessPlan, MetricsPlan, Plan, RoutePlan};
 use crate::stack::{self, AppService, MetricsService};
 use crate::switch::{Maker, Switch};
@@ -169,7 +170,7 @@ impl Running {
         let access = open_access_log(plan.access_log.as_ref(), None, access_format)?;
         // Bind everything before starting anything, so that an address in use stops the
         // process before a single request is served.
-        let app = plan.server.clone().bind()?;
+        let app = plan.server.clone().inherit(activation::take()).bind()?;
         let metrics = match &plan.metrics {
             Some(metrics) => Some(
                 metrics_server(&plan, metrics)

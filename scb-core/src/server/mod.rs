@@ -87,6 +87,7 @@ pub struct Server {
     limits: Limits,
     request_id_header: HeaderName,
     addrs: Vec<(SocketAddr, Option<Secure>)>,
+    inherited: Arc<std::sync::Mutex<Vec<std::net::TcpListener>>>,
 }
 
 /// A listener's handshake.
@@ -114,6 +115,7 @@ impl Server {
             limits: Limits::default(),
             request_id_header: HeaderName::from_static("x-request-id"),
             addrs: Vec::new(),
+            inherited: Arc::default(),
         }
     }
 
@@ -163,6 +165,37 @@ impl Server {
         self
     }
 
+    /// Listening sockets opened by someone else (systemd's socket activation, the scb
+    /// process being upgraded): a listener whose address one of them has takes it
+    /// instead of binding, so connections that waited in its queue are served. Several
+    /// sockets of one address (one per worker of the process before) are spread over
+    /// the workers; with fewer sockets than workers, the others bind their own beside
+    /// them when the sockets have `SO_REUSEPORT`, and share them otherwise. Sockets no
+    /// listener takes are closed by [`bind`](Self::bind). Defaults to none.
+    pub fn inherit(self, sockets: Vec<std::net::TcpListener>) -> Self {
+        self.inherited
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .extend(sockets);
+        self
+    }
+
+    /// Takes the inherited sockets bound to `addr`.
+    fn take_inherited(&self, addr: SocketAddr) -> Vec<std::net::TcpListener> {
+        if addr.port() == 0 {
+            return Vec::new();
+        }
+        let mut inherited = self
+            .inherited
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (ours, rest) = std::mem::take(&mut *inherited)
+            .into_iter()
+            .partition(|socket| socket.local_addr().is_ok_and(|local| local == addr));
+        *inherited = rest;
+        ours
+    }
+
     /// Opens every listener now, one `SO_REUSEPORT` socket per worker and address, so
     /// that an address in use is an error here and not in a worker thread later.
     ///
@@ -189,9 +222,14 @@ impl Server {
         let mut per_worker: Vec<Vec<worker::Listener>> =
             (0..self.workers).map(|_| Vec::new()).collect();
         for (addr, secure) in &self.addrs {
-            let (local, sockets) = bind_everywhere(*addr, self.workers)?;
-            for (listeners, socket) in per_worker.iter_mut().zip(sockets) {
-                listeners.push(worker::Listener {
+            let inherited = self.take_inherited(*addr);
+            let (local, sockets) = if inherited.is_empty() {
+                bind_everywhere(*addr, self.workers)?
+            } else {
+                spread(*addr, inherited, self.workers)?
+            };
+            for (i, socket) in sockets.into_iter().enumerate() {
+                per_worker[i % self.workers].push(worker::Listener {
                     socket,
                     secure: secure.clone(),
                 });
@@ -200,6 +238,19 @@ impl Server {
                 configured: *addr,
                 local,
             });
+        }
+        // What no listener took: closed here, so that the queues of sockets nobody
+        // accepts on do not fill up unseen.
+        for unused in self
+            .inherited
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .drain(..)
+        {
+            tracing::warn!(
+                addr = ?unused.local_addr().ok(),
+                "an inherited socket matches no listener; closing it"
+            );
         }
         Ok(BoundServer {
             config: Arc::new(self),
@@ -229,6 +280,38 @@ fn bind_everywhere(
         sockets.push(socket);
     }
     Ok((local, sockets))
+}
+
+/// The sockets of an address for `workers` workers, from `inherited` ones (all bound to
+/// `addr`): each inherited socket goes to a worker (several to one when there are more
+/// sockets than workers), and workers left without one get a socket of their own
+/// (`SO_REUSEPORT`) or, when the inherited sockets cannot share their port that way, a
+/// duplicate of one.
+fn spread(
+    addr: SocketAddr,
+    inherited: Vec<std::net::TcpListener>,
+    workers: usize,
+) -> std::io::Result<(SocketAddr, Vec<std::net::TcpListener>)> {
+    let named = |e: std::io::Error| std::io::Error::new(e.kind(), format!("binding {addr}: {e}"));
+    let reuseport = inherited
+        .iter()
+        .all(|socket| socket2::SockRef::from(socket).reuse_port().unwrap_or(false));
+    let mut sockets = Vec::with_capacity(inherited.len().max(workers));
+    for socket in &inherited {
+        socket.set_nonblocking(true).map_err(named)?;
+    }
+    for i in inherited.len()..workers {
+        let socket = if reuseport {
+            worker::reuseport_listener(addr).map_err(named)?
+        } else {
+            inherited[i % inherited.len()].try_clone().map_err(named)?
+        };
+        sockets.push(socket);
+    }
+    // The inherited ones first: worker i gets socket i.
+    let mut all = inherited;
+    all.append(&mut sockets);
+    Ok((addr, all))
 }
 
 /// A listener as configured and as bound.
@@ -392,9 +475,14 @@ impl ServerHandle {
                 bound.push(kept);
                 continue;
             }
-            let (local, sockets) = bind_everywhere(*addr, workers)?;
-            for (listeners, socket) in per_worker.iter_mut().zip(sockets) {
-                listeners.push(worker::ListenerUpdate::Open(worker::Listener {
+            let inherited = server.take_inherited(*addr);
+            let (local, sockets) = if inherited.is_empty() {
+                bind_everywhere(*addr, workers)?
+            } else {
+                spread(*addr, inherited, workers)?
+            };
+            for (i, socket) in sockets.into_iter().enumerate() {
+                per_worker[i % workers].push(worker::ListenerUpdate::Open(worker::Listener {
                     socket,
                     secure: secure.clone(),
                 }));

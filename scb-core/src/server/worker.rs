@@ -162,8 +162,10 @@ pub(super) fn run<S, B>(
 
     local.block_on(&runtime, async {
         let svc = make_service(&info);
-        let mut accepting: HashMap<SocketAddr, Accepting> = HashMap::new();
-        let start = |listener: Listener, accepting: &mut HashMap<SocketAddr, Accepting>| {
+        // By bound address: a worker may accept on several sockets of one address (those
+        // an upgrade handed over).
+        let mut accepting: HashMap<SocketAddr, Vec<Accepting>> = HashMap::new();
+        let start = |listener: Listener, accepting: &mut HashMap<SocketAddr, Vec<Accepting>>| {
             let Listener { socket, secure } = listener;
             let registered = socket
                 .local_addr()
@@ -183,7 +185,10 @@ pub(super) fn run<S, B>(
                 svc.clone(),
                 Rc::clone(&current),
             ));
-            accepting.insert(addr, Accepting { task, secure });
+            accepting
+                .entry(addr)
+                .or_default()
+                .push(Accepting { task, secure });
         };
         for listener in listeners {
             start(listener, &mut accepting);
@@ -204,9 +209,11 @@ pub(super) fn run<S, B>(
             for listener in update.listeners {
                 match listener {
                     ListenerUpdate::Keep { local, secure } => {
-                        if let Some(loop_) = accepting.remove(&local) {
-                            *loop_.secure.borrow_mut() = secure;
-                            kept.insert(local, loop_);
+                        if let Some(loops) = accepting.remove(&local) {
+                            for loop_ in &loops {
+                                *loop_.secure.borrow_mut() = secure.clone();
+                            }
+                            kept.insert(local, loops);
                         }
                     }
                     ListenerUpdate::Open(listener) => start(listener, &mut kept),
@@ -214,7 +221,7 @@ pub(super) fn run<S, B>(
             }
             // The listeners left out stop accepting: their sockets close when the aborted
             // loops drop them, while the connections they accepted carry on.
-            for (_, removed) in accepting.drain() {
+            for removed in accepting.drain().flat_map(|(_, loops)| loops) {
                 removed.task.abort();
                 // Resolves once the loop's future, and with it the socket, is dropped.
                 let _ = removed.task.await;
