@@ -69,6 +69,10 @@ enum Command {
         /// The config file (TOML).
         #[arg(long, short)]
         config: PathBuf,
+        /// Print the effective plan: the files read, the listeners, the routes in match
+        /// order with their upstreams, metrics and the access log.
+        #[arg(long)]
+        print: bool,
     },
     /// Serve the files of a directory, no config file needed (precompressed `.br`, `.zst`
     /// and `.gz` sidecars are used when present; access log on).
@@ -111,10 +115,13 @@ impl LogFormat {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Check { config } => match Plan::load(&config) {
-            Ok(_) => {
+        Command::Check { config, print } => match Plan::load(&config) {
+            Ok(plan) => {
                 #[allow(clippy::print_stdout, reason = "the verdict is the command's output")]
                 {
+                    if print {
+                        print!("{}", plan.describe());
+                    }
                     println!("{}: ok", config.display());
                 }
                 ExitCode::SUCCESS

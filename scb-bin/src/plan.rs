@@ -34,6 +34,10 @@ pub(crate) struct Plan {
     pub(crate) routes: Arc<[RoutePlan]>,
     /// The metrics endpoint, if configured.
     pub(crate) metrics: Option<MetricsPlan>,
+    /// The listeners in config order, described for `scb check --print`.
+    pub(crate) listeners: Vec<(SocketAddr, &'static str)>,
+    /// The files the config was read from (the main one first), for `scb check --print`.
+    pub(crate) files: Vec<std::path::PathBuf>,
     /// The access log, when on.
     pub(crate) access_log: Option<AccessPlan>,
     /// `[server] trusted_proxies`, for the access log's client address.
@@ -107,8 +111,7 @@ pub(crate) struct MetricsPlan {
 /// install the metrics recorder before any layer registers a handle.
 #[derive(Debug)]
 pub(crate) struct Parsed {
-    file: std::path::PathBuf,
-    source: String,
+    source: crate::config::Source,
     config: Config,
 }
 
@@ -126,7 +129,9 @@ impl Parsed {
     /// [`plan`](Self::plan) with the running process's `readiness`: a reload's routes
     /// and probes must answer from the same one that SIGTERM drains.
     pub(crate) fn plan_with(&self, readiness: Readiness) -> Result<Plan, ConfigError> {
-        Plan::new(&self.config, readiness).map_err(|e| e.locate(&self.file, &self.source))
+        let mut plan = Plan::new(&self.config, readiness).map_err(|e| self.source.locate(e))?;
+        plan.files = self.source.files().map(Path::to_path_buf).collect();
+        Ok(plan)
     }
 }
 
@@ -136,20 +141,17 @@ impl Plan {
         Self::parse(file)?.plan()
     }
 
-    /// Reads and parses `file`, without building anything.
+    /// Reads and parses `file` and the files it includes, its `${VAR}`s expanded from
+    /// the environment, without building anything.
     pub(crate) fn parse(file: &Path) -> Result<Parsed, ConfigError> {
-        let source = Config::read(file)?;
-        let mut config = Config::parse(&source).map_err(|e| e.locate(file, &source))?;
+        let source = crate::config::Source::load(file, &|name| std::env::var(name).ok())?;
+        let mut config = Config::parse(&source.text).map_err(|e| source.locate(e))?;
         let dir = std::path::absolute(file)
             .ok()
             .and_then(|file| file.parent().map(Path::to_path_buf))
             .unwrap_or_default();
         config.resolve_paths(&dir);
-        Ok(Parsed {
-            file: file.to_owned(),
-            source,
-            config,
-        })
+        Ok(Parsed { source, config })
     }
 
     /// `scb serve DIR`: every path beneath `dir`, on `listen`, with sidecars, the access
@@ -180,6 +182,8 @@ impl Plan {
                 },
             }]),
             metrics: None,
+            listeners: vec![(listen, "plain")],
+            files: Vec::new(),
             access_log: Some(AccessPlan {
                 path: None,
                 format: None,
@@ -234,6 +238,19 @@ impl Plan {
             request_id_header,
             routes: routes.into(),
             metrics,
+            listeners: config
+                .listen
+                .iter()
+                .map(|l| {
+                    let kind = match (&l.tls, l.redirect_https.as_ref().map(|r| *r.get_ref())) {
+                        (Some(_), _) => "tls (h2, http/1.1)",
+                        (None, Some(true)) => "plain, redirects to https",
+                        (None, _) => "plain",
+                    };
+                    (*l.addr.get_ref(), kind)
+                })
+                .collect(),
+            files: Vec::new(),
             access_log: match &config.log.access {
                 crate::config::AccessConfig::Off => None,
                 crate::config::AccessConfig::On(table) => Some(AccessPlan {
@@ -684,5 +701,6 @@ fn proxy_handler(config: &ProxyConfig, matcher: &PathMatch) -> Result<Handler, L
     Ok(Handler::Proxy(proxy))
 }
 
+mod print;
 #[cfg(test)]
 mod tests;

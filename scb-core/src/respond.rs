@@ -68,6 +68,16 @@ struct Parts {
 }
 
 impl Respond {
+    /// The status every response has.
+    pub fn status(&self) -> StatusCode {
+        self.parts.status
+    }
+
+    /// The body every response has.
+    pub fn body_bytes(&self) -> &Bytes {
+        &self.parts.body
+    }
+
     /// A response with `status`, no headers and an empty body.
     pub fn new(status: StatusCode) -> Self {
         Self {

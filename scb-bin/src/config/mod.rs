@@ -11,6 +11,7 @@
 
 pub(crate) mod convert;
 mod error;
+mod source;
 mod units;
 
 use std::collections::BTreeMap;
@@ -21,12 +22,17 @@ use serde::Deserialize;
 use toml::Spanned;
 
 pub(crate) use error::{ConfigError, Located};
+pub(crate) use source::Source;
 pub(crate) use units::{ByteSize, HumanDuration};
 
 /// The whole file.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct Config {
+    /// Files appended to this one (`conf.d/*.toml`): read by [`Source`], only named
+    /// here so that the key is known.
+    #[serde(default, rename = "include")]
+    _include: Option<serde::de::IgnoredAny>,
     #[serde(default)]
     pub(crate) server: ServerConfig,
     #[serde(default)]
@@ -500,13 +506,5 @@ impl Config {
                 resolve(files.get_mut().root.get_mut());
             }
         }
-    }
-
-    /// Reads `file`, for error messages that name it as the user did.
-    pub(crate) fn read(file: &Path) -> Result<String, ConfigError> {
-        std::fs::read_to_string(file).map_err(|source| ConfigError::Read {
-            file: file.to_owned(),
-            source,
-        })
     }
 }

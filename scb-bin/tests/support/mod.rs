@@ -97,6 +97,19 @@ impl Server {
         Self::spawn(command, listeners, metrics, path)
     }
 
+    /// `scb run` on the config file at `path` (left in place), expecting `listeners`
+    /// listen lines, with `adjust` changing the command first (its environment, say).
+    pub(crate) fn start_file(
+        path: &std::path::Path,
+        listeners: usize,
+        adjust: impl FnOnce(&mut Command),
+    ) -> Self {
+        let mut command = scb();
+        adjust(&mut command);
+        command.arg("run").arg("--config").arg(path);
+        Self::spawn(command, listeners, false, PathBuf::new())
+    }
+
     /// [`start`](Self::start) under `wrapper` (a program and its arguments, such as
     /// `prlimit --nofile=48`), which runs the scb binary with `run --config FILE`.
     pub(crate) fn start_under(config: &str, wrapper: &[&str]) -> Self {

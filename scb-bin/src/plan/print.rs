@@ -1,0 +1,111 @@
+//! `scb check --print`: the plan as scb will run it, for people.
+
+use std::fmt::Write as _;
+
+use scb_core::router::PathMatch;
+
+use super::Plan;
+use crate::route::Handler;
+
+impl Plan {
+    /// The effective plan: the files read, the listeners, the routes in the order a
+    /// request path is matched against them, their upstreams, metrics and the log.
+    pub(crate) fn describe(&self) -> String {
+        let mut out = String::new();
+        let files: Vec<String> = self.files.iter().map(|f| f.display().to_string()).collect();
+        if !files.is_empty() {
+            let _ = writeln!(out, "files: {}", files.join(", "));
+        }
+        out.push_str("listeners:\n");
+        for (addr, kind) in &self.listeners {
+            let _ = writeln!(out, "  {addr}  {kind}");
+        }
+        if let Some(metrics) = &self.metrics {
+            let _ = write!(out, "metrics: {} {}", metrics.listen, metrics.path);
+            if let Some((live, ready)) = &metrics.probes {
+                let _ = write!(out, ", liveness {live}, readiness {ready}");
+            }
+            out.push('\n');
+        }
+        // The router's order: an exact path wins, then the longest prefix.
+        let mut exact: Vec<_> = self
+            .routes
+            .iter()
+            .filter_map(|r| match &r.matcher {
+                PathMatch::Exact(path) => Some((path, r)),
+                PathMatch::Prefix(_) => None,
+            })
+            .collect();
+        exact.sort_by(|a, b| a.0.cmp(b.0));
+        let mut prefixes: Vec<_> = self
+            .routes
+            .iter()
+            .filter_map(|r| match &r.matcher {
+                PathMatch::Prefix(prefix) => Some((prefix, r)),
+                PathMatch::Exact(_) => None,
+            })
+            .collect();
+        prefixes.sort_by_key(|p| std::cmp::Reverse(p.0.len()));
+        out.push_str("routes, in match order (exact paths, then prefixes, longest first):\n");
+        let rows = exact
+            .into_iter()
+            .map(|(p, r)| (format!("= {p}"), r))
+            .chain(prefixes.into_iter().map(|(p, r)| (format!("^ {p}"), r)));
+        for (matcher, route) in rows {
+            let _ = writeln!(
+                out,
+                "  {matcher:<24} {:<12} {}",
+                route.name,
+                handler(&route.handler)
+            );
+        }
+        let _ = writeln!(out, "  (anything else)          unmatched    404");
+        match &self.access_log {
+            None => out.push_str("access log: off\n"),
+            Some(access) => {
+                let place = access
+                    .path
+                    .as_ref()
+                    .map_or_else(|| "stderr".to_owned(), |p| p.display().to_string());
+                let format = access.format.map_or_else(
+                    || "as --log-format".to_owned(),
+                    |f| format!("{f:?}").to_lowercase(),
+                );
+                let _ = writeln!(out, "access log: {place} ({format})");
+            }
+        }
+        out
+    }
+}
+
+fn handler(handler: &Handler) -> String {
+    match handler {
+        Handler::Respond(respond) => {
+            let body = String::from_utf8_lossy(respond.body_bytes());
+            let body: String = body.chars().take(32).collect();
+            format!("respond {} {body:?}", respond.status().as_u16())
+        }
+        Handler::Health(_) => "health (readiness: 200, 503 once draining)".to_owned(),
+        Handler::Static { files, compress } => format!(
+            "static {}{}",
+            files.root().display(),
+            if compress.is_some() {
+                ", compressed"
+            } else {
+                ""
+            }
+        ),
+        Handler::Proxy(proxy) => {
+            let upstreams: Vec<String> = proxy.upstreams().map(ToString::to_string).collect();
+            // The config's name for it: `LeastConn` is `least_conn`.
+            let mut balance = String::new();
+            for c in format!("{:?}", proxy.balance()).chars() {
+                if c.is_ascii_uppercase() && !balance.is_empty() {
+                    balance.push('_');
+                }
+                balance.push(c.to_ascii_lowercase());
+            }
+            format!("proxy {} ({balance})", upstreams.join(", "))
+        }
+    }
+}
