@@ -17,6 +17,7 @@ mod route;
 mod run;
 mod stack;
 mod switch;
+mod upgrade;
 
 use std::io::IsTerminal as _;
 use std::path::PathBuf;
@@ -55,6 +56,11 @@ enum Command {
         /// The config file (TOML).
         #[arg(long, short)]
         config: PathBuf,
+        /// Take the listening sockets over from the `scb run` listening on the config's
+        /// `[server] upgrade_socket` (a binary upgrade): once this process serves, that
+        /// one drains and exits.
+        #[arg(long)]
+        upgrade: bool,
     },
     /// Check a config file, then tell the `scb run` it names (by its `[server] pid_file`)
     /// to reload it, as SIGHUP does: new requests get the new routes, listeners and
@@ -145,7 +151,7 @@ fn main() -> ExitCode {
                 }
             };
             init_logging(cli.log_format);
-            match run::run(None, plan, None, cli.log_format.access_format()) {
+            match run::run(None, plan, None, cli.log_format.access_format(), false) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!("{e:#}");
@@ -185,7 +191,7 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Run { config } => {
+        Command::Run { config, upgrade } => {
             let (plan, recorder) = match run::load_with_recorder(&config) {
                 Ok(loaded) => loaded,
                 Err(run::LoadError::Config(e)) => return config_error(&e),
@@ -198,7 +204,13 @@ fn main() -> ExitCode {
                 }
             };
             init_logging(cli.log_format);
-            match run::run(Some(config), plan, recorder, cli.log_format.access_format()) {
+            match run::run(
+                Some(config),
+                plan,
+                recorder,
+                cli.log_format.access_format(),
+                upgrade,
+            ) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!("{e:#}");

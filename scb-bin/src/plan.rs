@@ -51,6 +51,8 @@ pub(crate) struct Plan {
     pub(crate) https: HttpsPlan,
     /// `[server] workers` as configured (a reload cannot change it).
     pub(crate) workers: Option<usize>,
+    /// `[server] upgrade_socket`: where `scb run --upgrade` takes the listeners over.
+    pub(crate) upgrade_socket: Option<std::path::PathBuf>,
     /// Where `scb run` writes its process id.
     pub(crate) pid_file: Option<std::path::PathBuf>,
     /// The process's readiness, drained on SIGTERM: read by `[health]`'s readiness path
@@ -193,6 +195,7 @@ impl Plan {
             limits,
             https: HttpsPlan::default(),
             workers,
+            upgrade_socket: None,
             pid_file: None,
             readiness: Readiness::new(),
             drain_delay: Duration::ZERO,
@@ -270,6 +273,7 @@ impl Plan {
             limits,
             https,
             workers: config.server.workers.as_ref().map(|w| *w.get_ref()),
+            upgrade_socket: config.server.upgrade_socket.clone(),
             pid_file: config.server.pid_file.clone(),
             readiness,
             drain_delay: config

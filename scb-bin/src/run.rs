@@ -10,10 +10,10 @@ use scb_core::access_log::{AccessLogFormat, AccessLogLayer, AccessLogWriter};
 use scb_core::health::Readiness;
 use scb_core::server::{Server, ServerHandle, WorkerInfo, shutdown_signal};
 
-use crate::activation;
 use crate::plan::{AccessPlan, MetricsPlan, Plan, RoutePlan};
 use crate::stack::{self, AppService, MetricsService};
 use crate::switch::{Maker, Switch};
+use crate::{activation, upgrade};
 
 /// Histogram buckets for request durations, in seconds: from 100 µs (a fixed response or a
 /// cached small file on loopback) to 10 s (a slow upstream), roughly 2.5x apart, so the
@@ -69,6 +69,7 @@ pub(crate) fn run(
     plan: Plan,
     recorder: Option<PrometheusHandle>,
     access_format: AccessLogFormat,
+    upgrade: bool,
 ) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -87,16 +88,55 @@ pub(crate) fn run(
         // wants the process gone, not announced.
         let mut again = Again::install().context("installing the signal handlers")?;
 
-        let mut running = Running::start(file, plan, recorder, access_format)?;
+        // An upgrade takes the running process's listeners before binding anything.
+        let taken_over = if upgrade {
+            let path = plan.upgrade_socket.as_deref().context(
+                "--upgrade needs [server] upgrade_socket, where the running scb listens",
+            )?;
+            let (taken, sockets) = upgrade::take_over(path)?;
+            tracing::info!(sockets = sockets.len(), "upgrade: listeners taken over");
+            Some((taken, sockets))
+        } else {
+            None
+        };
+        let (taken, sockets) = taken_over.map_or((None, Vec::new()), |(t, s)| (Some(t), s));
+        let mut running = Running::start(file, plan, recorder, access_format, sockets)?;
+        if let Some(taken) = taken {
+            taken.serving()?;
+            tracing::info!("upgrade: serving; the old process drains and exits");
+        }
+        // Written after an upgrade's hand-over, so that it names the process that serves.
         let _pid_file = match &running.pid_file {
             Some(path) => Some(PidFile::write(path)?),
             None => None,
         };
+        let upgrades = match &running.upgrade_socket {
+            Some(path) => Some(upgrade::UpgradeSocket::bind(path)?),
+            None => None,
+        };
+        let mut handing_over: Option<std::pin::Pin<Box<dyn Future<Output = Option<i32>>>>> = None;
+        let mut upgraded = false;
         let mut upkeep = tokio::time::interval(UPKEEP_INTERVAL);
         tokio::pin!(signal);
         loop {
             tokio::select! {
                 () = &mut signal => break,
+                asking = async { upgrades.as_ref()?.next().await.ok() }, if upgrades.is_some()
+                    && handing_over.is_none() => {
+                    let Some(asking) = asking else { continue };
+                    match running.listening_sockets().and_then(|s| asking.hand_over(&s)) {
+                        Ok(waiting) => handing_over = Some(Box::pin(waiting)),
+                        Err(e) => tracing::error!("upgrade: cannot hand the listeners over: {e:#}"),
+                    }
+                }
+                served = async { handing_over.as_mut()?.await }, if handing_over.is_some() => {
+                    handing_over = None;
+                    if let Some(pid) = served {
+                        tracing::info!(pid, "upgrade: the new process serves; draining");
+                        upgraded = true;
+                        break;
+                    }
+                }
                 _ = upkeep.tick() => {
                     if let Some(recorder) = &running.recorder {
                         recorder.run_upkeep();
@@ -111,7 +151,12 @@ pub(crate) fn run(
         // Not ready from now on; the listeners still accept for `drain_delay`, so that a
         // load balancer polling the readiness probe stops sending before they close.
         running.readiness.drain();
-        let drain_delay = running.drain_delay;
+        // After an upgrade the new process serves the same sockets: nothing to wait for.
+        let drain_delay = if upgraded {
+            Duration::ZERO
+        } else {
+            running.drain_delay
+        };
         if !drain_delay.is_zero() {
             // Before the log line, so that a signal sent after reading it counts as the
             // second.
@@ -148,6 +193,8 @@ struct Running {
     access: Option<(AccessPlan, AccessLogWriter)>,
     /// The access log's format when the config names none (`--log-format`).
     access_format: AccessLogFormat,
+    /// Where a new process takes the listeners over (`--upgrade`).
+    upgrade_socket: Option<std::path::PathBuf>,
     /// What a reload cannot change, to warn when it tries.
     workers: Option<usize>,
     pid_file: Option<std::path::PathBuf>,
@@ -166,14 +213,24 @@ impl Running {
         plan: Plan,
         recorder: Option<PrometheusHandle>,
         access_format: AccessLogFormat,
+        handed_over: Vec<std::net::TcpListener>,
     ) -> anyhow::Result<Self> {
         let access = open_access_log(plan.access_log.as_ref(), None, access_format)?;
         // Bind everything before starting anything, so that an address in use stops the
         // process before a single request is served.
-        let app = plan.server.clone().inherit(activation::take()).bind()?;
+        // Sockets from systemd or the process being upgraded: the metrics listener's own,
+        // and the rest for the main server.
+        let mut inherited = activation::take();
+        inherited.extend(handed_over);
+        let metrics_addr = plan.metrics.as_ref().map(|m| m.listen);
+        let (for_metrics, for_app): (Vec<_>, Vec<_>) = inherited
+            .into_iter()
+            .partition(|s| s.local_addr().ok() == metrics_addr && metrics_addr.is_some());
+        let app = plan.server.clone().inherit(for_app).bind()?;
         let metrics = match &plan.metrics {
             Some(metrics) => Some(
                 metrics_server(&plan, metrics)
+                    .inherit(for_metrics)
                     .bind()
                     .context("the metrics listener")?,
             ),
@@ -228,9 +285,19 @@ impl Running {
             access_format,
             readiness: plan.readiness,
             drain_delay: plan.drain_delay,
+            upgrade_socket: plan.upgrade_socket,
             workers: plan.workers,
             pid_file: plan.pid_file,
         })
+    }
+
+    /// Every worker's listening socket of both servers, for an upgrade.
+    fn listening_sockets(&self) -> anyhow::Result<Vec<std::net::TcpListener>> {
+        let mut sockets = self.app.listening_sockets()?;
+        if let Some(metrics) = &self.metrics {
+            sockets.extend(metrics.handle.listening_sockets()?);
+        }
+        Ok(sockets)
     }
 
     /// Reloads the config file: everything is read, checked, bound and built first, and
@@ -264,6 +331,9 @@ impl Running {
         let plan = parsed.plan_with(self.readiness.clone())?;
         if plan.workers != self.workers {
             tracing::warn!("server.workers changed: it takes effect at the next start");
+        }
+        if plan.upgrade_socket != self.upgrade_socket {
+            tracing::warn!("server.upgrade_socket changed: it takes effect at the next start");
         }
         if plan.pid_file != self.pid_file {
             tracing::warn!("server.pid_file changed: it takes effect at the next start");

@@ -64,6 +64,9 @@ pub(crate) struct ServerConfig {
     pub(crate) grace_period: Option<HumanDuration>,
     /// Where `scb run` writes its process id, for `scb reload`; absent means nowhere.
     pub(crate) pid_file: Option<std::path::PathBuf>,
+    /// The Unix socket on which `scb run --upgrade` takes the listeners over; absent
+    /// means no upgrades.
+    pub(crate) upgrade_socket: Option<std::path::PathBuf>,
     /// Proxies whose `X-Forwarded-For` names the client, for the access log; absent
     /// means none (the peer is the client).
     pub(crate) trusted_proxies: Option<Vec<Spanned<String>>>,
@@ -481,8 +484,11 @@ impl Config {
                 *path = dir.join(&*path);
             }
         };
-        if let Some(pid_file) = &mut self.server.pid_file {
-            resolve(pid_file);
+        for path in [&mut self.server.pid_file, &mut self.server.upgrade_socket]
+            .into_iter()
+            .flatten()
+        {
+            resolve(path);
         }
         if let AccessConfig::On(access) = &mut self.log.access
             && let Some(path) = &mut access.path

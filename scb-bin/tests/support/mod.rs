@@ -110,6 +110,23 @@ impl Server {
         Self::spawn(command, listeners, false, PathBuf::new())
     }
 
+    /// `scb run --upgrade` on the config file at `path` (left in place): a new process
+    /// taking the listeners over from the one running with it.
+    pub(crate) fn upgrade(path: &std::path::Path, listeners: usize) -> Self {
+        let mut command = scb();
+        command
+            .arg("run")
+            .arg("--upgrade")
+            .arg("--config")
+            .arg(path);
+        Self::spawn(command, listeners, false, PathBuf::new())
+    }
+
+    /// The process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// [`start`](Self::start) under `wrapper` (a program and its arguments, such as
     /// `prlimit --nofile=48`), which runs the scb binary with `run --config FILE`.
     pub(crate) fn start_under(config: &str, wrapper: &[&str]) -> Self {
@@ -313,6 +330,7 @@ pub(crate) fn get(addr: SocketAddr, path: &str) -> Response {
 /// A keep-alive HTTP/1.1 connection for responses with a Content-Length.
 pub(crate) struct KeepAlive {
     reader: BufReader<TcpStream>,
+    closing: bool,
 }
 
 impl KeepAlive {
@@ -322,20 +340,42 @@ impl KeepAlive {
         stream.set_write_timeout(Some(TIMEOUT))?;
         Ok(Self {
             reader: BufReader::new(stream),
+            closing: false,
         })
     }
 
-    /// `GET path`, and its whole response.
+    /// Whether the last response said `Connection: close`.
+    pub(crate) fn closing(&self) -> bool {
+        self.closing
+    }
+
+    /// `GET path`, and its whole response. An error of kind `ConnectionReset` means
+    /// that not one byte of the response came (the request may be sent again); any
+    /// other, that the response broke off.
     pub(crate) fn get(&mut self, path: &str) -> std::io::Result<Response> {
+        let nothing = |e: std::io::Error| {
+            std::io::Error::new(
+                std::io::ErrorKind::ConnectionReset,
+                format!("no response: {e}"),
+            )
+        };
         // One write: `write!` would send the pieces apart, and Nagle would hold the
         // second until the first is acknowledged.
         let request = format!("GET {path} HTTP/1.1\r\nHost: test\r\n\r\n");
-        self.reader.get_mut().write_all(request.as_bytes())?;
+        self.reader
+            .get_mut()
+            .write_all(request.as_bytes())
+            .map_err(nothing)?;
         let mut head = Vec::new();
         while !head.ends_with(b"\r\n\r\n") {
-            let read = self.reader.read_until(b'\n', &mut head)?;
-            if read == 0 {
-                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            match self.reader.read_until(b'\n', &mut head) {
+                Ok(0) if head.is_empty() => {
+                    return Err(nothing(std::io::ErrorKind::UnexpectedEof.into()));
+                }
+                Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+                Ok(_) => {}
+                Err(e) if head.is_empty() => return Err(nothing(e)),
+                Err(e) => return Err(e),
             }
         }
         let (mut response, _) = parse_head(&head);
@@ -344,6 +384,9 @@ impl KeepAlive {
             .map_or(0, |v| v.parse().expect("numeric content-length"));
         response.body = vec![0; length];
         self.reader.read_exact(&mut response.body)?;
+        self.closing = response
+            .header("connection")
+            .is_some_and(|v| v.eq_ignore_ascii_case("close"));
         Ok(response)
     }
 }

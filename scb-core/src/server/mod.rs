@@ -219,6 +219,7 @@ impl Server {
         }
         sys::raise_nofile_limit();
         let mut bound = Vec::with_capacity(self.addrs.len());
+        let mut dups = Vec::new();
         let mut per_worker: Vec<Vec<worker::Listener>> =
             (0..self.workers).map(|_| Vec::new()).collect();
         for (addr, secure) in &self.addrs {
@@ -229,6 +230,7 @@ impl Server {
                 spread(*addr, inherited, self.workers)?
             };
             for (i, socket) in sockets.into_iter().enumerate() {
+                dups.push((local, socket.try_clone()?));
                 per_worker[i % self.workers].push(worker::Listener {
                     socket,
                     secure: secure.clone(),
@@ -256,6 +258,7 @@ impl Server {
             config: Arc::new(self),
             local_addrs: bound.iter().map(|b| b.local).collect(),
             bound,
+            dups,
             per_worker,
         })
     }
@@ -327,6 +330,8 @@ pub struct BoundServer {
     config: Arc<Server>,
     local_addrs: Vec<SocketAddr>,
     bound: Vec<BoundAddr>,
+    /// A duplicate of every worker's socket, by bound address: for handing them over.
+    dups: Vec<(SocketAddr, std::net::TcpListener)>,
     per_worker: Vec<Vec<worker::Listener>>,
 }
 
@@ -376,6 +381,7 @@ impl BoundServer {
         ServerHandle {
             local_addrs: self.local_addrs,
             bound: self.bound,
+            dups: std::sync::Mutex::new(self.dups),
             shutdown,
             updates,
             threads,
@@ -388,6 +394,7 @@ impl BoundServer {
 #[derive(Debug)]
 pub struct Prepared {
     bound: Vec<BoundAddr>,
+    dups: Vec<(SocketAddr, std::net::TcpListener)>,
     per_worker: Vec<Vec<worker::ListenerUpdate>>,
     limits: Limits,
     request_id_header: HeaderName,
@@ -407,6 +414,9 @@ impl Prepared {
 pub struct ServerHandle {
     local_addrs: Vec<SocketAddr>,
     bound: Vec<BoundAddr>,
+    /// A duplicate of every worker's socket, by bound address, until shutdown: what
+    /// [`listening_sockets`](Self::listening_sockets) hands over.
+    dups: std::sync::Mutex<Vec<(SocketAddr, std::net::TcpListener)>>,
     shutdown: shutdown::Trigger,
     updates: Vec<tokio::sync::mpsc::UnboundedSender<worker::Update>>,
     threads: Vec<std::thread::JoinHandle<()>>,
@@ -452,6 +462,7 @@ impl ServerHandle {
         let workers = self.updates.len();
         let mut unclaimed: Vec<Option<BoundAddr>> = self.bound.iter().copied().map(Some).collect();
         let mut bound = Vec::with_capacity(server.addrs.len());
+        let mut dups = Vec::new();
         let mut per_worker: Vec<Vec<worker::ListenerUpdate>> =
             (0..workers).map(|_| Vec::new()).collect();
         for (addr, secure) in &server.addrs {
@@ -482,6 +493,7 @@ impl ServerHandle {
                 spread(*addr, inherited, workers)?
             };
             for (i, socket) in sockets.into_iter().enumerate() {
+                dups.push((local, socket.try_clone()?));
                 per_worker[i % workers].push(worker::ListenerUpdate::Open(worker::Listener {
                     socket,
                     secure: secure.clone(),
@@ -494,6 +506,7 @@ impl ServerHandle {
         }
         Ok(Prepared {
             bound,
+            dups,
             per_worker,
             limits: server.limits.clone(),
             request_id_header: server.request_id_header.clone(),
@@ -511,6 +524,7 @@ impl ServerHandle {
     pub async fn apply(&mut self, prepared: Prepared) {
         let Prepared {
             bound,
+            dups,
             per_worker,
             limits,
             request_id_header,
@@ -533,6 +547,14 @@ impl ServerHandle {
             });
         }
         self.local_addrs = bound.iter().map(|b| b.local).collect();
+        {
+            let mut held = self
+                .dups
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            held.retain(|(addr, _)| self.local_addrs.contains(addr));
+            held.extend(dups);
+        }
         self.bound = bound;
         for done in switched {
             // An error is a worker that exited without switching: nothing to wait for.
@@ -543,7 +565,31 @@ impl ServerHandle {
     /// Begins graceful shutdown: every worker stops accepting, closes idle connections,
     /// lets in-flight requests finish within the grace period, then exits.
     pub fn shutdown(&self) {
+        // The duplicates would keep the sockets open (queueing connections nobody
+        // accepts) until the handle is dropped.
+        self.dups
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clear();
         self.shutdown.fire();
+    }
+
+    /// Duplicates of every worker's listening socket (several per address, one per
+    /// worker), for handing the listeners to a new process in an upgrade: given to its
+    /// [`Server::inherit`], they keep serving the same queues, so no connection waiting
+    /// in one is lost when this server shuts down. Empty after
+    /// [`shutdown`](Self::shutdown).
+    ///
+    /// # Errors
+    ///
+    /// When a descriptor cannot be duplicated (out of descriptors).
+    pub fn listening_sockets(&self) -> std::io::Result<Vec<std::net::TcpListener>> {
+        self.dups
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .map(|(_, socket)| socket.try_clone())
+            .collect()
     }
 
     /// Waits until every worker has exited.
