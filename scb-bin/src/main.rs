@@ -2,8 +2,10 @@
 //!
 //! ```text
 //! scb run   --config scb.toml     serve until SIGTERM/SIGINT, then drain and exit 0
-//! scb check --config scb.toml     validate: "scb.toml: ok", or file:line:column: key: error
+//! scb run   --config scb.toml --upgrade   take the listeners of the running scb over
+//! scb check --config scb.toml [--print]   validate: "scb.toml: ok", or file:line:column: key: error
 //! scb reload --config scb.toml    check, then SIGHUP the running server ([server] pid_file): reload
+//! scb serve DIR                   static files, no config
 //! scb --version
 //! ```
 //!
@@ -38,9 +40,34 @@ use crate::plan::Plan;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// What `scb --help` says after the commands: enough to run it without other docs.
+const OPERATIONS: &str = "\
+Signals (to `scb run`):
+  SIGTERM, SIGINT  drain: /readyz says 503, listeners serve on for [health] drain_delay,
+                   then close; in-flight requests get [server] grace_period (10 s).
+                   A second signal ends the drain delay.
+  SIGHUP           reload the config (as `scb reload`): checked whole first; new
+                   requests get the new routes, layers, listeners and certificates,
+                   in-flight ones finish on the old. A bad config is logged (file, line,
+                   key) and changes nothing.
+  SIGUSR1          reopen the access log file (after logrotate moved it).
+
+Upgrade the binary: install the new one, then `scb run --upgrade --config FILE`: it
+takes the listeners from the running scb over [server] upgrade_socket, and the old
+process drains and exits. Under systemd, use dist/systemd/scb.socket instead.
+
+Config: TOML; ${VAR} and ${VAR:-default} come from the environment, `include =
+[\"conf.d/*.toml\"]` appends files of tables; `scb check --print` shows the result.
+
+Environment: RUST_LOG filters the process's log (default `info`; `scb::access=info`
+adds the access log's tracing events); LISTEN_FDS/LISTEN_PID (systemd) hand sockets
+over.
+
+Exit status: 0 after a clean stop or a valid check, 1 on any error.";
+
 /// A web server built from composable tower layers.
 #[derive(Debug, Parser)]
-#[command(name = "scb", version, about)]
+#[command(name = "scb", version, about, after_long_help = OPERATIONS)]
 struct Cli {
     /// Log output format (to stderr).
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
@@ -52,6 +79,11 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the server until SIGTERM or SIGINT.
+    ///
+    /// Binds every [[listen]] (or takes the socket systemd passed for it), starts one
+    /// worker thread per CPU ([server] workers), and serves until SIGTERM or SIGINT,
+    /// then drains. SIGHUP reloads the config, SIGUSR1 reopens the access log; see
+    /// `scb --help`.
     Run {
         /// The config file (TOML).
         #[arg(long, short)]
