@@ -182,7 +182,7 @@ fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            init_logging(cli.log_format);
+            let _log = init_logging(cli.log_format);
             match run::run(None, plan, None, cli.log_format.access_format(), false) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
@@ -235,7 +235,7 @@ fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            init_logging(cli.log_format);
+            let _log = init_logging(cli.log_format);
             match run::run(
                 Some(config),
                 plan,
@@ -266,7 +266,12 @@ fn config_error(err: &config::ConfigError) -> ExitCode {
 /// Installs the global subscriber: `RUST_LOG` (default `info`), with the access log's
 /// `tracing` target off unless `RUST_LOG` names it: the access log has its own writer
 /// (`[log] access`), and the events of the layer's `tracing` sink would only repeat it.
-fn init_logging(format: LogFormat) {
+///
+/// Lines go to stderr through `tracing-appender`'s non-blocking writer: a thread of its
+/// own writes them, and when a reader stops reading (a full pipe to journald), lines are
+/// dropped instead of blocking a worker or the signal handling. The guard writes out the
+/// rest when dropped, waiting a second at most.
+fn init_logging(format: LogFormat) -> tracing_appender::non_blocking::WorkerGuard {
     let mut filter = EnvFilter::builder()
         .with_default_directive(LevelFilter::INFO.into())
         .from_env_lossy();
@@ -278,13 +283,18 @@ fn init_logging(format: LogFormat) {
             .expect("a target and a level make a valid directive");
         filter = filter.add_directive(directive);
     }
+    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .lossy(true)
+        .thread_name("scb-log")
+        .finish(std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(writer)
         // Each worker is a thread named scb-worker-N: which one logged says which one served.
         .with_thread_names(true);
     match format {
         LogFormat::Text => builder.with_ansi(std::io::stderr().is_terminal()).init(),
         LogFormat::Json => builder.json().init(),
     }
+    guard
 }

@@ -168,13 +168,21 @@ pub(crate) fn run(
             }
         }
         tracing::info!("shutting down: no new connections, in-flight requests may finish");
+        let access = running.access.take().map(|(_, writer)| writer);
         let handles = running.into_handles();
         for handle in &handles {
             handle.shutdown();
         }
-        anyhow::Ok(handles)
+        anyhow::Ok((handles, access))
     })?;
+    let (handles, access) = handles;
     handles.into_iter().for_each(ServerHandle::join);
+    // The last requests' lines; a pipe nobody reads gets a few seconds, not forever.
+    if let Some(access) = access
+        && !access.close(Duration::from_secs(5))
+    {
+        tracing::warn!("the access log could not be written out in 5 s");
+    }
     tracing::info!("stopped");
     Ok(())
 }

@@ -177,6 +177,34 @@ fn a_log_reader_that_stops_reading_never_stalls_the_workers() {
     let scrape = get(metrics, "/metrics");
     let dropped = metric(scrape.text(), "scb_access_log_dropped_total").unwrap_or(0.0);
     assert!(dropped > 0.0, "nothing dropped:\n{}", scrape.text());
+
+    // A reload during the fault: the process's own log lines (SIGHUP, reloaded) go to
+    // the same full pipe, and must not stop the reload either. The access log moves to
+    // a file; the old writer, stuck on the pipe, is left behind without a worker waiting
+    // for it.
+    let log = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("access-moved-{}.log", std::process::id()));
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\nworkers = 1\n[log]\naccess = {{ path = {:?} }}\n\
+             [[listen]]\naddr = \"{addr}\"\n\
+             [metrics]\nlisten = \"{metrics}\"\n\
+             [[route]]\npath = \"/hello\"\nrespond = {{ body = \"moved\" }}\n",
+            log.display().to_string()
+        ),
+    )
+    .unwrap();
+    let pid = rustix::process::Pid::from_raw(i32::try_from(child.id()).unwrap()).unwrap();
+    rustix::process::kill_process(pid, Signal::HUP).unwrap();
+    // Reloaded once the new route answers; the file then gets its lines.
+    let deadline = Instant::now() + TIMEOUT;
+    while get(addr, "/hello").text() != "moved" {
+        assert!(Instant::now() < deadline, "the reload did not happen");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert!(lines(&log, 1)[0].contains("\"GET /hello HTTP/1.1\" 200 5"));
+    let _ = std::fs::remove_file(&log);
     let _ = child.kill();
     let _ = child.wait();
     drop(stderr);

@@ -601,6 +601,7 @@ mod tests {
             fastrand::u64(..)
         ));
         let writer = AccessLogWriter::file(&path, AccessLogFormat::Json).unwrap();
+        let log = writer.clone();
         let names: RouteNames =
             Arc::new(|path: &str| path.starts_with("/api").then(|| Arc::from("api")));
         let proxied = service_fn(|_req: Request<Body>| async {
@@ -632,8 +633,7 @@ mod tests {
             secure: false,
         });
         svc.oneshot(req).await.unwrap();
-        // The service (and the layer's clone of the writer) is gone: the drop of the last
-        // clone wrote the queue out.
+        assert!(log.close(std::time::Duration::from_secs(10)));
         let line = std::fs::read_to_string(&path).unwrap();
         let _ = std::fs::remove_file(&path);
         for field in [

@@ -37,7 +37,9 @@ const WRITE_AT: usize = 64 * 1024;
 /// worker goes on: it never blocks on the log. Lines are written whole.
 ///
 /// Clones share the thread. When the last clone is dropped, the thread writes what is
-/// buffered, and the drop waits for it.
+/// buffered and ends; nothing waits for it (a worker dropping the last clone must not
+/// wait on a full pipe). Before a process exits, [`close`](Self::close) writes out what
+/// is buffered, waiting a bounded time.
 ///
 /// Written here rather than taken from `tracing-appender`: its non-blocking writer
 /// queues formatted lines through a channel (a wake-up per line, and the worker
@@ -53,7 +55,8 @@ struct Shared {
     buffers: Arc<Buffers>,
     format: AccessLogFormat,
     path: Option<PathBuf>,
-    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Told (by dropping its sender) when the thread ends.
+    ended: Mutex<std::sync::mpsc::Receiver<()>>,
 }
 
 /// What the workers and the thread share.
@@ -151,15 +154,19 @@ impl AccessLogWriter {
             woken: Condvar::new(),
         });
         let theirs = Arc::clone(&buffers);
-        let thread = std::thread::Builder::new()
+        let (ending, ended) = std::sync::mpsc::channel::<()>();
+        std::thread::Builder::new()
             .name("scb-access-log".to_owned())
-            .spawn(move || write_loop(&theirs, output, format))?;
+            .spawn(move || {
+                let _ending = ending;
+                write_loop(&theirs, output, format);
+            })?;
         Ok(Self {
             shared: Arc::new(Shared {
                 buffers,
                 format,
                 path,
-                thread: Mutex::new(Some(thread)),
+                ended: Mutex::new(ended),
             }),
         })
     }
@@ -187,10 +194,31 @@ impl AccessLogWriter {
         self.shared.buffers.wake();
     }
 
+    /// Writes out what is buffered and stops the thread, waiting at most `timeout` for
+    /// it (a full pipe may never drain). Whether everything was written. Records sent
+    /// afterwards are dropped.
+    pub fn close(&self, timeout: Duration) -> bool {
+        let buffers = &self.shared.buffers;
+        buffers.closed.store(true, Ordering::Release);
+        buffers.wake();
+        let ended = self
+            .shared
+            .ended
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        matches!(
+            ended.recv_timeout(timeout),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected)
+        )
+    }
+
     /// Leaves `record` in this thread's buffer, or drops and counts it when the buffer
     /// is full.
     pub(crate) fn send(&self, record: Record) {
         let buffers = &*self.shared.buffers;
+        if buffers.closed.load(Ordering::Relaxed) {
+            return;
+        }
         let shard = &buffers.shards[shard_index() % buffers.shards.len()];
         let mut buffer = shard.lock().unwrap_or_else(PoisonError::into_inner);
         if buffer.len() >= buffers.per_shard {
@@ -213,14 +241,6 @@ impl Drop for Shared {
         // The thread writes what is buffered, then ends.
         self.buffers.closed.store(true, Ordering::Release);
         self.buffers.wake();
-        let thread = self
-            .thread
-            .get_mut()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        if let Some(thread) = thread {
-            let _ = thread.join();
-        }
     }
 }
 
@@ -352,12 +372,26 @@ mod tests {
         assert!(dropped >= 1000 - 8, "{dropped}");
         assert!(dropped < 1000);
         open.send(()).unwrap();
-        // Dropping the last clone writes what was queued and waits for it.
-        drop(writer);
+        assert!(writer.close(Duration::from_secs(10)), "not written out");
         let lines = String::from_utf8(written.lock().unwrap().clone()).unwrap();
         let kept = lines.lines().count();
         assert_eq!(kept as u64, 1000 - dropped, "{lines}");
         assert!(lines.lines().all(|l| l.contains("\"GET / HTTP/1.1\" 200 ")));
+    }
+
+    #[test]
+    fn close_gives_up_on_an_output_that_never_drains() {
+        let (_never, gate) = channel();
+        let output = Output::Test(Box::new(Gate {
+            open: gate,
+            written: Arc::default(),
+            waited: false,
+        }));
+        let writer = AccessLogWriter::spawn(output, None, AccessLogFormat::Combined, 1, 4).unwrap();
+        writer.send(record(1));
+        assert!(!writer.close(Duration::from_millis(200)));
+        // Dropping the last clone does not wait either.
+        drop(writer);
     }
 
     #[test]
@@ -380,7 +414,7 @@ mod tests {
         std::fs::rename(&path, &rotated).unwrap();
         writer.reopen();
         writer.send(record(2));
-        drop(writer);
+        assert!(writer.close(Duration::from_secs(10)));
         let old = std::fs::read_to_string(&rotated).unwrap();
         let new = std::fs::read_to_string(&path).unwrap();
         assert!(old.contains("\"bytes\":1,"), "{old}");
