@@ -144,6 +144,11 @@ impl ReverseProxy {
         self.start_active_checks();
         let shared = &*self.shared;
         let config = &shared.settings;
+        // The access log asks; the extension costs allocations nobody else needs.
+        let name_upstream = req
+            .extensions()
+            .get::<scb_core::access_log::WantsUpstream>()
+            .is_some();
         // scb's server refuses these already; a proxy inside another server (axum) must
         // not forward a Host that is not `host[:port]` either.
         let valid = |v: &[u8]| scb_core::http1::is_valid_host(v);
@@ -250,7 +255,16 @@ impl ReverseProxy {
                 Ok(Ok(head)) => {
                     state.metrics.response(sent.elapsed());
                     state.health.record_success(&state.metrics);
-                    return Ok(self.client_response(index, connection, head, client_upgrade));
+                    let mut response =
+                        self.client_response(index, connection, head, client_upgrade);
+                    if name_upstream {
+                        response
+                            .extensions_mut()
+                            .insert(scb_core::access_log::UpstreamAddr(
+                                state.upstream.authority().clone(),
+                            ));
+                    }
+                    return Ok(response);
                 }
                 Ok(Err(SendError::Unsent(e))) => {
                     if reused {
@@ -342,10 +356,6 @@ impl ReverseProxy {
             return e.into_response();
         }
         forward::strip_hop_by_hop(&mut parts.headers);
-        // For the access log: which upstream answered.
-        parts.extensions.insert(scb_core::access_log::UpstreamAddr(
-            self.shared.upstreams[index].upstream.authority.clone(),
-        ));
         let body = match Start::new(connection, framing, keep_alive) {
             Start::Complete { body, reusable } => {
                 if let Some(connection) = reusable {

@@ -1856,3 +1856,29 @@ async fn invalid_chunk_sizes_get_400_and_nothing_whole_reaches_the_upstream() {
         }
     }
 }
+
+#[tokio::test]
+async fn the_upstream_is_named_on_the_response_only_when_the_access_log_asks() {
+    let up = HttpUpstream::spawn(|_req: Request<hyper::body::Incoming>| async move {
+        Response::new(Body::from("ok"))
+    })
+    .await;
+    let proxy = proxy_to(up.addr, |b| b);
+    let res = proxy.clone().oneshot(get("/")).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert!(
+        res.extensions()
+            .get::<scb_core::access_log::UpstreamAddr>()
+            .is_none()
+    );
+    let mut asking = get("/");
+    asking
+        .extensions_mut()
+        .insert(scb_core::access_log::WantsUpstream);
+    let res = proxy.oneshot(asking).await.unwrap();
+    let named = res
+        .extensions()
+        .get::<scb_core::access_log::UpstreamAddr>()
+        .expect("the upstream, asked for");
+    assert_eq!(named.0.as_str(), up.addr.to_string());
+}

@@ -4,7 +4,8 @@
 //! address (through [`TrustedProxies`] when set), the host, method, path and query,
 //! protocol, status, body bytes, duration, user agent and referer, the route's name (with
 //! [`route_names`](AccessLogLayer::route_names)) and, for a proxied request, the
-//! upstream that answered (the [`UpstreamAddr`] response extension scb-proxy sets).
+//! upstream that answered (the [`UpstreamAddr`] response extension scb-proxy sets when
+//! the request carries [`WantsUpstream`], which this layer adds).
 //!
 //! Records go to one of two places:
 //!
@@ -93,6 +94,11 @@ pub const TARGET: &str = "scb::access";
 /// records. scb-proxy's `ReverseProxy` sets it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UpstreamAddr(pub Authority);
+
+/// Asks for [`UpstreamAddr`]: a request extension the access log adds when it records,
+/// so that a proxy adds the response extension (a few allocations) only then.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WantsUpstream;
 
 /// Names the route a request path goes to, for the access log's `route` field.
 pub type RouteNames = Arc<dyn Fn(&str) -> Option<Arc<str>> + Send + Sync>;
@@ -230,7 +236,7 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, req: Request<ReqB>) -> Self::Future {
+    fn call(&mut self, mut req: Request<ReqB>) -> Self::Future {
         let settings = &*self.settings;
         // With the tracing sink this is the one check on the disabled path: everything
         // else is captured only when a record will be made.
@@ -280,6 +286,11 @@ where
                 record,
             }
         });
+        if entry.is_some() {
+            // A zero-sized value: no allocation, one slot in the map the server's
+            // `ConnectInfo` and the request id are in already.
+            req.extensions_mut().insert(WantsUpstream);
+        }
         ResponseFuture {
             inner: self.inner.call(req),
             entry,
