@@ -80,8 +80,8 @@ struct Cli {
 enum Command {
     /// Run the server until SIGTERM or SIGINT.
     ///
-    /// Binds every [[listen]] (or takes the socket systemd passed for it), starts one
-    /// worker thread per CPU ([server] workers), and serves until SIGTERM or SIGINT,
+    /// Binds every `[[listen]]` (or takes the socket systemd passed for it), starts one
+    /// worker thread per CPU (`[server] workers`), and serves until SIGTERM or SIGINT,
     /// then drains. SIGHUP reloads the config, SIGUSR1 reopens the access log; see
     /// `scb --help`.
     Run {
