@@ -26,13 +26,12 @@ use std::net::IpAddr;
 use http::HeaderMap;
 use ipnet::IpNet;
 
-/// Which clients may tell us who *their* client was.
+/// A list of networks (`10.0.0.0/8`, `::1/128`; a bare address is a /32 or /128).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct TrustedProxies(Vec<IpNet>);
+pub struct Networks(Vec<IpNet>);
 
-impl TrustedProxies {
-    /// Trust the given networks (`10.0.0.0/8`, `::1/128`, a bare address is a /32 or
-    /// /128). Defaults to none.
+impl Networks {
+    /// The networks and addresses given.
     ///
     /// # Errors
     ///
@@ -52,11 +51,37 @@ impl TrustedProxies {
             .map(Self)
     }
 
-    /// Whether `ip` is one of the trusted proxies (IPv4-mapped IPv6 addresses count as
+    /// Whether `ip` is in one of the networks (IPv4-mapped IPv6 addresses count as
     /// their IPv4 address).
-    pub fn trusts(&self, ip: IpAddr) -> bool {
+    pub fn contains(&self, ip: IpAddr) -> bool {
         let ip = ip.to_canonical();
         self.0.iter().any(|net| net.contains(&ip))
+    }
+
+    /// Whether the list is empty.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// Which clients may tell us who *their* client was.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TrustedProxies(Networks);
+
+impl TrustedProxies {
+    /// Trust the given networks (`10.0.0.0/8`, `::1/128`, a bare address is a /32 or
+    /// /128). Defaults to none.
+    ///
+    /// # Errors
+    ///
+    /// The first entry that is neither a network nor an address, and its position.
+    pub fn new<'a>(nets: impl IntoIterator<Item = &'a str>) -> Result<Self, InvalidNetwork> {
+        Networks::new(nets).map(Self)
+    }
+
+    /// Whether `ip` is one of the trusted proxies.
+    pub fn trusts(&self, ip: IpAddr) -> bool {
+        self.0.contains(ip)
     }
 
     /// Whether no proxy is trusted (the default).
@@ -65,7 +90,7 @@ impl TrustedProxies {
     }
 }
 
-/// An entry given to [`TrustedProxies::new`] that is neither a network nor an address.
+/// An entry given to [`Networks::new`] that is neither a network nor an address.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{entry:?} is neither a network (10.0.0.0/8) nor an address")]
 #[non_exhaustive]

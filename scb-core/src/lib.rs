@@ -24,14 +24,18 @@ pub mod body;
 pub mod catch_panic;
 pub mod client_ip;
 pub mod date;
+pub mod header_rules;
 pub mod health;
 pub mod http1;
 pub mod https;
+pub mod ip_filter;
 pub mod metrics;
+pub mod redirect;
 pub mod request_id;
 pub mod respond;
 pub mod router;
 pub mod server;
+pub mod virtual_hosts;
 
 pub use body::{Body, FileRegion, FileStamp};
 
