@@ -26,7 +26,11 @@
 //! # async fn main() {
 //! let rules = HeaderRulesLayer::new()
 //!     .response(HeaderRules::new().set("x-served-for", "{host}").unwrap().remove("server").unwrap());
-//! let svc = rules.layer(Respond::new(StatusCode::OK).header("server", "app").unwrap());
+//! let app = Respond::new(StatusCode::OK).header(
+//!     http::header::SERVER,
+//!     http::HeaderValue::from_static("app"),
+//! );
+//! let svc = rules.layer(app);
 //! let req = Request::get("/").header("host", "example.com").body(Body::empty()).unwrap();
 //! let res = svc.oneshot(req).await.unwrap();
 //! assert_eq!(res.headers()["x-served-for"], "example.com");
