@@ -12,15 +12,24 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::HeaderName;
+use http::StatusCode;
 use scb_core::access_log::AccessLogFormat;
+use scb_core::client_ip::{Networks, TrustedProxies};
+use scb_core::header_rules::{HeaderRules, HeaderRulesLayer};
 use scb_core::health::{HealthCheck, Readiness};
+use scb_core::ip_filter::IpFilterLayer;
+use scb_core::redirect::Redirect;
 use scb_core::respond::Respond;
 use scb_core::router::PathMatch;
 use scb_core::server::{Limits, Server};
+use scb_core::virtual_hosts::VirtualHosts;
 use scb_static::compress::CompressLayer;
 use toml::Spanned;
 
-use crate::config::{Config, ConfigError, Located, ProbesConfig, ProxyConfig, RouteConfig};
+use crate::config::{
+    Config, ConfigError, HeaderRulesConfig, HeadersConfig, Located, ProbesConfig, ProxyConfig,
+    RedirectConfig, RouteConfig, SiteConfig,
+};
 use crate::route::Handler;
 
 /// Everything `scb run` needs, checked.
@@ -30,8 +39,9 @@ pub(crate) struct Plan {
     pub(crate) server: Server,
     /// The request-id header, for the stacks' `RequestIdLayer`.
     pub(crate) request_id_header: HeaderName,
-    /// The routes, in config order.
-    pub(crate) routes: Arc<[RoutePlan]>,
+    /// The sites: the named ones in config order, then the default site (top-level
+    /// `[[route]]`s, or a `[[site]]` without `hosts`) if there is one.
+    pub(crate) sites: Arc<[SitePlan]>,
     /// The metrics endpoint, if configured.
     pub(crate) metrics: Option<MetricsPlan>,
     /// The listeners in config order, described for `scb check --print`.
@@ -87,15 +97,30 @@ pub(crate) struct HttpsPlan {
 /// The route label of requests no route matched; no route may take the name.
 pub(crate) const UNMATCHED: &str = "unmatched";
 
+/// One site: the hosts it answers for, its routes and its header rules.
+#[derive(Clone, Debug)]
+pub(crate) struct SitePlan {
+    /// Host names and `*.` wildcards; empty for the default site.
+    pub(crate) hosts: Vec<String>,
+    /// The routes, in config order.
+    pub(crate) routes: Arc<[RoutePlan]>,
+    /// The site's header rules (`headers`, `security_headers`); empty when none.
+    pub(crate) headers: HeaderRulesLayer,
+}
+
 /// One route: its name, how it matches, and what answers.
 #[derive(Clone, Debug)]
 pub(crate) struct RoutePlan {
-    /// The `route` label of its metrics and the access log; unique.
+    /// The `route` label of its metrics and the access log; unique across sites.
     pub(crate) name: Arc<str>,
-    /// Exact path or prefix; unique per kind.
+    /// Exact path or prefix; unique per kind within its site.
     pub(crate) matcher: PathMatch,
     /// What answers, turned into a service on each worker.
     pub(crate) handler: Handler,
+    /// The route's own header rules; empty when none.
+    pub(crate) headers: HeaderRulesLayer,
+    /// The route's `allow` and `deny`; letting everyone through when none.
+    pub(crate) ip_filter: IpFilterLayer,
 }
 
 /// Where the Prometheus endpoint listens.
@@ -138,6 +163,15 @@ impl Parsed {
 }
 
 impl Plan {
+    /// The default site's routes (none when every site is named).
+    #[cfg(test)]
+    pub(crate) fn routes(&self) -> &[RoutePlan] {
+        self.sites
+            .iter()
+            .find(|s| s.hosts.is_empty())
+            .map_or(&[], |s| &s.routes)
+    }
+
     /// Reads, parses and checks `file`.
     pub(crate) fn load(file: &Path) -> Result<Self, ConfigError> {
         Self::parse(file)?.plan()
@@ -175,13 +209,19 @@ impl Plan {
         Ok(Self {
             server: server.limits(limits.clone()),
             request_id_header: HeaderName::from_static("x-request-id"),
-            routes: Arc::from([RoutePlan {
-                name: "static".into(),
-                matcher: PathMatch::Prefix("/".to_owned()),
-                handler: Handler::Static {
-                    files,
-                    compress: compress.then(CompressLayer::new),
-                },
+            sites: Arc::from([SitePlan {
+                hosts: Vec::new(),
+                routes: Arc::from([RoutePlan {
+                    name: "static".into(),
+                    matcher: PathMatch::Prefix("/".to_owned()),
+                    handler: Handler::Static {
+                        files,
+                        compress: compress.then(CompressLayer::new),
+                    },
+                    headers: HeaderRulesLayer::new(),
+                    ip_filter: IpFilterLayer::new(),
+                }]),
+                headers: HeaderRulesLayer::new(),
             }]),
             metrics: None,
             listeners: vec![(listen, "plain")],
@@ -234,12 +274,18 @@ impl Plan {
         let listen = listen_addrs(config)?;
         let (server, https) = listeners(config, server)?;
         let metrics = metrics(config, &listen)?;
-        let routes = routes(&config.route, &readiness)?;
+        let trusted_proxies = match &config.server.trusted_proxies {
+            None => scb_core::client_ip::TrustedProxies::default(),
+            Some(entries) => {
+                crate::config::convert::trusted_proxies(entries).map_err(|e| e.within("server"))?
+            }
+        };
+        let sites = sites(config, &readiness, &trusted_proxies)?;
 
         Ok(Self {
             server,
             request_id_header,
-            routes: routes.into(),
+            sites: sites.into(),
             metrics,
             listeners: config
                 .listen
@@ -264,11 +310,7 @@ impl Plan {
                     }),
                 }),
             },
-            trusted_proxies: match &config.server.trusted_proxies {
-                None => scb_core::client_ip::TrustedProxies::default(),
-                Some(entries) => crate::config::convert::trusted_proxies(entries)
-                    .map_err(|e| e.within("server"))?,
-            },
+            trusted_proxies,
             grace_period,
             limits,
             https,
@@ -512,9 +554,175 @@ fn derive_name(path: &str) -> String {
     }
 }
 
+/// The sites: `[[site]]`s with `hosts` in order, then the default site, which is the
+/// top-level `[[route]]`s or a `[[site]]` without `hosts` (not both).
+fn sites(
+    config: &Config,
+    readiness: &Readiness,
+    trusted: &TrustedProxies,
+) -> Result<Vec<SitePlan>, Located> {
+    let mut named = Vec::new();
+    let mut default: Option<SitePlan> = None;
+    // Host names are checked here, with their place in the file, as VirtualHosts will.
+    let mut hosts_seen = VirtualHosts::<()>::new();
+    // Route names are metric labels: unique across sites. Name -> where.
+    let mut names: HashMap<Arc<str>, String> = HashMap::new();
+    for (i, site) in config.site.iter().enumerate() {
+        let key = format!("site[{i}]");
+        let plan = site_plan(site.get_ref(), readiness, trusted).map_err(|e| e.within(&key))?;
+        if let Some(hosts) = &site.get_ref().hosts {
+            if hosts.get_ref().is_empty() {
+                return Err(Located::at(
+                    hosts,
+                    format!("{key}.hosts"),
+                    "names no host: leave `hosts` out for the default site",
+                ));
+            }
+            for (j, host) in hosts.get_ref().iter().enumerate() {
+                hosts_seen = hosts_seen
+                    .site([host.get_ref().as_str()], ())
+                    .map_err(|e| Located::at(host, format!("{key}.hosts[{j}]"), e))?;
+            }
+            unique_names(&plan, &key, site.get_ref(), &mut names)?;
+            named.push(plan);
+        } else {
+            if !config.route.is_empty() {
+                return Err(Located::at(
+                    site,
+                    key,
+                    "a [[site]] without `hosts` is the default site, and the top-level \
+                     [[route]]s are too: move them into it",
+                ));
+            }
+            if default.is_some() {
+                return Err(Located::at(site, key, "a second [[site]] without `hosts`"));
+            }
+            unique_names(&plan, &key, site.get_ref(), &mut names)?;
+            default = Some(plan);
+        }
+    }
+    if config.site.iter().all(|s| s.get_ref().hosts.is_some()) {
+        // The top-level routes, unless every site is named and there are none.
+        if !config.route.is_empty() || config.site.is_empty() {
+            let routes = routes(&config.route, readiness, trusted, None)?;
+            let plan = SitePlan {
+                hosts: Vec::new(),
+                routes: routes.into(),
+                headers: HeaderRulesLayer::new(),
+            };
+            for (j, route) in plan.routes.iter().enumerate() {
+                if let Some(other) = names.get(&route.name) {
+                    return Err(Located::at(
+                        &config.route[j],
+                        format!("route[{j}].name"),
+                        format_args!("{:?} is already the name of {other}", &*route.name),
+                    ));
+                }
+            }
+            default = Some(plan);
+        }
+    }
+    named.extend(default);
+    Ok(named)
+}
+
+/// Fails when a route of `plan` (site `key`) has a name another site's route has.
+fn unique_names(
+    plan: &SitePlan,
+    key: &str,
+    config: &SiteConfig,
+    names: &mut HashMap<Arc<str>, String>,
+) -> Result<(), Located> {
+    for (j, route) in plan.routes.iter().enumerate() {
+        let here = format!("{key}.route[{j}]");
+        if let Some(other) = names.get(&route.name) {
+            return Err(Located::at(
+                &config.route[j],
+                format!("{here}.name"),
+                format_args!(
+                    "{:?} is already the name of {other}: route names are metric labels, \
+                     unique across sites",
+                    &*route.name
+                ),
+            ));
+        }
+        names.insert(Arc::clone(&route.name), here);
+    }
+    Ok(())
+}
+
+/// One `[[site]]`'s plan (keys relative to the site).
+fn site_plan(
+    site: &SiteConfig,
+    readiness: &Readiness,
+    trusted: &TrustedProxies,
+) -> Result<SitePlan, Located> {
+    let hosts: Vec<String> = site
+        .hosts
+        .as_ref()
+        .map(|h| h.get_ref().iter().map(|h| h.get_ref().clone()).collect())
+        .unwrap_or_default();
+    // Derived route names of a named site start with its first host, so that two sites'
+    // `/` routes are not both `root`.
+    let routes = routes(
+        &site.route,
+        readiness,
+        trusted,
+        hosts.first().map(String::as_str),
+    )?;
+    let mut layer = HeaderRulesLayer::new().trusted_proxies(trusted.clone());
+    let (mut request, mut response) = match &site.headers {
+        Some(headers) => header_rules(headers.get_ref()).map_err(|e| e.within("headers"))?,
+        None => (HeaderRules::new(), HeaderRules::new()),
+    };
+    if site.security_headers {
+        response = response.and(&HeaderRules::security());
+    }
+    if !request.is_empty() {
+        layer = layer.request(std::mem::take(&mut request));
+    }
+    if !response.is_empty() {
+        layer = layer.response(response);
+    }
+    Ok(SitePlan {
+        hosts,
+        routes: routes.into(),
+        headers: layer,
+    })
+}
+
+/// `headers = { request, response }` as two rule sets.
+fn header_rules(config: &HeadersConfig) -> Result<(HeaderRules, HeaderRules), Located> {
+    let one = |rules: &HeaderRulesConfig, key: &str| -> Result<HeaderRules, Located> {
+        let mut out = HeaderRules::new();
+        for name in &rules.remove {
+            out = out
+                .remove(name.get_ref())
+                .map_err(|e| Located::at(name, format!("{key}.remove"), e))?;
+        }
+        for (name, value) in &rules.set {
+            out = out
+                .set(name, value.get_ref())
+                .map_err(|e| Located::at(value, format!("{key}.set.{name}"), e))?;
+        }
+        for (name, value) in &rules.add {
+            out = out
+                .add(name, value.get_ref())
+                .map_err(|e| Located::at(value, format!("{key}.add.{name}"), e))?;
+        }
+        Ok(out)
+    };
+    Ok((
+        one(&config.request, "request")?,
+        one(&config.response, "response")?,
+    ))
+}
+
 fn routes(
     configs: &[Spanned<RouteConfig>],
     readiness: &Readiness,
+    trusted: &TrustedProxies,
+    site: Option<&str>,
 ) -> Result<Vec<RoutePlan>, Located> {
     let mut plans = Vec::with_capacity(configs.len());
     // Name -> index of the route that has it; path -> index, per match kind.
@@ -522,7 +730,8 @@ fn routes(
     let mut paths: HashMap<PathMatch, usize> = HashMap::new();
     for (i, config) in configs.iter().enumerate() {
         let key = format!("route[{i}]");
-        let (plan, field, path) = route(config, readiness).map_err(|e| e.within(&key))?;
+        let (plan, field, path) =
+            route(config, readiness, trusted, site).map_err(|e| e.within(&key))?;
         if let Some(&first) = paths.get(&plan.matcher) {
             return Err(Located::at(
                 path,
@@ -563,6 +772,8 @@ fn routes(
 fn route<'a>(
     config: &'a Spanned<RouteConfig>,
     readiness: &Readiness,
+    trusted: &TrustedProxies,
+    site: Option<&str>,
 ) -> Result<(RoutePlan, &'static str, &'a Spanned<String>), Located> {
     let route = config.get_ref();
     let (matcher, field, path) = match (&route.path, &route.prefix) {
@@ -607,7 +818,10 @@ fn route<'a>(
         }
         None => {
             let (PathMatch::Exact(p) | PathMatch::Prefix(p)) = &matcher;
-            derive_name(p).into()
+            match site {
+                Some(host) => format!("{host}{}", p.trim_end_matches('/')).into(),
+                None => derive_name(p).into(),
+            }
         }
     };
     if &*name == UNMATCHED {
@@ -619,11 +833,39 @@ fn route<'a>(
             format_args!("{UNMATCHED:?} is the name of requests no route matches"),
         ));
     }
-    let handler = handler(config, &matcher, readiness)?;
+    let handler = handler(config, &matcher, readiness, site.is_some())?;
+    let mut headers = HeaderRulesLayer::new().trusted_proxies(trusted.clone());
+    if let Some(rules) = &route.headers {
+        let (request, response) = header_rules(rules.get_ref()).map_err(|e| e.within("headers"))?;
+        if !request.is_empty() {
+            headers = headers.request(request);
+        }
+        if !response.is_empty() {
+            headers = headers.response(response);
+        }
+    }
+    let networks = |list: &Option<Vec<Spanned<String>>>, key: &str| {
+        list.as_ref()
+            .map(|entries| {
+                Networks::new(entries.iter().map(|e| e.get_ref().as_str())).map_err(|bad| {
+                    Located::at(&entries[bad.index], format!("{key}[{}]", bad.index), bad)
+                })
+            })
+            .transpose()
+    };
+    let mut ip_filter = IpFilterLayer::new().trusted_proxies(trusted.clone());
+    if let Some(allow) = networks(&route.allow, "allow")? {
+        ip_filter = ip_filter.allow(allow);
+    }
+    if let Some(deny) = networks(&route.deny, "deny")? {
+        ip_filter = ip_filter.deny(deny);
+    }
     let plan = RoutePlan {
         name,
         matcher,
         handler,
+        headers,
+        ip_filter,
     };
     Ok((plan, field, path))
 }
@@ -633,6 +875,7 @@ fn handler(
     config: &Spanned<RouteConfig>,
     matcher: &PathMatch,
     readiness: &Readiness,
+    named_site: bool,
 ) -> Result<Handler, Located> {
     let route = config.get_ref();
     // `health = false` is as good as absent.
@@ -642,6 +885,7 @@ fn handler(
         ("health", health.map(Spanned::span)),
         ("static", route.static_files.as_ref().map(Spanned::span)),
         ("proxy", route.proxy.as_ref().map(Spanned::span)),
+        ("redirect", route.redirect.as_ref().map(Spanned::span)),
     ]
     .into_iter()
     .filter_map(|(key, span)| Some((key, span?)))
@@ -671,12 +915,46 @@ fn handler(
     if let Some(proxy) = &route.proxy {
         return proxy_handler(proxy.get_ref(), matcher).map_err(|e| e.within("proxy"));
     }
+    if let Some(redirect) = &route.redirect {
+        return redirect_handler(redirect.get_ref(), matcher, named_site)
+            .map_err(|e| e.within("redirect"));
+    }
     Err(Located::at(
         config,
         "",
-        "a route needs a handler: `respond = { ... }`, `static = { ... }`, `proxy = { ... }` \
-         or `health = true`",
+        "a route needs a handler: `respond = { ... }`, `static = { ... }`, `proxy = { ... }`, \
+         `redirect = { ... }` or `health = true`",
     ))
+}
+
+/// A redirect route. `{host}` is refused on the default site, which takes any host: a
+/// client could send its own and be redirected there.
+fn redirect_handler(
+    config: &RedirectConfig,
+    matcher: &PathMatch,
+    named_site: bool,
+) -> Result<Handler, Located> {
+    let mut redirect =
+        Redirect::to(config.to.get_ref()).map_err(|e| Located::at(&config.to, "to", e))?;
+    if redirect.uses_host() && !named_site {
+        return Err(Located::at(
+            &config.to,
+            "to",
+            "{host} is only for routes of a [[site]] with `hosts`: the default site takes \
+             any host, and a client could choose where it is sent",
+        ));
+    }
+    if let Some(status) = &config.status {
+        let code = StatusCode::from_u16(*status.get_ref())
+            .map_err(|_| Located::at(status, "status", "not an HTTP status"))?;
+        redirect = redirect
+            .status(code)
+            .map_err(|e| Located::at(status, "status", e))?;
+    }
+    if let PathMatch::Prefix(prefix) = matcher {
+        redirect = redirect.prefix(prefix);
+    }
+    Ok(Handler::Redirect(redirect))
 }
 
 /// A proxy route: the settings, plus `strip_prefix`, which strips the route's own prefix.

@@ -13,6 +13,7 @@ use http::{Request, Response};
 use pin_project_lite::pin_project;
 use scb_core::Body;
 use scb_core::health::HealthCheck;
+use scb_core::redirect::Redirect;
 use scb_core::respond::Respond;
 use scb_proxy::ReverseProxy;
 use scb_static::ServeStatic;
@@ -40,6 +41,8 @@ pub(crate) enum Handler {
     /// A reverse proxy. Its upstream state (health, balancing, in-flight counts) is shared
     /// by every worker; each worker's service has a connection pool of its own.
     Proxy(ReverseProxy),
+    /// A redirect.
+    Redirect(Redirect),
 }
 
 impl Handler {
@@ -57,6 +60,7 @@ impl Handler {
                 compress: Some(layer),
             } => RouteService::CompressedStatic(layer.layer(files.clone())),
             Self::Proxy(proxy) => RouteService::Proxy(proxy.with_own_pool()),
+            Self::Redirect(redirect) => RouteService::Redirect(redirect.clone()),
         }
     }
 }
@@ -74,6 +78,8 @@ pub(crate) enum RouteService {
     CompressedStatic(Compress<ServeStatic>),
     /// A reverse proxy with this worker's connection pool.
     Proxy(ReverseProxy),
+    /// A redirect.
+    Redirect(Redirect),
 }
 
 impl Service<Request<Body>> for RouteService {
@@ -88,6 +94,7 @@ impl Service<Request<Body>> for RouteService {
             Self::Static(svc) => Service::<Request<Body>>::poll_ready(svc, cx),
             Self::CompressedStatic(svc) => Service::<Request<Body>>::poll_ready(svc, cx),
             Self::Proxy(svc) => Service::<Request<Body>>::poll_ready(svc, cx),
+            Self::Redirect(svc) => Service::<Request<Body>>::poll_ready(svc, cx),
         }
     }
 
@@ -107,6 +114,10 @@ impl Service<Request<Body>> for RouteService {
                 future: svc.call(req),
             },
             Self::Proxy(svc) => ResponseFuture::Proxy {
+                future: svc.call(req),
+            },
+            // An answer ready at once, like a fixed response's.
+            Self::Redirect(svc) => ResponseFuture::Respond {
                 future: svc.call(req),
             },
         }

@@ -10,7 +10,7 @@ use scb_core::access_log::{AccessLogFormat, AccessLogLayer, AccessLogWriter};
 use scb_core::health::Readiness;
 use scb_core::server::{Server, ServerHandle, WorkerInfo, shutdown_signal};
 
-use crate::plan::{AccessPlan, MetricsPlan, Plan, RoutePlan};
+use crate::plan::{AccessPlan, MetricsPlan, Plan, SitePlan};
 use crate::stack::{self, AppService, MetricsService};
 use crate::switch::{Maker, Switch};
 use crate::{activation, upgrade};
@@ -467,17 +467,17 @@ fn app_maker(
     addrs: &[std::net::SocketAddr],
     access: Option<&AccessLogWriter>,
 ) -> anyhow::Result<Maker<AppService>> {
-    let routes: Arc<[RoutePlan]> = Arc::clone(&plan.routes);
+    let sites: Arc<[SitePlan]> = Arc::clone(&plan.sites);
     let header = plan.request_id_header.clone();
     let https = stack::Https::new(&plan.https, addrs);
     let mut access_log = AccessLogLayer::new()
         .trusted_proxies(plan.trusted_proxies.clone())
-        .route_names(stack::route_names(&routes)?);
+        .route_names(stack::route_names(&sites)?);
     if let Some(writer) = access {
         access_log = access_log.writer(writer.clone());
     }
     Ok(Arc::new(move || {
-        Ok(stack::app(&routes, &header, &https, &access_log)?)
+        Ok(stack::app(&sites, &header, &https, &access_log)?)
     }))
 }
 

@@ -1,9 +1,12 @@
 //! The tower stacks the binary serves, built once per worker.
 //!
 //! ```text
-//! main server:    RequestId -> AccessLog -> CatchPanic -> [RedirectHttps] -> [Hsts] -> Router
-//!                   routes:   Metrics(route name) -> RouteService
-//!                   fallback: Metrics("unmatched") -> NotFound
+//! main server:    RequestId -> AccessLog -> CatchPanic -> [RedirectHttps] -> [Hsts]
+//!                   -> VirtualHosts by host (only when there are named sites)
+//!                   each site: HeaderRules (site) -> Router
+//!                     routes:   Metrics(route name) -> IpFilter -> HeaderRules (route)
+//!                               -> RouteService
+//!                     fallback: Metrics("unmatched") -> NotFound
 //! metrics server: RequestId -> Router
 //!                   [metrics].path -> RenderMetrics, [health] paths -> HealthCheck,
 //!                   fallback NotFound
@@ -25,21 +28,26 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use scb_core::Body;
 use scb_core::access_log::{AccessLog, AccessLogLayer, RouteNames};
 use scb_core::catch_panic::{CatchPanic, CatchPanicLayer};
+use scb_core::header_rules::HeaderRulesService;
 use scb_core::health::{HealthCheck, Readiness};
 use scb_core::https::{Hsts, HstsLayer, RedirectHttps, RedirectHttpsLayer};
+use scb_core::ip_filter::IpFilter;
 use scb_core::metrics::{Metrics, MetricsLayer};
 use scb_core::request_id::{RequestId, RequestIdLayer};
 use scb_core::router::{BoxRoute, NotFound, PathMatch, Router, RouterError};
+use scb_core::virtual_hosts::{VirtualHosts, VirtualHostsError};
 use tower::util::Either;
 use tower::{Layer, Service, ServiceBuilder};
 
-use crate::plan::{RoutePlan, UNMATCHED};
+use crate::plan::{SitePlan, UNMATCHED};
 use crate::route::RouteService;
 
-/// The routes with the https layers a config may add.
-type Routed =
-    Either<RedirectHttps<Either<Hsts<AppRouter>, AppRouter>>, Either<Hsts<AppRouter>, AppRouter>>;
-type AppRouter = Router<Metrics<RouteService>, Metrics<NotFound>>;
+/// The sites with the https layers a config may add.
+type Routed = Either<RedirectHttps<Either<Hsts<Sites>, Sites>>, Either<Hsts<Sites>, Sites>>;
+/// Chosen by host when there are named sites; the one site otherwise (no lookup).
+type Sites = Either<VirtualHosts<Site>, Site>;
+type Site = HeaderRulesService<SiteRouter>;
+type SiteRouter = Router<Metrics<IpFilter<HeaderRulesService<RouteService>>>, Metrics<NotFound>>;
 
 /// The main server's stack on one worker.
 pub(crate) type AppService = RequestId<AccessLog<CatchPanic<Routed>>>;
@@ -87,17 +95,39 @@ impl Https {
 /// When the router refuses a route; a [`Plan`](crate::plan::Plan) has already refused
 /// everything the router would, so this is a bug if it happens.
 pub(crate) fn app(
-    routes: &[RoutePlan],
+    sites: &[SitePlan],
     header: &HeaderName,
     https: &Https,
     access_log: &AccessLogLayer,
-) -> Result<AppService, RouterError> {
-    let mut router = Router::new();
-    for route in routes {
-        let service = MetricsLayer::new(route.name.to_string()).layer(route.handler.service());
-        router = router.route(Arc::clone(&route.name), route.matcher.clone(), service)?;
-    }
-    let router = router.fallback(MetricsLayer::new(UNMATCHED).layer(NotFound));
+) -> Result<AppService, StackError> {
+    let site = |plan: &SitePlan| -> Result<Site, RouterError> {
+        let mut router = Router::new();
+        for route in plan.routes.iter() {
+            let service = ServiceBuilder::new()
+                .layer(MetricsLayer::new(route.name.to_string()))
+                .layer(route.ip_filter.clone())
+                .layer(route.headers.clone())
+                .service(route.handler.service());
+            router = router.route(Arc::clone(&route.name), route.matcher.clone(), service)?;
+        }
+        let router = router.fallback(MetricsLayer::new(UNMATCHED).layer(NotFound));
+        Ok(plan.headers.layer(router))
+    };
+    let sites: Sites = match sites {
+        [only] if only.hosts.is_empty() => Either::Right(site(only)?),
+        _ => {
+            let mut hosts = VirtualHosts::new();
+            for plan in sites {
+                let service = site(plan)?;
+                hosts = if plan.hosts.is_empty() {
+                    hosts.default_site(service)?
+                } else {
+                    hosts.site(plan.hosts.iter().map(String::as_str), service)?
+                };
+            }
+            Either::Left(hosts)
+        }
+    };
     Ok(ServiceBuilder::new()
         .layer(RequestIdLayer::new().header(header.clone()))
         .layer(access_log.clone())
@@ -110,19 +140,40 @@ pub(crate) fn app(
         .option_layer(https.hsts.as_ref().map(|(value, listeners)| {
             HstsLayer::new(value.clone()).only_on(listeners.iter().copied())
         }))
-        .service(router))
+        .service(sites))
 }
 
-/// Names a request path's route as the router of [`app`] will: the access log's `route`
-/// field (`unmatched` for the fallback).
-pub(crate) fn route_names(routes: &[RoutePlan]) -> Result<RouteNames, RouterError> {
-    let mut names = Router::<()>::new();
-    for route in routes {
-        names = names.route(Arc::clone(&route.name), route.matcher.clone(), ())?;
+/// Why a stack cannot be built; a [`Plan`](crate::plan::Plan) has refused everything
+/// that would cause it, so this is a bug if it happens.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum StackError {
+    #[error(transparent)]
+    Router(#[from] RouterError),
+    #[error(transparent)]
+    Sites(#[from] VirtualHostsError),
+}
+
+/// Names a request's route as the routers of [`app`] will: the access log's `route`
+/// field (`unmatched` for a site's fallback, none for a request no site takes).
+pub(crate) fn route_names(sites: &[SitePlan]) -> Result<RouteNames, StackError> {
+    let mut hosts = VirtualHosts::<()>::new();
+    let mut routers = Vec::with_capacity(sites.len());
+    for plan in sites {
+        let mut names = Router::<()>::new();
+        for route in plan.routes.iter() {
+            names = names.route(Arc::clone(&route.name), route.matcher.clone(), ())?;
+        }
+        routers.push(names);
+        hosts = if plan.hosts.is_empty() {
+            hosts.default_site(())?
+        } else {
+            hosts.site(plan.hosts.iter().map(String::as_str), ())?
+        };
     }
     let unmatched: Arc<str> = Arc::from(UNMATCHED);
-    Ok(Arc::new(move |path: &str| {
-        Some(Arc::clone(names.route_name(path).unwrap_or(&unmatched)))
+    Ok(Arc::new(move |host: Option<&str>, path: &str| {
+        let router = routers.get(hosts.site_for(host)?)?;
+        Some(Arc::clone(router.route_name(path).unwrap_or(&unmatched)))
     }))
 }
 
@@ -227,7 +278,7 @@ mod tests {
     async fn app_routes_by_path_and_sets_request_ids() {
         let plan = Plan::from_source(CONFIG).unwrap();
         let svc = app(
-            &plan.routes,
+            &plan.sites,
             &plan.request_id_header,
             &Https::default(),
             &AccessLogLayer::new(),
@@ -254,7 +305,7 @@ mod tests {
         let config = format!("[request_id]\nheader = \"X-Trace-Id\"\n{CONFIG}");
         let plan = Plan::from_source(&config).unwrap();
         let svc = app(
-            &plan.routes,
+            &plan.sites,
             &plan.request_id_header,
             &Https::default(),
             &AccessLogLayer::new(),

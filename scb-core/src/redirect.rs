@@ -82,6 +82,7 @@ enum Part {
 /// Answers every request with a redirect; see the [module documentation](self).
 #[derive(Clone, Debug)]
 pub struct Redirect {
+    template: Arc<str>,
     parts: Arc<[Part]>,
     status: StatusCode,
     prefix: Arc<str>,
@@ -129,6 +130,7 @@ impl Redirect {
             });
         }
         Ok(Self {
+            template: template.into(),
             parts: parts.into(),
             status: StatusCode::PERMANENT_REDIRECT,
             prefix: Arc::from(""),
@@ -154,6 +156,16 @@ impl Redirect {
     pub fn prefix(mut self, prefix: &str) -> Self {
         self.prefix = Arc::from(prefix.trim_end_matches('/'));
         self
+    }
+
+    /// The template, as given.
+    pub fn template(&self) -> &str {
+        &self.template
+    }
+
+    /// The status of the redirect.
+    pub fn status_code(&self) -> StatusCode {
+        self.status
     }
 
     /// Whether the template uses `{host}`.
@@ -188,6 +200,13 @@ impl Redirect {
                 }
                 Part::Rest => {
                     let rest = path.strip_prefix(&*self.prefix).unwrap_or(path);
+                    // One slash where the template and the rest meet: `/new{rest}` and
+                    // `/new/{rest}` both give `/new/a`.
+                    let rest = if out.ends_with('/') {
+                        rest.trim_start_matches('/')
+                    } else {
+                        rest
+                    };
                     if !rest.is_empty() && !rest.starts_with('/') && !out.ends_with('/') {
                         out.push('/');
                     }
@@ -261,6 +280,11 @@ mod tests {
             Some("/new/a/b")
         );
         assert_eq!(location(&r, "/old", "h").await.1.as_deref(), Some("/new"));
+        let r = Redirect::to("/new/{rest}").unwrap().prefix("/old/");
+        assert_eq!(
+            location(&r, "/old/a", "h").await.1.as_deref(),
+            Some("/new/a")
+        );
     }
 
     #[tokio::test]

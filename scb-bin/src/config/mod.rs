@@ -51,6 +51,58 @@ pub(crate) struct Config {
     pub(crate) listen: Vec<ListenConfig>,
     #[serde(default)]
     pub(crate) route: Vec<Spanned<RouteConfig>>,
+    /// `[[site]]`: virtual hosts, each with its own routes. The top-level `[[route]]`s
+    /// are the default site's.
+    #[serde(default)]
+    pub(crate) site: Vec<Spanned<SiteConfig>>,
+}
+
+/// One `[[site]]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct SiteConfig {
+    /// Host names and `*.example.com` wildcards; absent: the default site.
+    pub(crate) hosts: Option<Spanned<Vec<Spanned<String>>>>,
+    /// Header rules for every request and response of the site.
+    pub(crate) headers: Option<Spanned<HeadersConfig>>,
+    /// `X-Content-Type-Options`, `Referrer-Policy` and `X-Frame-Options` on responses
+    /// that have none.
+    #[serde(default)]
+    pub(crate) security_headers: bool,
+    #[serde(default)]
+    pub(crate) route: Vec<Spanned<RouteConfig>>,
+}
+
+/// `headers = { request = { ... }, response = { ... } }`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct HeadersConfig {
+    #[serde(default)]
+    pub(crate) request: HeaderRulesConfig,
+    #[serde(default)]
+    pub(crate) response: HeaderRulesConfig,
+}
+
+/// `{ set = { name = "value" }, add = { ... }, remove = ["name"] }`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct HeaderRulesConfig {
+    #[serde(default)]
+    pub(crate) set: BTreeMap<String, Spanned<String>>,
+    #[serde(default)]
+    pub(crate) add: BTreeMap<String, Spanned<String>>,
+    #[serde(default)]
+    pub(crate) remove: Vec<Spanned<String>>,
+}
+
+/// `redirect = { to, status }`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RedirectConfig {
+    /// The `Location`, with `{path}`, `{query}`, `{host}` and `{rest}`.
+    pub(crate) to: Spanned<String>,
+    /// 301, 302, 303, 307 or 308; absent means 308.
+    pub(crate) status: Option<Spanned<u16>>,
 }
 
 /// `[server]`.
@@ -245,6 +297,15 @@ pub(crate) struct RouteConfig {
     pub(crate) proxy: Option<Spanned<ProxyConfig>>,
     /// `health = true`: the process's readiness, as `[health]`'s readiness path answers.
     pub(crate) health: Option<Spanned<bool>>,
+    /// `redirect = { to, status }`: a redirect.
+    pub(crate) redirect: Option<Spanned<RedirectConfig>>,
+    /// Header rules for this route's requests and responses (after its site's on the
+    /// request, before them on the response).
+    pub(crate) headers: Option<Spanned<HeadersConfig>>,
+    /// Only clients in these networks or addresses may use the route (403 otherwise).
+    pub(crate) allow: Option<Vec<Spanned<String>>>,
+    /// Clients in these get 403.
+    pub(crate) deny: Option<Vec<Spanned<String>>>,
 }
 
 /// `static = { ... }`: the files beneath `root`. The request path is looked up beneath the
@@ -507,7 +568,11 @@ impl Config {
                 resolve(&mut cert.key);
             }
         }
-        for route in &mut self.route {
+        let site_routes = self
+            .site
+            .iter_mut()
+            .flat_map(|s| s.get_mut().route.iter_mut());
+        for route in self.route.iter_mut().chain(site_routes) {
             if let Some(files) = &mut route.get_mut().static_files {
                 resolve(files.get_mut().root.get_mut());
             }

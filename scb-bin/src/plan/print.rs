@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 
 use scb_core::router::PathMatch;
 
-use super::Plan;
+use super::{Plan, RoutePlan};
 use crate::route::Handler;
 
 impl Plan {
@@ -27,39 +27,18 @@ impl Plan {
             }
             out.push('\n');
         }
-        // The router's order: an exact path wins, then the longest prefix.
-        let mut exact: Vec<_> = self
-            .routes
-            .iter()
-            .filter_map(|r| match &r.matcher {
-                PathMatch::Exact(path) => Some((path, r)),
-                PathMatch::Prefix(_) => None,
-            })
-            .collect();
-        exact.sort_by(|a, b| a.0.cmp(b.0));
-        let mut prefixes: Vec<_> = self
-            .routes
-            .iter()
-            .filter_map(|r| match &r.matcher {
-                PathMatch::Prefix(prefix) => Some((prefix, r)),
-                PathMatch::Exact(_) => None,
-            })
-            .collect();
-        prefixes.sort_by_key(|p| std::cmp::Reverse(p.0.len()));
-        out.push_str("routes, in match order (exact paths, then prefixes, longest first):\n");
-        let rows = exact
-            .into_iter()
-            .map(|(p, r)| (format!("= {p}"), r))
-            .chain(prefixes.into_iter().map(|(p, r)| (format!("^ {p}"), r)));
-        for (matcher, route) in rows {
-            let _ = writeln!(
-                out,
-                "  {matcher:<24} {:<12} {}",
-                route.name,
-                handler(&route.handler)
-            );
+        for site in self.sites.iter() {
+            if site.hosts.is_empty() {
+                out.push_str("default site");
+            } else {
+                let _ = write!(out, "site {}", site.hosts.join(", "));
+            }
+            out.push_str(", routes in match order (exact paths, then prefixes, longest first):\n");
+            routes(&mut out, &site.routes);
         }
-        let _ = writeln!(out, "  (anything else)          unmatched    404");
+        if self.sites.iter().all(|s| !s.hosts.is_empty()) {
+            out.push_str("any other host: 421\n");
+        }
         match &self.access_log {
             None => out.push_str("access log: off\n"),
             Some(access) => {
@@ -78,6 +57,40 @@ impl Plan {
     }
 }
 
+/// A site's routes as the router orders them: an exact path wins, then the longest
+/// prefix.
+fn routes(out: &mut String, routes: &[RoutePlan]) {
+    let mut exact: Vec<_> = routes
+        .iter()
+        .filter_map(|r| match &r.matcher {
+            PathMatch::Exact(path) => Some((path, r)),
+            PathMatch::Prefix(_) => None,
+        })
+        .collect();
+    exact.sort_by(|a, b| a.0.cmp(b.0));
+    let mut prefixes: Vec<_> = routes
+        .iter()
+        .filter_map(|r| match &r.matcher {
+            PathMatch::Prefix(prefix) => Some((prefix, r)),
+            PathMatch::Exact(_) => None,
+        })
+        .collect();
+    prefixes.sort_by_key(|p| std::cmp::Reverse(p.0.len()));
+    let rows = exact
+        .into_iter()
+        .map(|(p, r)| (format!("= {p}"), r))
+        .chain(prefixes.into_iter().map(|(p, r)| (format!("^ {p}"), r)));
+    for (matcher, route) in rows {
+        let _ = writeln!(
+            out,
+            "  {matcher:<24} {:<12} {}",
+            route.name,
+            handler(&route.handler)
+        );
+    }
+    let _ = writeln!(out, "  (anything else)          unmatched    404");
+}
+
 fn handler(handler: &Handler) -> String {
     match handler {
         Handler::Respond(respond) => {
@@ -86,6 +99,11 @@ fn handler(handler: &Handler) -> String {
             format!("respond {} {body:?}", respond.status().as_u16())
         }
         Handler::Health(_) => "health (readiness: 200, 503 once draining)".to_owned(),
+        Handler::Redirect(redirect) => format!(
+            "redirect {} {}",
+            redirect.status_code().as_u16(),
+            redirect.template()
+        ),
         Handler::Static { files, compress } => format!(
             "static {}{}",
             files.root().display(),

@@ -18,12 +18,15 @@ fn plan(source: &str) -> Plan {
 #[test]
 fn the_schema_from_the_issue_is_accepted_as_written() {
     let plan = plan(include_str!("../../config/example.toml"));
-    assert_eq!(plan.routes.len(), 2);
-    assert_eq!(&*plan.routes[0].name, "hello");
-    assert_eq!(plan.routes[0].matcher, PathMatch::Exact("/respond".into()));
-    assert_eq!(&*plan.routes[1].name, "api");
-    let Handler::Proxy(proxy) = &plan.routes[1].handler else {
-        panic!("not a proxy: {:?}", plan.routes[1].handler);
+    assert_eq!(plan.routes().len(), 2);
+    assert_eq!(&*plan.routes()[0].name, "hello");
+    assert_eq!(
+        plan.routes()[0].matcher,
+        PathMatch::Exact("/respond".into())
+    );
+    assert_eq!(&*plan.routes()[1].name, "api");
+    let Handler::Proxy(proxy) = &plan.routes()[1].handler else {
+        panic!("not a proxy: {:?}", plan.routes()[1].handler);
     };
     assert_eq!(proxy.upstreams().count(), 2);
     assert_eq!(
@@ -45,7 +48,7 @@ fn absent_limits_are_scb_core_defaults() {
     assert_eq!(plan.limits, Limits::default());
     assert_eq!(plan.metrics, None);
     assert_eq!(plan.grace_period, None);
-    assert!(plan.routes.is_empty());
+    assert!(plan.routes().is_empty());
 }
 
 #[test]
@@ -81,9 +84,12 @@ fn route_names_are_derived_from_paths() {
          [[route]]\npath = \"/\"\nrespond = {{}}\n\
          [[route]]\nprefix = \"/api/v1/\"\nrespond = {{}}\n"
     ));
-    let names: Vec<_> = plan.routes.iter().map(|r| &*r.name).collect();
+    let names: Vec<_> = plan.routes().iter().map(|r| &*r.name).collect();
     assert_eq!(names, ["respond", "root", "api-v1"]);
-    assert_eq!(plan.routes[2].matcher, PathMatch::Prefix("/api/v1/".into()));
+    assert_eq!(
+        plan.routes()[2].matcher,
+        PathMatch::Prefix("/api/v1/".into())
+    );
 }
 
 #[test]
@@ -98,8 +104,8 @@ fn static_routes_are_built_from_their_table() {
         root.display().to_string()
     );
     let plan = plan(&source);
-    assert_eq!(&*plan.routes[0].name, "root");
-    assert!(matches!(plan.routes[0].handler, Handler::Static { .. }));
+    assert_eq!(&*plan.routes()[0].name, "root");
+    assert!(matches!(plan.routes()[0].handler, Handler::Static { .. }));
 }
 
 /// A root with the pages a static route may name: `index.html` and `errors/404.html`.
@@ -168,10 +174,10 @@ fn health_errors_name_their_key() {
     ));
     assert_eq!(plan.drain_delay, Duration::from_secs(2));
     assert_eq!(
-        plan.metrics.unwrap().probes,
+        plan.metrics.as_ref().unwrap().probes.clone(),
         Some(("/healthz".to_owned(), "/readyz".to_owned()))
     );
-    assert!(matches!(plan.routes[0].handler, Handler::Health(_)));
+    assert!(matches!(plan.routes()[0].handler, Handler::Health(_)));
 }
 
 #[test]
@@ -281,8 +287,8 @@ fn proxy_routes_are_built_from_their_table() {
          passes = 3, fails = 1 }} }}\n\
          [[route]]\npath = \"/one\"\nproxy = {{ upstreams = [\"app.internal:80\"] }}\n"
     ));
-    let Handler::Proxy(proxy) = &plan.routes[0].handler else {
-        panic!("not a proxy: {:?}", plan.routes[0].handler);
+    let Handler::Proxy(proxy) = &plan.routes()[0].handler else {
+        panic!("not a proxy: {:?}", plan.routes()[0].handler);
     };
     let settings = proxy.settings();
     let upstreams: Vec<_> = proxy.upstreams().map(ToString::to_string).collect();
@@ -323,8 +329,8 @@ fn proxy_routes_are_built_from_their_table() {
         )
     );
 
-    let Handler::Proxy(proxy) = &plan.routes[1].handler else {
-        panic!("not a proxy: {:?}", plan.routes[1].handler);
+    let Handler::Proxy(proxy) = &plan.routes()[1].handler else {
+        panic!("not a proxy: {:?}", plan.routes()[1].handler);
     };
     assert_eq!(*proxy.balance(), scb_proxy::Balance::RoundRobin);
     assert_eq!(proxy.settings().strip_prefix, None);
@@ -337,7 +343,7 @@ fn hash_balance_hashes_the_client_ip_by_default() {
         "{LISTEN}[[route]]\nprefix = \"/\"\n\
          proxy = {{ upstreams = [\"127.0.0.1:1\"], balance = \"hash\" }}\n"
     ));
-    let Handler::Proxy(proxy) = &plan.routes[0].handler else {
+    let Handler::Proxy(proxy) = &plan.routes()[0].handler else {
         panic!("not a proxy");
     };
     assert_eq!(
@@ -654,4 +660,103 @@ fn a_port_zero_never_clashes() {
          [metrics]\nlisten = \"127.0.0.1:0\"\n",
     );
     assert!(plan.metrics.is_some());
+}
+
+const SITES: &str = "[[listen]]\naddr = \"127.0.0.1:8080\"\n\
+    [[site]]\nhosts = [\"example.com\", \"*.example.com\"]\nsecurity_headers = true\n\
+    headers = { response = { set = { \"x-frame-options\" = \"DENY\" }, remove = [\"server\"] } }\n\
+    [[site.route]]\npath = \"/old\"\nredirect = { to = \"https://example.com/new{query}\", status = 301 }\n\
+    [[site.route]]\nprefix = \"/admin/\"\nallow = [\"10.0.0.0/8\", \"127.0.0.1\"]\nrespond = { body = \"admin\" }\n\
+    [[site.route]]\nprefix = \"/\"\nrespond = { body = \"example\" }\n\
+    [[site]]\nhosts = [\"example.org\"]\n\
+    [[site.route]]\nprefix = \"/\"\nrespond = { body = \"org\" }\n";
+
+#[test]
+fn sites_keep_their_hosts_routes_and_rules_in_order() {
+    let sites_plan = plan(SITES);
+    assert_eq!(
+        sites_plan.sites.len(),
+        2,
+        "no default site without top-level routes"
+    );
+    assert_eq!(sites_plan.sites[0].hosts, ["example.com", "*.example.com"]);
+    let names: Vec<&str> = sites_plan.sites[0]
+        .routes
+        .iter()
+        .map(|r| &*r.name)
+        .collect();
+    // Derived names start with the site's first host: unique across sites.
+    assert_eq!(
+        names,
+        ["example.com/old", "example.com/admin", "example.com"]
+    );
+    assert!(matches!(
+        sites_plan.sites[0].routes[0].handler,
+        Handler::Redirect(_)
+    ));
+    assert_eq!(&*sites_plan.sites[1].routes[0].name, "example.org");
+    // Top-level routes beside named sites make the default site, last.
+    let with_default = plan(&format!(
+        "{SITES}[[route]]\nprefix = \"/\"\nrespond = {{}}\n"
+    ));
+    assert_eq!(with_default.sites.len(), 3);
+    assert!(with_default.sites[2].hosts.is_empty());
+    assert_eq!(&*with_default.routes()[0].name, "root");
+}
+
+#[test]
+fn site_errors_name_their_key() {
+    let cases = [
+        (
+            format!("{SITES}[[site]]\nhosts = [\"EXAMPLE.org\"]\n"),
+            "site[2].hosts[0]: \"example.org\" names two sites",
+        ),
+        (
+            format!("{SITES}[[site]]\nhosts = [\"a b\"]\n"),
+            "site[2].hosts[0]: \"a b\" is not a host name",
+        ),
+        (
+            format!(
+                "{LISTEN}[[route]]\npath = \"/\"\nrespond = {{}}\n[[site]]\n[[site.route]]\npath = \"/x\"\nrespond = {{}}\n"
+            ),
+            "site[0]: a [[site]] without `hosts` is the default site, and the top-level [[route]]s are too",
+        ),
+        (
+            format!(
+                "{LISTEN}[[route]]\nprefix = \"/\"\nredirect = {{ to = \"https://{{host}}/\" }}\n"
+            ),
+            "route[0].redirect.to: {host} is only for routes of a [[site]] with `hosts`",
+        ),
+        (
+            format!(
+                "{LISTEN}[[route]]\nprefix = \"/\"\nredirect = {{ to = \"/x\", status = 200 }}\n"
+            ),
+            "route[0].redirect.status: 200 OK is not a redirect status",
+        ),
+        (
+            format!(
+                "{LISTEN}[[route]]\nprefix = \"/\"\nallow = [\"10.0.0.0/8\", \"ten\"]\nrespond = {{}}\n"
+            ),
+            "route[0].allow[1]: \"ten\" is neither a network",
+        ),
+        (
+            format!(
+                "{LISTEN}[[route]]\nprefix = \"/\"\nrespond = {{}}\nheaders = {{ response = {{ set = {{ \"x-a\" = \"{{cookie}}\" }} }} }}\n"
+            ),
+            "route[0].headers.response.set.x-a: \"{cookie}\" is not a field value",
+        ),
+        (
+            format!(
+                "{SITES}[[site]]\nhosts = [\"c.test\"]\n[[site.route]]\nname = \"example.org\"\npath = \"/\"\nrespond = {{}}\n"
+            ),
+            "site[2].route[0].name: \"example.org\" is already the name of site[1].route[0]",
+        ),
+    ];
+    for (source, want) in cases {
+        let got = error(&source);
+        assert!(
+            got.contains(want),
+            "\n got: {got}\nwant: {want}…\n  in:\n{source}"
+        );
+    }
 }

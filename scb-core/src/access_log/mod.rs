@@ -100,8 +100,9 @@ pub struct UpstreamAddr(pub Authority);
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct WantsUpstream;
 
-/// Names the route a request path goes to, for the access log's `route` field.
-pub type RouteNames = Arc<dyn Fn(&str) -> Option<Arc<str>> + Send + Sync>;
+/// Names the route a request goes to, given the host it named (if any) and its path,
+/// for the access log's `route` field.
+pub type RouteNames = Arc<dyn Fn(Option<&str>, &str) -> Option<Arc<str>> + Send + Sync>;
 
 /// Applies [`AccessLog`] to a service.
 #[derive(Clone, Default)]
@@ -159,8 +160,8 @@ impl AccessLogLayer {
         self
     }
 
-    /// Names each request's route with `names` (given the request path), e.g. a lookup
-    /// in the same table the router uses. Defaults to none: no `route` field.
+    /// Names each request's route with `names` (given the request's host and path), e.g.
+    /// a lookup in the same tables the router uses. Defaults to none: no `route` field.
     #[must_use]
     pub fn route_names(mut self, names: RouteNames) -> Self {
         self.settings_mut().route_names = Some(names);
@@ -279,7 +280,7 @@ where
             record.route = settings
                 .route_names
                 .as_ref()
-                .and_then(|names| names(uri.path()));
+                .and_then(|names| names(crate::virtual_hosts::request_host(&req), uri.path()));
             Pending {
                 start: Instant::now(),
                 sink: settings.writer.clone(),
@@ -613,8 +614,9 @@ mod tests {
         ));
         let writer = AccessLogWriter::file(&path, AccessLogFormat::Json).unwrap();
         let log = writer.clone();
-        let names: RouteNames =
-            Arc::new(|path: &str| path.starts_with("/api").then(|| Arc::from("api")));
+        let names: RouteNames = Arc::new(|_host: Option<&str>, path: &str| {
+            path.starts_with("/api").then(|| Arc::from("api"))
+        });
         let proxied = service_fn(|_req: Request<Body>| async {
             let mut res = Response::new(Body::from("from upstream"));
             res.extensions_mut()

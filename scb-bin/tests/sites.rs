@@ -1,0 +1,108 @@
+//! Sites over real sockets: virtual hosts, redirects, header rules, security headers
+//! and allow lists, with hostile Host fields.
+
+mod support;
+
+use support::{Server, request};
+
+const CONFIG: &str = "[server]\nworkers = 1\n\
+    [[listen]]\naddr = \"127.0.0.1:0\"\n\
+    [[site]]\nhosts = [\"example.com\", \"*.example.com\"]\nsecurity_headers = true\n\
+    headers = { request = { set = { \"x-seen-host\" = \"{host}\" } }, response = { set = { \"x-frame-options\" = \"DENY\" }, remove = [\"x-internal\"] } }\n\
+    [[site.route]]\npath = \"/old\"\nredirect = { to = \"https://example.com/new{query}\", status = 301 }\n\
+    [[site.route]]\nprefix = \"/go/\"\nredirect = { to = \"https://{host}/landing/{rest}\" }\n\
+    [[site.route]]\nprefix = \"/admin/\"\nallow = [\"10.0.0.0/8\"]\nrespond = { body = \"admin\" }\n\
+    [[site.route]]\nprefix = \"/\"\nrespond = { body = \"example\", headers = { \"x-internal\" = \"1\" } }\n\
+    [[site]]\nhosts = [\"example.org\"]\n\
+    [[site.route]]\nprefix = \"/\"\nrespond = { body = \"org\" }\n\
+    headers = { response = { add = { \"x-request\" = \"{request_id}\" } } }\n";
+
+fn get_host(addr: std::net::SocketAddr, host: &str, path: &str) -> support::Response {
+    request(
+        addr,
+        &format!(
+            "GET {path} HTTP/1.1\r\nHost: {host}\r\nX-Request-Id: rid-9\r\nConnection: close\r\n\r\n"
+        ),
+    )
+}
+
+#[test]
+fn hosts_choose_the_site_and_its_rules() {
+    let server = Server::start(CONFIG);
+    let addr = server.addr();
+
+    let res = get_host(addr, "Example.COM:443", "/");
+    assert_eq!((res.status, res.text()), (200, "example"));
+    // The site's response rules: set, remove, and the security fields where absent.
+    assert_eq!(res.header("x-frame-options"), Some("DENY"));
+    assert_eq!(res.header("x-internal"), None);
+    assert_eq!(res.header("x-content-type-options"), Some("nosniff"));
+    assert_eq!(
+        res.header("referrer-policy"),
+        Some("strict-origin-when-cross-origin")
+    );
+    assert_eq!(get_host(addr, "blog.example.com", "/").text(), "example");
+
+    let org = get_host(addr, "example.org", "/anything");
+    assert_eq!(org.text(), "org");
+    assert_eq!(org.header("x-request"), Some("rid-9"));
+    assert_eq!(org.header("x-content-type-options"), None);
+
+    // No default site: another host, one label too deep, or none at all gets 421.
+    for host in ["example.net", "a.b.example.com"] {
+        assert_eq!(get_host(addr, host, "/").status, 421, "{host}");
+    }
+    let res = request(addr, "GET / HTTP/1.0\r\n\r\n");
+    assert_eq!(res.status, 421);
+    assert!(res.header("x-request-id").is_some());
+}
+
+#[test]
+fn redirects_fill_their_placeholders_and_refuse_what_would_inject() {
+    let server = Server::start(CONFIG);
+    let addr = server.addr();
+    let res = get_host(addr, "example.com", "/old?a=1&b=2");
+    assert_eq!(res.status, 301);
+    assert_eq!(
+        res.header("location"),
+        Some("https://example.com/new?a=1&b=2")
+    );
+    let res = get_host(addr, "shop.example.com", "/go/x/y");
+    assert_eq!(res.status, 308);
+    assert_eq!(
+        res.header("location"),
+        Some("https://shop.example.com/landing/x/y")
+    );
+    // A Host that would carry a second field or another authority never gets that far:
+    // scb's server answers 400 before any site.
+    for raw in [
+        "GET /go/x HTTP/1.1\r\nHost: example.com\r\n\tx-evil: 1\r\nConnection: close\r\n\r\n",
+        "GET /go/x HTTP/1.1\r\nHost: evil.test/x.example.com\r\nConnection: close\r\n\r\n",
+        "GET /go/x HTTP/1.1\r\nHost: a@example.com\r\nConnection: close\r\n\r\n",
+    ] {
+        let res = request(addr, raw);
+        assert_eq!(res.status, 400, "{raw:?}");
+        assert_eq!(res.header("location"), None);
+    }
+}
+
+#[test]
+fn allow_lists_refuse_other_clients_with_403() {
+    let server = Server::start(CONFIG);
+    let addr = server.addr();
+    // The test connects from 127.0.0.1, outside 10.0.0.0/8.
+    let res = get_host(addr, "example.com", "/admin/");
+    assert_eq!(res.status, 403);
+    assert!(res.header("x-request-id").is_some());
+    // A forged X-Forwarded-For from an untrusted peer changes nothing.
+    let res = request(
+        addr,
+        "GET /admin/ HTTP/1.1\r\nHost: example.com\r\nX-Forwarded-For: 10.0.0.1\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(res.status, 403);
+    let allowed = Server::start(&CONFIG.replace("10.0.0.0/8", "127.0.0.1"));
+    assert_eq!(
+        get_host(allowed.addr(), "example.com", "/admin/").text(),
+        "admin"
+    );
+}
