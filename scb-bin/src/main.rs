@@ -14,6 +14,7 @@
 
 mod activation;
 mod config;
+mod one_of;
 mod plan;
 mod route;
 mod run;

@@ -39,6 +39,7 @@ use scb_core::virtual_hosts::{VirtualHosts, VirtualHostsError};
 use tower::util::Either;
 use tower::{Layer, Service, ServiceBuilder};
 
+use crate::one_of::OneOf;
 use crate::plan::{SitePlan, UNMATCHED};
 use crate::route::RouteService;
 
@@ -46,8 +47,11 @@ use crate::route::RouteService;
 type Routed = Either<RedirectHttps<Either<Hsts<Sites>, Sites>>, Either<Hsts<Sites>, Sites>>;
 /// Chosen by host when there are named sites; the one site otherwise (no lookup).
 type Sites = Either<VirtualHosts<Site>, Site>;
-type Site = HeaderRulesService<SiteRouter>;
-type SiteRouter = Router<Metrics<IpFilter<HeaderRulesService<RouteService>>>, Metrics<NotFound>>;
+/// A site's router, behind its header rules when it has any.
+type Site = OneOf<SiteRouter, HeaderRulesService<SiteRouter>>;
+type SiteRouter = Router<Metrics<Route>, Metrics<NotFound>>;
+/// A route's handler, behind its `allow`/`deny` and header rules when it has any.
+type Route = OneOf<RouteService, IpFilter<HeaderRulesService<RouteService>>>;
 
 /// The main server's stack on one worker.
 pub(crate) type AppService = RequestId<AccessLog<CatchPanic<Routed>>>;
@@ -103,15 +107,27 @@ pub(crate) fn app(
     let site = |plan: &SitePlan| -> Result<Site, RouterError> {
         let mut router = Router::new();
         for route in plan.routes.iter() {
-            let service = ServiceBuilder::new()
-                .layer(MetricsLayer::new(route.name.to_string()))
-                .layer(route.ip_filter.clone())
-                .layer(route.headers.clone())
-                .service(route.handler.service());
+            let handler = route.handler.service();
+            let guarded = !(route.ip_filter.is_empty() && route.headers.is_empty());
+            let service = if guarded {
+                OneOf::Layered(
+                    ServiceBuilder::new()
+                        .layer(route.ip_filter.clone())
+                        .layer(route.headers.clone())
+                        .service(handler),
+                )
+            } else {
+                OneOf::Plain(handler)
+            };
+            let service = MetricsLayer::new(route.name.to_string()).layer(service);
             router = router.route(Arc::clone(&route.name), route.matcher.clone(), service)?;
         }
         let router = router.fallback(MetricsLayer::new(UNMATCHED).layer(NotFound));
-        Ok(plan.headers.layer(router))
+        Ok(if plan.headers.is_empty() {
+            OneOf::Plain(router)
+        } else {
+            OneOf::Layered(plan.headers.layer(router))
+        })
     };
     let sites: Sites = match sites {
         [only] if only.hosts.is_empty() => Either::Right(site(only)?),

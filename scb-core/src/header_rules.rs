@@ -341,6 +341,11 @@ impl HeaderRulesLayer {
         self
     }
 
+    /// Whether the layer has no rules (and so would change nothing).
+    pub fn is_empty(&self) -> bool {
+        self.rules.request.is_empty() && self.rules.response.is_empty()
+    }
+
     /// Whose `X-Forwarded-For` `{client_ip}` believes. Defaults to nobody's.
     #[must_use]
     pub fn trusted_proxies(mut self, trusted: TrustedProxies) -> Self {

@@ -89,6 +89,11 @@ impl IpFilterLayer {
         self
     }
 
+    /// Whether the layer has no lists (and so lets everyone through).
+    pub fn is_empty(&self) -> bool {
+        self.lists.allow.is_none() && self.lists.deny.is_empty()
+    }
+
     /// Whose `X-Forwarded-For` names the client. Defaults to nobody's.
     #[must_use]
     pub fn trusted_proxies(mut self, trusted: TrustedProxies) -> Self {
