@@ -12,9 +12,12 @@ use std::task::{Context, Poll};
 use http::{Request, Response};
 use pin_project_lite::pin_project;
 use scb_core::Body;
+use scb_core::header_rules::{HeaderRulesLayer, HeaderRulesService};
 use scb_core::health::HealthCheck;
+use scb_core::ip_filter::{IpFilter, IpFilterLayer};
 use scb_core::redirect::Redirect;
 use scb_core::respond::Respond;
+use scb_core::router::NotFound;
 use scb_proxy::ReverseProxy;
 use scb_static::ServeStatic;
 use scb_static::compress::{Compress, CompressLayer};
@@ -80,6 +83,21 @@ pub(crate) enum RouteService {
     Proxy(ReverseProxy),
     /// A redirect.
     Redirect(Redirect),
+    /// What a site answers when no route matches.
+    NotFound(NotFound),
+    /// A route behind its `allow`/`deny` and header rules. Its future is boxed: only
+    /// the routes that have such rules pay for them (one allocation a request).
+    Guarded(Box<IpFilter<HeaderRulesService<RouteService>>>),
+}
+
+impl RouteService {
+    /// `self` behind `ip_filter` and `headers`, or as it is when they are empty.
+    pub(crate) fn guarded(self, ip_filter: &IpFilterLayer, headers: &HeaderRulesLayer) -> Self {
+        if ip_filter.is_empty() && headers.is_empty() {
+            return self;
+        }
+        Self::Guarded(Box::new(ip_filter.layer(headers.layer(self))))
+    }
 }
 
 impl Service<Request<Body>> for RouteService {
@@ -95,6 +113,8 @@ impl Service<Request<Body>> for RouteService {
             Self::CompressedStatic(svc) => Service::<Request<Body>>::poll_ready(svc, cx),
             Self::Proxy(svc) => Service::<Request<Body>>::poll_ready(svc, cx),
             Self::Redirect(svc) => Service::<Request<Body>>::poll_ready(svc, cx),
+            Self::NotFound(svc) => Service::<Request<Body>>::poll_ready(svc, cx),
+            Self::Guarded(svc) => svc.poll_ready(cx),
         }
     }
 
@@ -120,6 +140,12 @@ impl Service<Request<Body>> for RouteService {
             Self::Redirect(svc) => ResponseFuture::Respond {
                 future: svc.call(req),
             },
+            Self::NotFound(svc) => ResponseFuture::Respond {
+                future: svc.call(req),
+            },
+            Self::Guarded(svc) => ResponseFuture::Guarded {
+                future: Box::pin(svc.call(req)),
+            },
         }
     }
 }
@@ -127,7 +153,6 @@ impl Service<Request<Body>> for RouteService {
 pin_project! {
     /// Response future of [`RouteService`].
     #[project = ResponseFutureProj]
-    #[derive(Debug)]
     pub(crate) enum ResponseFuture {
         /// A [`Respond`] or a [`HealthCheck`] answering.
         Respond {
@@ -149,6 +174,22 @@ pin_project! {
             #[pin]
             future: scb_proxy::ResponseFuture,
         },
+        /// A guarded route answering.
+        Guarded {
+            future: Pin<Box<dyn Future<Output = Result<Response<Body>, Infallible>>>>,
+        },
+    }
+}
+
+impl std::fmt::Debug for ResponseFuture {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Respond { .. } => "ResponseFuture::Respond",
+            Self::Static { .. } => "ResponseFuture::Static",
+            Self::CompressedStatic { .. } => "ResponseFuture::CompressedStatic",
+            Self::Proxy { .. } => "ResponseFuture::Proxy",
+            Self::Guarded { .. } => "ResponseFuture::Guarded",
+        })
     }
 }
 
@@ -161,6 +202,7 @@ impl Future for ResponseFuture {
             ResponseFutureProj::Static { future } => future.poll(cx),
             ResponseFutureProj::CompressedStatic { future } => future.poll(cx),
             ResponseFutureProj::Proxy { future } => future.poll(cx),
+            ResponseFutureProj::Guarded { future } => future.as_mut().poll(cx),
         }
     }
 }

@@ -28,10 +28,10 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use scb_core::Body;
 use scb_core::access_log::{AccessLog, AccessLogLayer, RouteNames};
 use scb_core::catch_panic::{CatchPanic, CatchPanicLayer};
-use scb_core::header_rules::HeaderRulesService;
+
 use scb_core::health::{HealthCheck, Readiness};
 use scb_core::https::{Hsts, HstsLayer, RedirectHttps, RedirectHttpsLayer};
-use scb_core::ip_filter::IpFilter;
+use scb_core::ip_filter::IpFilterLayer;
 use scb_core::metrics::{Metrics, MetricsLayer};
 use scb_core::request_id::{RequestId, RequestIdLayer};
 use scb_core::router::{BoxRoute, NotFound, PathMatch, Router, RouterError};
@@ -45,13 +45,10 @@ use crate::route::RouteService;
 
 /// The sites with the https layers a config may add.
 type Routed = Either<RedirectHttps<Either<Hsts<Sites>, Sites>>, Either<Hsts<Sites>, Sites>>;
-/// Chosen by host when there are named sites; the one site otherwise (no lookup).
-type Sites = Either<VirtualHosts<Site>, Site>;
-/// A site's router, behind its header rules when it has any.
-type Site = OneOf<SiteRouter, HeaderRulesService<SiteRouter>>;
-type SiteRouter = Router<Metrics<Route>, Metrics<NotFound>>;
-/// A route's handler, behind its `allow`/`deny` and header rules when it has any.
-type Route = OneOf<RouteService, IpFilter<HeaderRulesService<RouteService>>>;
+/// The one site (no lookup), or sites chosen by host when there are named ones.
+type Sites = OneOf<Site, VirtualHosts<Site>>;
+/// A site's routes, each (and its fallback) behind the site's and its own rules.
+type Site = Router<Metrics<RouteService>, Metrics<RouteService>>;
 
 /// The main server's stack on one worker.
 pub(crate) type AppService = RequestId<AccessLog<CatchPanic<Routed>>>;
@@ -107,30 +104,18 @@ pub(crate) fn app(
     let site = |plan: &SitePlan| -> Result<Site, RouterError> {
         let mut router = Router::new();
         for route in plan.routes.iter() {
-            let handler = route.handler.service();
-            let guarded = !(route.ip_filter.is_empty() && route.headers.is_empty());
-            let service = if guarded {
-                OneOf::Layered(
-                    ServiceBuilder::new()
-                        .layer(route.ip_filter.clone())
-                        .layer(route.headers.clone())
-                        .service(handler),
-                )
-            } else {
-                OneOf::Plain(handler)
-            };
+            // The site's rules first on the request, the route's last on the response.
+            let headers = plan.headers.and(&route.headers);
+            let service = route.handler.service().guarded(&route.ip_filter, &headers);
             let service = MetricsLayer::new(route.name.to_string()).layer(service);
             router = router.route(Arc::clone(&route.name), route.matcher.clone(), service)?;
         }
-        let router = router.fallback(MetricsLayer::new(UNMATCHED).layer(NotFound));
-        Ok(if plan.headers.is_empty() {
-            OneOf::Plain(router)
-        } else {
-            OneOf::Layered(plan.headers.layer(router))
-        })
+        let fallback =
+            RouteService::NotFound(NotFound).guarded(&IpFilterLayer::new(), &plan.headers);
+        Ok(router.fallback(MetricsLayer::new(UNMATCHED).layer(fallback)))
     };
     let sites: Sites = match sites {
-        [only] if only.hosts.is_empty() => Either::Right(site(only)?),
+        [only] if only.hosts.is_empty() => OneOf::Plain(site(only)?),
         _ => {
             let mut hosts = VirtualHosts::new();
             for plan in sites {
@@ -141,7 +126,7 @@ pub(crate) fn app(
                     hosts.site(plan.hosts.iter().map(String::as_str), service)?
                 };
             }
-            Either::Left(hosts)
+            OneOf::Layered(hosts)
         }
     };
     Ok(ServiceBuilder::new()

@@ -341,6 +341,22 @@ impl HeaderRulesLayer {
         self
     }
 
+    /// These rules, then `other`'s, on both sides (a route's after its site's); the
+    /// trusted proxies are this layer's.
+    #[must_use]
+    pub fn and(&self, other: &Self) -> Self {
+        if other.is_empty() {
+            return self.clone();
+        }
+        Self {
+            rules: Arc::new(Rules {
+                request: self.rules.request.clone().and(&other.rules.request),
+                response: self.rules.response.clone().and(&other.rules.response),
+                trusted: self.rules.trusted.clone(),
+            }),
+        }
+    }
+
     /// Whether the layer has no rules (and so would change nothing).
     pub fn is_empty(&self) -> bool {
         self.rules.request.is_empty() && self.rules.response.is_empty()
