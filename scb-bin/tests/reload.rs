@@ -4,12 +4,9 @@
 mod support;
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::thread;
 
 use rustix::process::Signal;
-use support::{KeepAlive, Server, echo_upstream, get};
+use support::{KeepAlive, Load, Server, echo_upstream, get};
 
 /// Generation `n` of the config: `/gen` answers `n`, a route of its own exists only in
 /// this generation, and odd generations name the request-id header differently (a layer
@@ -44,83 +41,6 @@ fn listed(line: &str) -> Vec<SocketAddr> {
         .collect()
 }
 
-/// Clients that keep requesting what every generation serves the same way, on
-/// keep-alive connections renewed every few requests, counting whatever is not a
-/// success.
-struct Load {
-    stop: Arc<AtomicBool>,
-    done: Arc<AtomicUsize>,
-    threads: Vec<thread::JoinHandle<Vec<String>>>,
-}
-
-impl Load {
-    fn start(addr: SocketAddr, clients: usize) -> Self {
-        let stop = Arc::new(AtomicBool::new(false));
-        let done = Arc::new(AtomicUsize::new(0));
-        let threads = (0..clients)
-            .map(|_| {
-                let stop = Arc::clone(&stop);
-                let done = Arc::clone(&done);
-                thread::spawn(move || {
-                    let mut failures = Vec::new();
-                    while !stop.load(Ordering::Relaxed) {
-                        let mut conn = match KeepAlive::connect(addr) {
-                            Ok(conn) => conn,
-                            Err(e) => {
-                                failures.push(format!("connect: {e}"));
-                                continue;
-                            }
-                        };
-                        for i in 0..30 {
-                            let path = match i % 3 {
-                                0 => "/gen",
-                                1 => "/index.html",
-                                _ => "/api/x",
-                            };
-                            match conn.get(path) {
-                                Ok(res) if res.status == 200 => {
-                                    done.fetch_add(1, Ordering::Relaxed);
-                                }
-                                Ok(res) => failures.push(format!("{path}: {}", res.status)),
-                                Err(e) => {
-                                    failures.push(format!("{path}: {e}"));
-                                    break;
-                                }
-                            }
-                        }
-                    }
-                    failures
-                })
-            })
-            .collect();
-        Self {
-            stop,
-            done,
-            threads,
-        }
-    }
-
-    /// Waits until `more` requests have succeeded since the call.
-    fn wait_for(&self, more: usize) {
-        let target = self.done.load(Ordering::Relaxed) + more;
-        let deadline = std::time::Instant::now() + support::TIMEOUT;
-        while self.done.load(Ordering::Relaxed) < target {
-            assert!(std::time::Instant::now() < deadline, "the load stalled");
-            thread::sleep(std::time::Duration::from_millis(1));
-        }
-    }
-
-    fn stop(self) -> (usize, Vec<String>) {
-        self.stop.store(true, Ordering::Relaxed);
-        let failures = self
-            .threads
-            .into_iter()
-            .flat_map(|t| t.join().unwrap())
-            .collect();
-        (self.done.load(Ordering::Relaxed), failures)
-    }
-}
-
 #[test]
 fn reloads_under_load_change_routes_layers_and_listeners_without_a_failed_request() {
     let root = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
@@ -130,7 +50,7 @@ fn reloads_under_load_change_routes_layers_and_listeners_without_a_failed_reques
     let upstream = echo_upstream();
     let mut server = Server::start(&config(0, &root, upstream, ""));
     let addr = server.addr();
-    let load = Load::start(addr, 3);
+    let load = Load::start(addr, 3, &["/gen", "/index.html", "/api/x"], false);
     load.wait_for(100);
     // A connection opened before the reloads, to see that it moves with them.
     let mut old = KeepAlive::connect(addr).unwrap();

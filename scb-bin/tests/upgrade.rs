@@ -3,94 +3,7 @@
 
 mod support;
 
-use std::net::SocketAddr;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::thread;
-
-use support::{KeepAlive, Server, get};
-
-/// Clients on keep-alive connections renewed every few requests. A request that fails
-/// on a connection already used before, with nothing of its response read, is sent
-/// again on a new connection, as HTTP clients do for idempotent requests (RFC 9112,
-/// 9.3.1): a server may close an idle connection just as a request is sent on it.
-/// Anything else is a failure.
-struct Load {
-    stop: Arc<AtomicBool>,
-    done: Arc<AtomicUsize>,
-    threads: Vec<thread::JoinHandle<Vec<String>>>,
-}
-
-impl Load {
-    fn start(addr: SocketAddr, clients: usize) -> Self {
-        let stop = Arc::new(AtomicBool::new(false));
-        let done = Arc::new(AtomicUsize::new(0));
-        let threads = (0..clients)
-            .map(|_| {
-                let (stop, done) = (Arc::clone(&stop), Arc::clone(&done));
-                thread::spawn(move || {
-                    let mut failures = Vec::new();
-                    while !stop.load(Ordering::Relaxed) {
-                        let mut conn = match KeepAlive::connect(addr) {
-                            Ok(conn) => conn,
-                            Err(e) => {
-                                failures.push(format!("connect: {e}"));
-                                continue;
-                            }
-                        };
-                        for i in 0..20 {
-                            match conn.get("/who") {
-                                Ok(res) if res.status == 200 => {
-                                    done.fetch_add(1, Ordering::Relaxed);
-                                }
-                                Ok(res) => failures.push(format!("status {}", res.status)),
-                                // Closed under a reused connection before any byte of
-                                // the response: sent again on a new connection.
-                                Err(e)
-                                    if i > 0 && e.kind() == std::io::ErrorKind::ConnectionReset =>
-                                {
-                                    break;
-                                }
-                                Err(e) => {
-                                    failures.push(format!("request {i}: {e}"));
-                                    break;
-                                }
-                            }
-                            if conn.closing() {
-                                break;
-                            }
-                        }
-                    }
-                    failures
-                })
-            })
-            .collect();
-        Self {
-            stop,
-            done,
-            threads,
-        }
-    }
-
-    fn wait_for(&self, more: usize) {
-        let target = self.done.load(Ordering::Relaxed) + more;
-        let deadline = std::time::Instant::now() + support::TIMEOUT;
-        while self.done.load(Ordering::Relaxed) < target {
-            assert!(std::time::Instant::now() < deadline, "the load stalled");
-            thread::sleep(std::time::Duration::from_millis(1));
-        }
-    }
-
-    fn stop(self) -> (usize, Vec<String>) {
-        self.stop.store(true, Ordering::Relaxed);
-        let failures = self
-            .threads
-            .into_iter()
-            .flat_map(|t| t.join().unwrap())
-            .collect();
-        (self.done.load(Ordering::Relaxed), failures)
-    }
-}
+use support::{Load, Server, get};
 
 #[test]
 fn two_upgrades_in_a_row_under_load_fail_no_request() {
@@ -114,7 +27,7 @@ fn two_upgrades_in_a_row_under_load_fail_no_request() {
     .unwrap();
     let mut old = Server::start_file(&config, 1, |_| {});
     let addr = old.addr();
-    let load = Load::start(addr, 3);
+    let load = Load::start(addr, 3, &["/who"], true);
     load.wait_for(200);
 
     for round in 0..2 {

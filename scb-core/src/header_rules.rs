@@ -4,7 +4,7 @@
 //! [`HeaderRulesLayer`] applies two [`HeaderRules`], one to the request and one to the
 //! response. Each rule names a field and, for `set` and `add`, a value template whose
 //! placeholders take parts of the request: `{request_id}` (the
-//! [`Id`](crate::request_id::Id) extension), `{client_ip}` (the peer, or through
+//! [`Id`] extension), `{client_ip}` (the peer, or through
 //! [`TrustedProxies`] the client it forwarded for) and `{host}` (the host the request
 //! named). A value that comes out invalid (a client's Host cannot, once scb's server has
 //! checked it) is left out rather than sent.

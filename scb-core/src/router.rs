@@ -334,20 +334,41 @@ where
     }
 
     fn call(&mut self, req: Request<ReqB>) -> Self::Future {
-        let kind = match self.table.find(req.uri().path()) {
-            Some(route) => Kind::Route {
-                future: route.service.clone().oneshot(req),
+        match self.table.find(req.uri().path()) {
+            Some(route) => ResponseFuture::chosen(route.service.clone(), req),
+            None => ResponseFuture::fallback(self.fallback.clone(), req),
+        }
+    }
+}
+
+impl<S, F, Req> ResponseFuture<S, F, Req>
+where
+    S: Service<Req>,
+    F: Service<Req>,
+{
+    /// The future of `service` (a route, a site) answering `req`.
+    pub(crate) fn chosen(service: S, req: Req) -> Self {
+        Self {
+            kind: Kind::Route {
+                future: service.oneshot(req),
             },
-            None => Kind::Fallback {
-                future: self.fallback.clone().oneshot(req),
+        }
+    }
+
+    /// The future of the fallback answering `req`.
+    pub(crate) fn fallback(fallback: F, req: Req) -> Self {
+        Self {
+            kind: Kind::Fallback {
+                future: fallback.oneshot(req),
             },
-        };
-        ResponseFuture { kind }
+        }
     }
 }
 
 pin_project! {
-    /// Response future of [`Router`].
+    /// Response future of [`Router`], and of
+    /// [`VirtualHosts`](crate::virtual_hosts::VirtualHosts): the chosen service's, or the
+    /// fallback's.
     pub struct ResponseFuture<S, F, Req>
     where
         S: Service<Req>,

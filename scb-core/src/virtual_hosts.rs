@@ -37,16 +37,13 @@
 
 use std::convert::Infallible;
 use std::fmt;
-use std::future::{Future, Ready, ready};
-use std::pin::Pin;
+use std::future::{Ready, ready};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use http::{Request, Response, StatusCode, header};
-use pin_project_lite::pin_project;
 use rustc_hash::FxHashMap;
 use tower::Service;
-use tower::util::{Oneshot, ServiceExt as _};
 
 use crate::Body;
 
@@ -292,75 +289,16 @@ where
     }
 
     fn call(&mut self, req: Request<ReqB>) -> Self::Future {
-        let kind = match self.site_for(request_host(&req)) {
-            Some(i) => Kind::Site {
-                future: self.table.sites[i].clone().oneshot(req),
-            },
-            None => Kind::Fallback {
-                future: self.fallback.clone().oneshot(req),
-            },
-        };
-        ResponseFuture { kind }
-    }
-}
-
-pin_project! {
-    /// Response future of [`VirtualHosts`].
-    pub struct ResponseFuture<S, F, Req>
-    where
-        S: Service<Req>,
-        F: Service<Req>,
-    {
-        #[pin]
-        kind: Kind<S, F, Req>,
-    }
-}
-
-pin_project! {
-    #[project = KindProj]
-    enum Kind<S, F, Req>
-    where
-        S: Service<Req>,
-        F: Service<Req>,
-    {
-        Site {
-            #[pin]
-            future: Oneshot<S, Req>,
-        },
-        Fallback {
-            #[pin]
-            future: Oneshot<F, Req>,
-        },
-    }
-}
-
-impl<S, F, Req> fmt::Debug for ResponseFuture<S, F, Req>
-where
-    S: Service<Req>,
-    F: Service<Req>,
-{
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.kind {
-            Kind::Site { .. } => f.write_str("ResponseFuture::Site"),
-            Kind::Fallback { .. } => f.write_str("ResponseFuture::Fallback"),
+        match self.site_for(request_host(&req)) {
+            Some(i) => ResponseFuture::chosen(self.table.sites[i].clone(), req),
+            None => ResponseFuture::fallback(self.fallback.clone(), req),
         }
     }
 }
 
-impl<S, F, Req, B> Future for ResponseFuture<S, F, Req>
-where
-    S: Service<Req, Response = Response<B>>,
-    F: Service<Req, Response = Response<B>, Error = S::Error>,
-{
-    type Output = Result<Response<B>, S::Error>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match self.project().kind.project() {
-            KindProj::Site { future } => future.poll(cx),
-            KindProj::Fallback { future } => future.poll(cx),
-        }
-    }
-}
+/// Response future of [`VirtualHosts`]: the router's, which is the same choice of a
+/// service or the fallback.
+pub type ResponseFuture<S, F, Req> = crate::router::ResponseFuture<S, F, Req>;
 
 /// The default fallback: `421 Misdirected Request`, `text/plain`.
 #[derive(Clone, Copy, Debug, Default)]
@@ -383,7 +321,7 @@ impl<B> Service<Request<B>> for Misdirected {
 #[cfg(test)]
 mod tests {
     use http_body_util::BodyExt as _;
-    use tower::ServiceBuilder;
+    use tower::{ServiceBuilder, ServiceExt as _};
 
     use super::*;
     use crate::request_id::RequestIdLayer;

@@ -1115,6 +1115,18 @@ fn an_h2_body_longer_than_its_content_length_is_a_stream_error_even_when_the_han
     assert_eq!(verdict, ("rst_stream", 1));
 }
 
+const HELLO: &str = "GET /hello HTTP/1.1\r\nHost: t\r\n\r\n";
+
+/// The status of `raw` sent on a new connection to `addr`.
+fn status_on_new_connection(addr: SocketAddr, raw: &str) -> u16 {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(raw.as_bytes()).unwrap();
+    read_response(&mut s, &mut Vec::new(), false)
+        .unwrap()
+        .status
+}
+
 #[test]
 fn listeners_change_on_a_running_server_without_dropping_a_kept_one() {
     let mut server = TestServer::start(2, Limits::default());
@@ -1158,15 +1170,7 @@ fn listeners_change_on_a_running_server_without_dropping_a_kept_one() {
         "p".repeat(80)
     );
     for addr in [first, second] {
-        let mut s = TcpStream::connect(addr).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        s.write_all(long_head.as_bytes()).unwrap();
-        let mut buf = Vec::new();
-        assert_eq!(
-            read_response(&mut s, &mut buf, false).unwrap().status,
-            431,
-            "{addr}"
-        );
+        assert_eq!(status_on_new_connection(addr, &long_head), 431, "{addr}");
     }
     // The connection accepted before keeps the limits it started with.
     kept_alive.write_all(long_head.as_bytes()).unwrap();
@@ -1194,16 +1198,7 @@ fn listeners_change_on_a_running_server_without_dropping_a_kept_one() {
             .status,
         200
     );
-    let mut s = TcpStream::connect(second).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s.write_all(b"GET /hello HTTP/1.1\r\nHost: t\r\n\r\n")
-        .unwrap();
-    assert_eq!(
-        read_response(&mut s, &mut Vec::new(), false)
-            .unwrap()
-            .status,
-        200
-    );
+    assert_eq!(status_on_new_connection(second, HELLO), 200);
 
     // An address another process holds fails `prepare`, and nothing changes.
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -1213,16 +1208,7 @@ fn listeners_change_on_a_running_server_without_dropping_a_kept_one() {
     let err = handle.prepare(&clash).unwrap_err();
     assert_eq!(err.kind(), std::io::ErrorKind::AddrInUse, "{err}");
     assert_eq!(handle.local_addrs(), &[second]);
-    let mut s = TcpStream::connect(second).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s.write_all(b"GET /hello HTTP/1.1\r\nHost: t\r\n\r\n")
-        .unwrap();
-    assert_eq!(
-        read_response(&mut s, &mut Vec::new(), false)
-            .unwrap()
-            .status,
-        200
-    );
+    assert_eq!(status_on_new_connection(second, HELLO), 200);
 
     handle.shutdown();
     drop(kept_alive);

@@ -514,3 +514,97 @@ fn echo_one(mut stream: TcpStream) -> std::io::Result<()> {
     )?;
     stream.flush()
 }
+
+/// Clients that keep requesting `paths` in turn on keep-alive connections renewed every
+/// 20 requests, counting successes and keeping whatever is not one.
+///
+/// With `resend_unanswered`, a request that fails on a connection already used, before
+/// one byte of its response came, is sent again on a new connection, as HTTP clients do
+/// for idempotent requests (RFC 9112, 9.3.1): a server that closes an idle connection
+/// may do so just as a request is sent on it. Anything else is a failure.
+pub(crate) struct Load {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    done: std::sync::Arc<AtomicUsize>,
+    threads: Vec<std::thread::JoinHandle<Vec<String>>>,
+}
+
+impl Load {
+    pub(crate) fn start(
+        addr: SocketAddr,
+        clients: usize,
+        paths: &'static [&'static str],
+        resend_unanswered: bool,
+    ) -> Self {
+        use std::sync::Arc;
+        use std::sync::atomic::AtomicBool;
+        let stop = Arc::new(AtomicBool::new(false));
+        let done = Arc::new(AtomicUsize::new(0));
+        let threads = (0..clients)
+            .map(|_| {
+                let (stop, done) = (Arc::clone(&stop), Arc::clone(&done));
+                std::thread::spawn(move || {
+                    let mut failures = Vec::new();
+                    while !stop.load(Ordering::Relaxed) {
+                        let mut conn = match KeepAlive::connect(addr) {
+                            Ok(conn) => conn,
+                            Err(e) => {
+                                failures.push(format!("connect: {e}"));
+                                continue;
+                            }
+                        };
+                        for i in 0..20 {
+                            let path = paths[i % paths.len()];
+                            match conn.get(path) {
+                                Ok(res) if res.status == 200 => {
+                                    done.fetch_add(1, Ordering::Relaxed);
+                                }
+                                Ok(res) => failures.push(format!("{path}: {}", res.status)),
+                                Err(e)
+                                    if resend_unanswered
+                                        && i > 0
+                                        && e.kind() == std::io::ErrorKind::ConnectionReset =>
+                                {
+                                    break;
+                                }
+                                Err(e) => {
+                                    failures.push(format!("{path} (request {i}): {e}"));
+                                    break;
+                                }
+                            }
+                            if conn.closing() {
+                                break;
+                            }
+                        }
+                    }
+                    failures
+                })
+            })
+            .collect();
+        Self {
+            stop,
+            done,
+            threads,
+        }
+    }
+
+    /// Waits until `more` requests have succeeded since the call.
+    pub(crate) fn wait_for(&self, more: usize) {
+        let target = self.done.load(Ordering::Relaxed) + more;
+        let deadline = Instant::now() + TIMEOUT;
+        while self.done.load(Ordering::Relaxed) < target {
+            assert!(Instant::now() < deadline, "the load stalled");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Stops the clients: the successes, and every failure.
+    pub(crate) fn stop(self) -> (usize, Vec<String>) {
+        self.stop.store(true, Ordering::Relaxed);
+        let failures = self
+            .threads
+            .into_iter()
+            .flat_map(|t| t.join().unwrap())
+            .collect();
+        (self.done.load(Ordering::Relaxed), failures)
+    }
+}
