@@ -27,8 +27,8 @@ use scb_static::compress::CompressLayer;
 use toml::Spanned;
 
 use crate::config::{
-    Config, ConfigError, HeaderRulesConfig, HeadersConfig, Located, ProbesConfig, ProxyConfig,
-    RedirectConfig, RouteConfig, SiteConfig,
+    Config, ConfigError, CorsConfig, HeaderRulesConfig, HeadersConfig, Located, ProbesConfig,
+    ProxyConfig, RedirectConfig, RouteConfig, SiteConfig,
 };
 use crate::route::Handler;
 
@@ -121,6 +121,8 @@ pub(crate) struct RoutePlan {
     pub(crate) headers: HeaderRulesLayer,
     /// The route's `allow` and `deny`; letting everyone through when none.
     pub(crate) ip_filter: IpFilterLayer,
+    /// The route's `cors`, if any.
+    pub(crate) cors: Option<tower_http::cors::CorsLayer>,
 }
 
 /// Where the Prometheus endpoint listens.
@@ -220,6 +222,7 @@ impl Plan {
                     },
                     headers: HeaderRulesLayer::new(),
                     ip_filter: IpFilterLayer::new(),
+                    cors: None,
                 }]),
                 headers: HeaderRulesLayer::new(),
             }]),
@@ -860,12 +863,18 @@ fn route<'a>(
     if let Some(deny) = networks(&route.deny, "deny")? {
         ip_filter = ip_filter.deny(deny);
     }
+    let cors = route
+        .cors
+        .as_ref()
+        .map(|c| cors(c.get_ref()).map_err(|e| e.within("cors")))
+        .transpose()?;
     let plan = RoutePlan {
         name,
         matcher,
         handler,
         headers,
         ip_filter,
+        cors,
     };
     Ok((plan, field, path))
 }
@@ -925,6 +934,97 @@ fn handler(
         "a route needs a handler: `respond = { ... }`, `static = { ... }`, `proxy = { ... }`, \
          `redirect = { ... }` or `health = true`",
     ))
+}
+
+/// `cors = { ... }` as tower-http's layer, checked here: tower-http asserts at the first
+/// request that credentials go with no wildcard, and a worker must not panic on that.
+fn cors(config: &CorsConfig) -> Result<tower_http::cors::CorsLayer, Located> {
+    use tower_http::cors::{
+        AllowHeaders, AllowMethods, AllowOrigin, Any, CorsLayer, ExposeHeaders,
+    };
+    let wildcard = |list: &[Spanned<String>]| list.len() == 1 && list[0].get_ref() == "*";
+    let origins = config.origins.get_ref();
+    if origins.is_empty() {
+        return Err(Located::at(&config.origins, "origins", "names no origin"));
+    }
+    let mut layer = CorsLayer::new();
+    let mut any = false;
+    layer = if wildcard(origins) {
+        any = true;
+        layer.allow_origin(AllowOrigin::from(Any))
+    } else {
+        let mut values = Vec::with_capacity(origins.len());
+        for (i, origin) in origins.iter().enumerate() {
+            let text = origin.get_ref();
+            // An origin is scheme://host[:port]: no path, not even `/`.
+            let valid = text.split_once("://").is_some_and(|(scheme, rest)| {
+                matches!(scheme, "http" | "https") && !rest.is_empty() && !rest.contains('/')
+            });
+            let value = http::HeaderValue::from_str(text).ok().filter(|_| valid);
+            values.push(value.ok_or_else(|| {
+                Located::at(
+                    origin,
+                    format!("origins[{i}]"),
+                    "is not an origin (https://host[:port], no path) or \"*\" alone",
+                )
+            })?);
+        }
+        layer.allow_origin(AllowOrigin::list(values))
+    };
+    layer = match &config.methods {
+        None => layer.allow_methods([http::Method::GET, http::Method::HEAD, http::Method::POST]),
+        Some(list) if wildcard(list) => {
+            any = true;
+            layer.allow_methods(AllowMethods::from(Any))
+        }
+        Some(list) => {
+            let mut methods = Vec::with_capacity(list.len());
+            for (i, m) in list.iter().enumerate() {
+                methods.push(
+                    http::Method::from_bytes(m.get_ref().as_bytes())
+                        .map_err(|_| Located::at(m, format!("methods[{i}]"), "is not a method"))?,
+                );
+            }
+            layer.allow_methods(methods)
+        }
+    };
+    let names = |list: &[Spanned<String>], key: &str| -> Result<Vec<HeaderName>, Located> {
+        list.iter()
+            .enumerate()
+            .map(|(i, n)| {
+                HeaderName::try_from(n.get_ref().as_str()).map_err(|_| {
+                    Located::at(n, format!("{key}[{i}]"), "is not a header field name")
+                })
+            })
+            .collect()
+    };
+    if wildcard(&config.headers) {
+        any = true;
+        layer = layer.allow_headers(AllowHeaders::from(Any));
+    } else if !config.headers.is_empty() {
+        layer = layer.allow_headers(names(&config.headers, "headers")?);
+    }
+    if wildcard(&config.expose) {
+        any = true;
+        layer = layer.expose_headers(ExposeHeaders::from(Any));
+    } else if !config.expose.is_empty() {
+        layer = layer.expose_headers(names(&config.expose, "expose")?);
+    }
+    if let Some(credentials) = config.credentials.as_ref().filter(|c| *c.get_ref()) {
+        if any {
+            return Err(Located::at(
+                credentials,
+                "credentials",
+                "cannot go with \"*\" in origins, methods, headers or expose (the Fetch \
+                 standard forbids it): name them",
+            ));
+        }
+        layer = layer.allow_credentials(true);
+    }
+    if let Some(max_age) = &config.max_age {
+        layer = layer.max_age(max_age.0);
+    }
+    Ok(layer)
 }
 
 /// A redirect route. `{host}` is refused on the default site, which takes any host: a

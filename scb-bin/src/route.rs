@@ -18,6 +18,9 @@ use scb_core::ip_filter::{IpFilter, IpFilterLayer};
 use scb_core::redirect::Redirect;
 use scb_core::respond::Respond;
 use scb_core::router::NotFound;
+use tower_http::cors::{Cors, CorsLayer};
+
+use crate::one_of::OneOf;
 use scb_proxy::ReverseProxy;
 use scb_static::ServeStatic;
 use scb_static::compress::{Compress, CompressLayer};
@@ -85,18 +88,30 @@ pub(crate) enum RouteService {
     Redirect(Redirect),
     /// What a site answers when no route matches.
     NotFound(NotFound),
-    /// A route behind its `allow`/`deny` and header rules. Its future is boxed: only
-    /// the routes that have such rules pay for them (one allocation a request).
-    Guarded(Box<IpFilter<HeaderRulesService<RouteService>>>),
+    /// A route behind its `allow`/`deny`, header rules and CORS. Its future is boxed:
+    /// only the routes that have such rules pay for them (one allocation a request).
+    Guarded(Box<Guarded>),
 }
 
+/// The layers of a guarded route, outermost first: addresses, header rules, CORS.
+pub(crate) type Guarded = IpFilter<HeaderRulesService<OneOf<RouteService, Cors<RouteService>>>>;
+
 impl RouteService {
-    /// `self` behind `ip_filter` and `headers`, or as it is when they are empty.
-    pub(crate) fn guarded(self, ip_filter: &IpFilterLayer, headers: &HeaderRulesLayer) -> Self {
-        if ip_filter.is_empty() && headers.is_empty() {
+    /// `self` behind `ip_filter`, `headers` and `cors`, or as it is when it has none.
+    pub(crate) fn guarded(
+        self,
+        ip_filter: &IpFilterLayer,
+        headers: &HeaderRulesLayer,
+        cors: Option<&CorsLayer>,
+    ) -> Self {
+        if ip_filter.is_empty() && headers.is_empty() && cors.is_none() {
             return self;
         }
-        Self::Guarded(Box::new(ip_filter.layer(headers.layer(self))))
+        let inner = match cors {
+            Some(cors) => OneOf::Layered(cors.layer(self)),
+            None => OneOf::Plain(self),
+        };
+        Self::Guarded(Box::new(ip_filter.layer(headers.layer(inner))))
     }
 }
 

@@ -106,12 +106,16 @@ pub(crate) fn app(
         for route in plan.routes.iter() {
             // The site's rules first on the request, the route's last on the response.
             let headers = plan.headers.and(&route.headers);
-            let service = route.handler.service().guarded(&route.ip_filter, &headers);
+            let service =
+                route
+                    .handler
+                    .service()
+                    .guarded(&route.ip_filter, &headers, route.cors.as_ref());
             let service = MetricsLayer::new(route.name.to_string()).layer(service);
             router = router.route(Arc::clone(&route.name), route.matcher.clone(), service)?;
         }
         let fallback =
-            RouteService::NotFound(NotFound).guarded(&IpFilterLayer::new(), &plan.headers);
+            RouteService::NotFound(NotFound).guarded(&IpFilterLayer::new(), &plan.headers, None);
         Ok(router.fallback(MetricsLayer::new(UNMATCHED).layer(fallback)))
     };
     let sites: Sites = match sites {

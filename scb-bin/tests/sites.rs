@@ -106,3 +106,52 @@ fn allow_lists_refuse_other_clients_with_403() {
         "admin"
     );
 }
+
+#[test]
+fn cors_preflights_are_answered_without_the_handler() {
+    // The handler is a proxy to a port nobody listens on: reaching it would be a 502.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let server = Server::start(&format!(
+        "[server]\nworkers = 1\n[[listen]]\naddr = \"127.0.0.1:0\"\n\
+         [[route]]\nprefix = \"/api/\"\nproxy = {{ upstreams = [\"{closed}\"] }}\n\
+         cors = {{ origins = [\"https://app.example.com\"], methods = [\"GET\", \"POST\"], \
+         headers = [\"content-type\"], credentials = true, max_age = \"1h\" }}\n"
+    ));
+    let addr = server.addr();
+    let preflight = |origin: &str| {
+        request(
+            addr,
+            &format!(
+                "OPTIONS /api/items HTTP/1.1\r\nHost: t\r\nOrigin: {origin}\r\n\
+                 Access-Control-Request-Method: POST\r\n\
+                 Access-Control-Request-Headers: content-type\r\nConnection: close\r\n\r\n"
+            ),
+        )
+    };
+    let res = preflight("https://app.example.com");
+    assert_eq!(res.status, 200);
+    assert_eq!(
+        res.header("access-control-allow-origin"),
+        Some("https://app.example.com")
+    );
+    assert_eq!(res.header("access-control-allow-methods"), Some("GET,POST"));
+    assert_eq!(res.header("access-control-allow-headers"), Some("content-type"));
+    assert_eq!(res.header("access-control-allow-credentials"), Some("true"));
+    assert_eq!(res.header("access-control-max-age"), Some("3600"));
+    // Another origin gets no grant.
+    let res = preflight("https://evil.example");
+    assert_eq!(res.header("access-control-allow-origin"), None);
+    // A simple request goes to the handler (here a 502) and carries the grant.
+    let res = request(
+        addr,
+        "GET /api/items HTTP/1.1\r\nHost: t\r\nOrigin: https://app.example.com\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(res.status, 502);
+    assert_eq!(
+        res.header("access-control-allow-origin"),
+        Some("https://app.example.com")
+    );
+}

@@ -306,6 +306,28 @@ pub(crate) struct RouteConfig {
     pub(crate) allow: Option<Vec<Spanned<String>>>,
     /// Clients in these get 403.
     pub(crate) deny: Option<Vec<Spanned<String>>>,
+    /// `cors = { origins, methods, headers, expose, credentials, max_age }`.
+    pub(crate) cors: Option<Spanned<CorsConfig>>,
+}
+
+/// `cors = { ... }`: tower-http's `CorsLayer`; preflights never reach the handler.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct CorsConfig {
+    /// `["https://app.example.com", ...]`, or `["*"]` for any origin.
+    pub(crate) origins: Spanned<Vec<Spanned<String>>>,
+    /// Absent means `GET`, `HEAD` and `POST`; `["*"]` any.
+    pub(crate) methods: Option<Vec<Spanned<String>>>,
+    /// Request fields a preflight may allow; absent means none; `["*"]` any.
+    #[serde(default)]
+    pub(crate) headers: Vec<Spanned<String>>,
+    /// Response fields the page may read; absent means none.
+    #[serde(default)]
+    pub(crate) expose: Vec<Spanned<String>>,
+    /// `Access-Control-Allow-Credentials: true`; not with any `*`.
+    pub(crate) credentials: Option<Spanned<bool>>,
+    /// How long a browser may cache a preflight; absent means not at all.
+    pub(crate) max_age: Option<HumanDuration>,
 }
 
 /// `static = { ... }`: the files beneath `root`. The request path is looked up beneath the
