@@ -20,6 +20,7 @@ use scb_core::health::{HealthCheck, Readiness};
 use scb_core::ip_filter::IpFilterLayer;
 use scb_core::redirect::Redirect;
 use scb_core::respond::Respond;
+use scb_core::rewrite::RewriteLayer;
 use scb_core::router::PathMatch;
 use scb_core::server::{Limits, Server};
 use scb_core::virtual_hosts::VirtualHosts;
@@ -28,7 +29,7 @@ use toml::Spanned;
 
 use crate::config::{
     Config, ConfigError, CorsConfig, HeaderRulesConfig, HeadersConfig, Located, ProbesConfig,
-    ProxyConfig, RedirectConfig, RouteConfig, SiteConfig,
+    ProxyConfig, RedirectConfig, RewriteConfig, RouteConfig, SiteConfig,
 };
 use crate::route::Handler;
 
@@ -123,6 +124,8 @@ pub(crate) struct RoutePlan {
     pub(crate) ip_filter: IpFilterLayer,
     /// The route's `cors`, if any.
     pub(crate) cors: Option<tower_http::cors::CorsLayer>,
+    /// The route's `rewrite`, if any.
+    pub(crate) rewrite: Option<RewriteLayer>,
 }
 
 /// Where the Prometheus endpoint listens.
@@ -223,6 +226,7 @@ impl Plan {
                     headers: HeaderRulesLayer::new(),
                     ip_filter: IpFilterLayer::new(),
                     cors: None,
+                    rewrite: None,
                 }]),
                 headers: HeaderRulesLayer::new(),
             }]),
@@ -868,6 +872,11 @@ fn route<'a>(
         .as_ref()
         .map(|c| cors(c.get_ref()).map_err(|e| e.within("cors")))
         .transpose()?;
+    let rewrite = route
+        .rewrite
+        .as_ref()
+        .map(|r| rewrite(r).map_err(|e| e.within("rewrite")))
+        .transpose()?;
     let plan = RoutePlan {
         name,
         matcher,
@@ -875,6 +884,7 @@ fn route<'a>(
         headers,
         ip_filter,
         cors,
+        rewrite,
     };
     Ok((plan, field, path))
 }
@@ -1025,6 +1035,26 @@ fn cors(config: &CorsConfig) -> Result<tower_http::cors::CorsLayer, Located> {
         layer = layer.max_age(max_age.0);
     }
     Ok(layer)
+}
+
+/// `rewrite = { prefix | regex, to }`.
+fn rewrite(config: &Spanned<RewriteConfig>) -> Result<RewriteLayer, Located> {
+    let r = config.get_ref();
+    match (&r.prefix, &r.regex) {
+        (Some(prefix), None) => RewriteLayer::prefix(prefix.get_ref(), r.to.get_ref())
+            .map_err(|e| Located::at(&r.to, "to", e)),
+        (None, Some(regex)) => {
+            RewriteLayer::regex(regex.get_ref(), r.to.get_ref()).map_err(|e| match e {
+                scb_core::rewrite::RewriteError::Regex(_) => Located::at(regex, "regex", e),
+                _ => Located::at(&r.to, "to", e),
+            })
+        }
+        _ => Err(Located::at(
+            config,
+            "",
+            "a rewrite has `prefix` or `regex` (one of them) and `to`",
+        )),
+    }
 }
 
 /// A redirect route. `{host}` is refused on the default site, which takes any host: a

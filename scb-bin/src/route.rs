@@ -17,6 +17,7 @@ use scb_core::health::HealthCheck;
 use scb_core::ip_filter::{IpFilter, IpFilterLayer};
 use scb_core::redirect::Redirect;
 use scb_core::respond::Respond;
+use scb_core::rewrite::{Rewrite, RewriteLayer};
 use scb_core::router::NotFound;
 use tower_http::cors::{Cors, CorsLayer};
 
@@ -93,25 +94,41 @@ pub(crate) enum RouteService {
     Guarded(Box<Guarded>),
 }
 
-/// The layers of a guarded route, outermost first: addresses, header rules, CORS.
-pub(crate) type Guarded = IpFilter<HeaderRulesService<OneOf<RouteService, Cors<RouteService>>>>;
+/// The layers of a guarded route, outermost first: addresses, header rules, the
+/// rewrite, CORS.
+pub(crate) type Guarded = IpFilter<HeaderRulesService<OneOf<WithCors, Rewrite<WithCors>>>>;
+type WithCors = OneOf<RouteService, Cors<RouteService>>;
+
+/// What a route puts in front of its handler; nothing at all when every part is empty.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Guards<'a> {
+    pub(crate) ip_filter: &'a IpFilterLayer,
+    pub(crate) headers: &'a HeaderRulesLayer,
+    pub(crate) cors: Option<&'a CorsLayer>,
+    pub(crate) rewrite: Option<&'a RewriteLayer>,
+}
 
 impl RouteService {
-    /// `self` behind `ip_filter`, `headers` and `cors`, or as it is when it has none.
-    pub(crate) fn guarded(
-        self,
-        ip_filter: &IpFilterLayer,
-        headers: &HeaderRulesLayer,
-        cors: Option<&CorsLayer>,
-    ) -> Self {
-        if ip_filter.is_empty() && headers.is_empty() && cors.is_none() {
+    /// `self` behind `guards`, or as it is when they are all empty.
+    pub(crate) fn guarded(self, guards: Guards<'_>) -> Self {
+        let Guards {
+            ip_filter,
+            headers,
+            cors,
+            rewrite,
+        } = guards;
+        if ip_filter.is_empty() && headers.is_empty() && cors.is_none() && rewrite.is_none() {
             return self;
         }
-        let inner = match cors {
+        let with_cors = match cors {
             Some(cors) => OneOf::Layered(cors.layer(self)),
             None => OneOf::Plain(self),
         };
-        Self::Guarded(Box::new(ip_filter.layer(headers.layer(inner))))
+        let rewritten = match rewrite {
+            Some(rewrite) => OneOf::Layered(rewrite.layer(with_cors)),
+            None => OneOf::Plain(with_cors),
+        };
+        Self::Guarded(Box::new(ip_filter.layer(headers.layer(rewritten))))
     }
 }
 

@@ -41,7 +41,7 @@ use tower::{Layer, Service, ServiceBuilder};
 
 use crate::one_of::OneOf;
 use crate::plan::{SitePlan, UNMATCHED};
-use crate::route::RouteService;
+use crate::route::{Guards, RouteService};
 
 /// The sites with the https layers a config may add.
 type Routed = Either<RedirectHttps<Either<Hsts<Sites>, Sites>>, Either<Hsts<Sites>, Sites>>;
@@ -106,16 +106,21 @@ pub(crate) fn app(
         for route in plan.routes.iter() {
             // The site's rules first on the request, the route's last on the response.
             let headers = plan.headers.and(&route.headers);
-            let service =
-                route
-                    .handler
-                    .service()
-                    .guarded(&route.ip_filter, &headers, route.cors.as_ref());
+            let service = route.handler.service().guarded(Guards {
+                ip_filter: &route.ip_filter,
+                headers: &headers,
+                cors: route.cors.as_ref(),
+                rewrite: route.rewrite.as_ref(),
+            });
             let service = MetricsLayer::new(route.name.to_string()).layer(service);
             router = router.route(Arc::clone(&route.name), route.matcher.clone(), service)?;
         }
-        let fallback =
-            RouteService::NotFound(NotFound).guarded(&IpFilterLayer::new(), &plan.headers, None);
+        let fallback = RouteService::NotFound(NotFound).guarded(Guards {
+            ip_filter: &IpFilterLayer::new(),
+            headers: &plan.headers,
+            cors: None,
+            rewrite: None,
+        });
         Ok(router.fallback(MetricsLayer::new(UNMATCHED).layer(fallback)))
     };
     let sites: Sites = match sites {

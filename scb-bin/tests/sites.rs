@@ -138,7 +138,10 @@ fn cors_preflights_are_answered_without_the_handler() {
         Some("https://app.example.com")
     );
     assert_eq!(res.header("access-control-allow-methods"), Some("GET,POST"));
-    assert_eq!(res.header("access-control-allow-headers"), Some("content-type"));
+    assert_eq!(
+        res.header("access-control-allow-headers"),
+        Some("content-type")
+    );
     assert_eq!(res.header("access-control-allow-credentials"), Some("true"));
     assert_eq!(res.header("access-control-max-age"), Some("3600"));
     // Another origin gets no grant.
@@ -154,4 +157,27 @@ fn cors_preflights_are_answered_without_the_handler() {
         res.header("access-control-allow-origin"),
         Some("https://app.example.com")
     );
+}
+
+#[test]
+fn rewrites_change_the_path_the_static_handler_looks_up() {
+    let root = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("sites-rewrite-{}", std::process::id()));
+    std::fs::create_dir_all(root.join("posts")).unwrap();
+    std::fs::write(root.join("posts/42.html"), "post 42").unwrap();
+    std::fs::write(root.join("posts/index.html"), "posts").unwrap();
+    let server = Server::start(&format!(
+        "[server]\nworkers = 1\n[[listen]]\naddr = \"127.0.0.1:0\"\n\
+         [[route]]\nprefix = \"/blog/\"\nrewrite = {{ regex = \"^/blog/(\\\\d+)$\", to = \"/posts/{{1}}.html\" }}\n\
+         static = {{ root = {root:?} }}\n\
+         [[route]]\nprefix = \"/old/\"\nrewrite = {{ prefix = \"/old/\", to = \"/posts/\" }}\n\
+         static = {{ root = {root:?} }}\n",
+        root = root.display().to_string()
+    ));
+    let addr = server.addr();
+    assert_eq!(get_host(addr, "t", "/blog/42?x=1").text(), "post 42");
+    // A path the expression does not match is looked up as it is.
+    assert_eq!(get_host(addr, "t", "/blog/latest").status, 404);
+    assert_eq!(get_host(addr, "t", "/old/42.html").text(), "post 42");
+    let _ = std::fs::remove_dir_all(&root);
 }

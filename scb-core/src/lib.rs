@@ -33,6 +33,7 @@ pub mod metrics;
 pub mod redirect;
 pub mod request_id;
 pub mod respond;
+pub mod rewrite;
 pub mod router;
 pub mod server;
 pub mod virtual_hosts;

@@ -308,6 +308,17 @@ pub(crate) struct RouteConfig {
     pub(crate) deny: Option<Vec<Spanned<String>>>,
     /// `cors = { origins, methods, headers, expose, credentials, max_age }`.
     pub(crate) cors: Option<Spanned<CorsConfig>>,
+    /// `rewrite = { prefix, to }` or `{ regex, to }`: the path the handler sees.
+    pub(crate) rewrite: Option<Spanned<RewriteConfig>>,
+}
+
+/// `rewrite = { prefix = "/old/", to = "/new/" }` or `{ regex = "^/a/(\\d+)$", to = "/b/{1}" }`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RewriteConfig {
+    pub(crate) prefix: Option<Spanned<String>>,
+    pub(crate) regex: Option<Spanned<String>>,
+    pub(crate) to: Spanned<String>,
 }
 
 /// `cors = { ... }`: tower-http's `CorsLayer`; preflights never reach the handler.
