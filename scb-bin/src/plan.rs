@@ -18,6 +18,7 @@ use scb_core::client_ip::{Networks, TrustedProxies};
 use scb_core::header_rules::{HeaderRules, HeaderRulesLayer};
 use scb_core::health::{HealthCheck, Readiness};
 use scb_core::ip_filter::IpFilterLayer;
+use scb_core::max_concurrent::MaxConcurrentLayer;
 use scb_core::redirect::Redirect;
 use scb_core::respond::Respond;
 use scb_core::rewrite::RewriteLayer;
@@ -126,6 +127,8 @@ pub(crate) struct RoutePlan {
     pub(crate) cors: Option<tower_http::cors::CorsLayer>,
     /// The route's `rewrite`, if any.
     pub(crate) rewrite: Option<RewriteLayer>,
+    /// The route's `max_concurrent`, if any: one count for every worker.
+    pub(crate) max_concurrent: Option<MaxConcurrentLayer>,
 }
 
 /// Where the Prometheus endpoint listens.
@@ -227,6 +230,7 @@ impl Plan {
                     ip_filter: IpFilterLayer::new(),
                     cors: None,
                     rewrite: None,
+                    max_concurrent: None,
                 }]),
                 headers: HeaderRulesLayer::new(),
             }]),
@@ -877,6 +881,13 @@ fn route<'a>(
         .as_ref()
         .map(|r| rewrite(r).map_err(|e| e.within("rewrite")))
         .transpose()?;
+    let max_concurrent = match &route.max_concurrent {
+        Some(max) if *max.get_ref() == 0 => {
+            return Err(Located::at(max, "max_concurrent", "must be at least 1"));
+        }
+        Some(max) => Some(MaxConcurrentLayer::new(*max.get_ref())),
+        None => None,
+    };
     let plan = RoutePlan {
         name,
         matcher,
@@ -885,6 +896,7 @@ fn route<'a>(
         ip_filter,
         cors,
         rewrite,
+        max_concurrent,
     };
     Ok((plan, field, path))
 }

@@ -15,6 +15,7 @@ use scb_core::Body;
 use scb_core::header_rules::{HeaderRulesLayer, HeaderRulesService};
 use scb_core::health::HealthCheck;
 use scb_core::ip_filter::{IpFilter, IpFilterLayer};
+use scb_core::max_concurrent::{MaxConcurrent, MaxConcurrentLayer};
 use scb_core::redirect::Redirect;
 use scb_core::respond::Respond;
 use scb_core::rewrite::{Rewrite, RewriteLayer};
@@ -94,9 +95,10 @@ pub(crate) enum RouteService {
     Guarded(Box<Guarded>),
 }
 
-/// The layers of a guarded route, outermost first: addresses, header rules, the
-/// rewrite, CORS.
-pub(crate) type Guarded = IpFilter<HeaderRulesService<OneOf<WithCors, Rewrite<WithCors>>>>;
+/// The layers of a guarded route, outermost first: addresses, the concurrency bound,
+/// header rules, the rewrite, CORS.
+pub(crate) type Guarded = IpFilter<OneOf<Headed, MaxConcurrent<Headed>>>;
+type Headed = HeaderRulesService<OneOf<WithCors, Rewrite<WithCors>>>;
 type WithCors = OneOf<RouteService, Cors<RouteService>>;
 
 /// What a route puts in front of its handler; nothing at all when every part is empty.
@@ -106,6 +108,7 @@ pub(crate) struct Guards<'a> {
     pub(crate) headers: &'a HeaderRulesLayer,
     pub(crate) cors: Option<&'a CorsLayer>,
     pub(crate) rewrite: Option<&'a RewriteLayer>,
+    pub(crate) max_concurrent: Option<&'a MaxConcurrentLayer>,
 }
 
 impl RouteService {
@@ -116,8 +119,14 @@ impl RouteService {
             headers,
             cors,
             rewrite,
+            max_concurrent,
         } = guards;
-        if ip_filter.is_empty() && headers.is_empty() && cors.is_none() && rewrite.is_none() {
+        if ip_filter.is_empty()
+            && headers.is_empty()
+            && cors.is_none()
+            && rewrite.is_none()
+            && max_concurrent.is_none()
+        {
             return self;
         }
         let with_cors = match cors {
@@ -128,7 +137,12 @@ impl RouteService {
             Some(rewrite) => OneOf::Layered(rewrite.layer(with_cors)),
             None => OneOf::Plain(with_cors),
         };
-        Self::Guarded(Box::new(ip_filter.layer(headers.layer(rewritten))))
+        let headed = headers.layer(rewritten);
+        let bounded = match max_concurrent {
+            Some(max) => OneOf::Layered(max.layer(headed)),
+            None => OneOf::Plain(headed),
+        };
+        Self::Guarded(Box::new(ip_filter.layer(bounded)))
     }
 }
 

@@ -111,6 +111,7 @@ pub(crate) fn app(
                 headers: &headers,
                 cors: route.cors.as_ref(),
                 rewrite: route.rewrite.as_ref(),
+                max_concurrent: route.max_concurrent.as_ref(),
             });
             let service = MetricsLayer::new(route.name.to_string()).layer(service);
             router = router.route(Arc::clone(&route.name), route.matcher.clone(), service)?;
@@ -120,6 +121,7 @@ pub(crate) fn app(
             headers: &plan.headers,
             cors: None,
             rewrite: None,
+            max_concurrent: None,
         });
         Ok(router.fallback(MetricsLayer::new(UNMATCHED).layer(fallback)))
     };

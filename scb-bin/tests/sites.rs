@@ -181,3 +181,44 @@ fn rewrites_change_the_path_the_static_handler_looks_up() {
     assert_eq!(get_host(addr, "t", "/old/42.html").text(), "post 42");
     let _ = std::fs::remove_dir_all(&root);
 }
+
+#[test]
+fn max_concurrent_answers_503_over_the_bound_and_frees_the_slot_after() {
+    use std::io::{Read as _, Write as _};
+    use std::sync::mpsc;
+    // An upstream whose first exchange waits for the test's word; the others answer at once.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let upstream = listener.local_addr().unwrap();
+    let (accepted_tx, accepted) = mpsc::channel();
+    let (go, go_rx) = mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        let mut first = true;
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut buf = [0u8; 4096];
+            let _ = stream.read(&mut buf);
+            if first {
+                first = false;
+                accepted_tx.send(()).unwrap();
+                let _ = go_rx.recv();
+            }
+            let _ = stream
+                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok");
+        }
+    });
+    let server = Server::start(&format!(
+        "[server]\nworkers = 2\n[[listen]]\naddr = \"127.0.0.1:0\"\n\
+         [[route]]\nprefix = \"/api/\"\nmax_concurrent = 1\nproxy = {{ upstreams = [\"{upstream}\"] }}\n"
+    ));
+    let addr = server.addr();
+    let held = std::thread::spawn(move || get_host(addr, "t", "/api/slow"));
+    accepted.recv().unwrap();
+    // The one slot is taken, whichever worker has it: 503 at once, with Retry-After.
+    let res = get_host(addr, "t", "/api/other");
+    assert_eq!(res.status, 503);
+    assert_eq!(res.header("retry-after"), Some("1"));
+    go.send(()).unwrap();
+    assert_eq!(held.join().unwrap().status, 200);
+    // Freed: the next one goes through.
+    assert_eq!(get_host(addr, "t", "/api/again").text(), "ok");
+}

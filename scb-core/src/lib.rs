@@ -29,6 +29,7 @@ pub mod health;
 pub mod http1;
 pub mod https;
 pub mod ip_filter;
+pub mod max_concurrent;
 pub mod metrics;
 pub mod redirect;
 pub mod request_id;

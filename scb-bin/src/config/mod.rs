@@ -310,6 +310,9 @@ pub(crate) struct RouteConfig {
     pub(crate) cors: Option<Spanned<CorsConfig>>,
     /// `rewrite = { prefix, to }` or `{ regex, to }`: the path the handler sees.
     pub(crate) rewrite: Option<Spanned<RewriteConfig>>,
+    /// At most this many requests of the route in progress at once (all workers); 503
+    /// over it.
+    pub(crate) max_concurrent: Option<Spanned<usize>>,
 }
 
 /// `rewrite = { prefix = "/old/", to = "/new/" }` or `{ regex = "^/a/(\\d+)$", to = "/b/{1}" }`.
