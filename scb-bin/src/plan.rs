@@ -15,6 +15,7 @@ use http::HeaderName;
 use http::StatusCode;
 use scb_core::access_log::AccessLogFormat;
 use scb_core::client_ip::{Networks, TrustedProxies};
+use scb_core::error_pages::ErrorPagesLayer;
 use scb_core::header_rules::{HeaderRules, HeaderRulesLayer};
 use scb_core::health::{HealthCheck, Readiness};
 use scb_core::ip_filter::IpFilterLayer;
@@ -108,6 +109,8 @@ pub(crate) struct SitePlan {
     pub(crate) routes: Arc<[RoutePlan]>,
     /// The site's header rules (`headers`, `security_headers`); empty when none.
     pub(crate) headers: HeaderRulesLayer,
+    /// The site's `error_pages`, read at load; empty when none.
+    pub(crate) error_pages: ErrorPagesLayer,
 }
 
 /// One route: its name, how it matches, and what answers.
@@ -233,6 +236,7 @@ impl Plan {
                     max_concurrent: None,
                 }]),
                 headers: HeaderRulesLayer::new(),
+                error_pages: ErrorPagesLayer::new(),
             }]),
             metrics: None,
             listeners: vec![(listen, "plain")],
@@ -620,6 +624,7 @@ fn sites(
                 hosts: Vec::new(),
                 routes: routes.into(),
                 headers: HeaderRulesLayer::new(),
+                error_pages: ErrorPagesLayer::new(),
             };
             for (j, route) in plan.routes.iter().enumerate() {
                 if let Some(other) = names.get(&route.name) {
@@ -695,10 +700,29 @@ fn site_plan(
     if !response.is_empty() {
         layer = layer.response(response);
     }
+    let mut error_pages = ErrorPagesLayer::new();
+    for (status, file) in site.error_pages.iter().flatten() {
+        let key = format!("error_pages.{status}");
+        let code = status
+            .parse::<u16>()
+            .ok()
+            .and_then(|c| StatusCode::from_u16(c).ok())
+            .filter(|c| c.is_client_error() || c.is_server_error())
+            .ok_or_else(|| Located::at(file, key.clone(), "the key is not a 4xx or 5xx status"))?;
+        let page = std::fs::read(file.get_ref()).map_err(|e| {
+            Located::at(
+                file,
+                key.clone(),
+                format_args!("cannot read {}: {e}", file.get_ref().display()),
+            )
+        })?;
+        error_pages = error_pages.page(code, page.into());
+    }
     Ok(SitePlan {
         hosts,
         routes: routes.into(),
         headers: layer,
+        error_pages,
     })
 }
 

@@ -12,6 +12,7 @@ use std::task::{Context, Poll};
 use http::{Request, Response};
 use pin_project_lite::pin_project;
 use scb_core::Body;
+use scb_core::error_pages::{ErrorPages, ErrorPagesLayer};
 use scb_core::header_rules::{HeaderRulesLayer, HeaderRulesService};
 use scb_core::health::HealthCheck;
 use scb_core::ip_filter::{IpFilter, IpFilterLayer};
@@ -95,9 +96,10 @@ pub(crate) enum RouteService {
     Guarded(Box<Guarded>),
 }
 
-/// The layers of a guarded route, outermost first: addresses, the concurrency bound,
-/// header rules, the rewrite, CORS.
-pub(crate) type Guarded = IpFilter<OneOf<Headed, MaxConcurrent<Headed>>>;
+/// The layers of a guarded route, outermost first: the site's error pages, addresses,
+/// the concurrency bound, header rules, the rewrite, CORS.
+pub(crate) type Guarded = OneOf<Filtered, ErrorPages<Filtered>>;
+type Filtered = IpFilter<OneOf<Headed, MaxConcurrent<Headed>>>;
 type Headed = HeaderRulesService<OneOf<WithCors, Rewrite<WithCors>>>;
 type WithCors = OneOf<RouteService, Cors<RouteService>>;
 
@@ -109,6 +111,7 @@ pub(crate) struct Guards<'a> {
     pub(crate) cors: Option<&'a CorsLayer>,
     pub(crate) rewrite: Option<&'a RewriteLayer>,
     pub(crate) max_concurrent: Option<&'a MaxConcurrentLayer>,
+    pub(crate) error_pages: &'a ErrorPagesLayer,
 }
 
 impl RouteService {
@@ -120,12 +123,14 @@ impl RouteService {
             cors,
             rewrite,
             max_concurrent,
+            error_pages,
         } = guards;
         if ip_filter.is_empty()
             && headers.is_empty()
             && cors.is_none()
             && rewrite.is_none()
             && max_concurrent.is_none()
+            && error_pages.is_empty()
         {
             return self;
         }
@@ -142,7 +147,12 @@ impl RouteService {
             Some(max) => OneOf::Layered(max.layer(headed)),
             None => OneOf::Plain(headed),
         };
-        Self::Guarded(Box::new(ip_filter.layer(bounded)))
+        let filtered = ip_filter.layer(bounded);
+        Self::Guarded(Box::new(if error_pages.is_empty() {
+            OneOf::Plain(filtered)
+        } else {
+            OneOf::Layered(error_pages.layer(filtered))
+        }))
     }
 }
 

@@ -112,6 +112,7 @@ pub(crate) fn app(
                 cors: route.cors.as_ref(),
                 rewrite: route.rewrite.as_ref(),
                 max_concurrent: route.max_concurrent.as_ref(),
+                error_pages: &plan.error_pages,
             });
             let service = MetricsLayer::new(route.name.to_string()).layer(service);
             router = router.route(Arc::clone(&route.name), route.matcher.clone(), service)?;
@@ -122,6 +123,7 @@ pub(crate) fn app(
             cors: None,
             rewrite: None,
             max_concurrent: None,
+            error_pages: &plan.error_pages,
         });
         Ok(router.fallback(MetricsLayer::new(UNMATCHED).layer(fallback)))
     };

@@ -222,3 +222,39 @@ fn max_concurrent_answers_503_over_the_bound_and_frees_the_slot_after() {
     // Freed: the next one goes through.
     assert_eq!(get_host(addr, "t", "/api/again").text(), "ok");
 }
+
+#[test]
+fn a_sites_error_pages_replace_its_404_and_403_bodies() {
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("sites-pages-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("404.html"), "<h1>not here ({request_id})</h1>").unwrap();
+    std::fs::write(dir.join("403.html"), "<h1>not for you</h1>").unwrap();
+    let config = format!(
+        "[server]\nworkers = 1\n[[listen]]\naddr = \"127.0.0.1:0\"\n\
+         [[site]]\nhosts = [\"example.com\"]\n\
+         error_pages = {{ 404 = {p404:?}, 403 = {p403:?} }}\n\
+         [[site.route]]\npath = \"/ok\"\nrespond = {{ body = \"fine\" }}\n\
+         [[site.route]]\nprefix = \"/admin/\"\nallow = [\"10.0.0.0/8\"]\nrespond = {{}}\n",
+        p404 = dir.join("404.html").display().to_string(),
+        p403 = dir.join("403.html").display().to_string(),
+    );
+    let server = Server::start(&config);
+    let addr = server.addr();
+    let res = get_host(addr, "example.com", "/missing");
+    assert_eq!(res.status, 404);
+    assert_eq!(res.header("content-type"), Some("text/html; charset=utf-8"));
+    assert_eq!(res.text(), "<h1>not here (rid-9)</h1>");
+    let res = get_host(addr, "example.com", "/admin/");
+    assert_eq!((res.status, res.text()), (403, "<h1>not for you</h1>"));
+    assert_eq!(get_host(addr, "example.com", "/ok").text(), "fine");
+    // A page that cannot be read is a config error naming its key.
+    let out = support::check(&config.replace("403.html", "absent.html"));
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("site[0].error_pages.403: cannot read"),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

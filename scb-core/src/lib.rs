@@ -24,6 +24,7 @@ pub mod body;
 pub mod catch_panic;
 pub mod client_ip;
 pub mod date;
+pub mod error_pages;
 pub mod header_rules;
 pub mod health;
 pub mod http1;

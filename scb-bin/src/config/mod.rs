@@ -69,6 +69,8 @@ pub(crate) struct SiteConfig {
     /// that have none.
     #[serde(default)]
     pub(crate) security_headers: bool,
+    /// `{ 404 = "404.html", 502 = "5xx.html" }`: pages for responses with those statuses.
+    pub(crate) error_pages: Option<BTreeMap<String, Spanned<std::path::PathBuf>>>,
     #[serde(default)]
     pub(crate) route: Vec<Spanned<RouteConfig>>,
 }
