@@ -92,24 +92,17 @@ impl Value {
         let invalid = || HeaderRuleError::Value {
             value: text.to_owned(),
         };
-        let mut pieces = Vec::new();
-        let mut rest = text;
-        while let Some(open) = rest.find('{') {
-            if open > 0 {
-                pieces.push(Piece::Text(rest[..open].into()));
-            }
-            let close = rest[open..].find('}').ok_or_else(invalid)? + open;
-            pieces.push(match &rest[open + 1..close] {
-                "request_id" => Piece::RequestId,
-                "client_ip" => Piece::ClientIp,
-                "host" => Piece::Host,
-                _ => return Err(invalid()),
-            });
-            rest = &rest[close + 1..];
-        }
-        if !rest.is_empty() {
-            pieces.push(Piece::Text(rest.into()));
-        }
+        let pieces = crate::template::split(
+            text,
+            Piece::Text,
+            |name| match name {
+                "request_id" => Ok(Piece::RequestId),
+                "client_ip" => Ok(Piece::ClientIp),
+                "host" => Ok(Piece::Host),
+                _ => Err(invalid()),
+            },
+            invalid,
+        )?;
         let texts_ok = pieces.iter().all(|p| match p {
             Piece::Text(t) => HeaderValue::from_str(t).is_ok(),
             _ => true,

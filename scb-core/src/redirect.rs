@@ -95,30 +95,24 @@ impl Redirect {
     ///
     /// An unknown placeholder, or text that cannot be in a header value.
     pub fn to(template: &str) -> Result<Self, RedirectError> {
-        let mut parts = Vec::new();
-        let mut rest = template;
         let placeholder = || RedirectError::Placeholder {
             template: template.to_owned(),
         };
-        while let Some(open) = rest.find('{') {
-            if open > 0 {
-                parts.push(Part::Text(rest[..open].into()));
-            }
-            let close = rest[open..].find('}').ok_or_else(placeholder)? + open;
-            parts.push(match &rest[open + 1..close] {
-                "path" => Part::Path,
-                "query" => Part::Query,
-                "host" => Part::Host,
-                "rest" => Part::Rest,
-                _ => return Err(placeholder()),
-            });
-            rest = &rest[close + 1..];
-        }
-        if rest.contains('}') {
+        let parts = crate::template::split(
+            template,
+            Part::Text,
+            |name| match name {
+                "path" => Ok(Part::Path),
+                "query" => Ok(Part::Query),
+                "host" => Ok(Part::Host),
+                "rest" => Ok(Part::Rest),
+                _ => Err(placeholder()),
+            },
+            placeholder,
+        )?;
+        // A `}` after the last placeholder closes nothing.
+        if matches!(parts.last(), Some(Part::Text(text)) if text.contains('}')) {
             return Err(placeholder());
-        }
-        if !rest.is_empty() {
-            parts.push(Part::Text(rest.into()));
         }
         let text_ok = parts.iter().all(|p| match p {
             Part::Text(text) => HeaderValue::from_str(text).is_ok(),

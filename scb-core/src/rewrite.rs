@@ -119,25 +119,20 @@ impl RewriteLayer {
         if !to.starts_with('/') {
             return Err(bad("a path starting with `/`"));
         }
-        let mut pieces = Vec::new();
-        let mut rest = to;
-        while let Some(open) = rest.find('{') {
-            if open > 0 {
-                pieces.push(Piece::Text(rest[..open].into()));
-            }
-            let close = rest[open..].find('}').ok_or(bad("a `{` without its `}`"))? + open;
-            let n: usize = rest[open + 1..close]
-                .parse()
-                .map_err(|_| bad("placeholders are capture numbers, `{1}`"))?;
-            if n >= regex.captures_len() {
-                return Err(bad("a capture the expression does not have"));
-            }
-            pieces.push(Piece::Capture(n));
-            rest = &rest[close + 1..];
-        }
-        if !rest.is_empty() {
-            pieces.push(Piece::Text(rest.into()));
-        }
+        let pieces = crate::template::split(
+            to,
+            Piece::Text,
+            |name| {
+                let n: usize = name
+                    .parse()
+                    .map_err(|_| bad("placeholders are capture numbers, `{1}`"))?;
+                if n >= regex.captures_len() {
+                    return Err(bad("a capture the expression does not have"));
+                }
+                Ok(Piece::Capture(n))
+            },
+            || bad("a `{` without its `}`"),
+        )?;
         let texts_ok = pieces.iter().all(|p| match p {
             Piece::Text(t) => path_text(t),
             Piece::Capture(_) => true,
