@@ -187,7 +187,7 @@ impl Service<Request<Body>> for RouteService {
                 future: svc.call(req),
             },
             Self::CompressedStatic(svc) => ResponseFuture::CompressedStatic {
-                future: svc.call(req),
+                future: Box::pin(svc.call(req)),
             },
             Self::Proxy(svc) => ResponseFuture::Proxy {
                 future: svc.call(req),
@@ -220,10 +220,10 @@ pin_project! {
             #[pin]
             future: scb_static::ResponseFuture,
         },
-        /// [`Compress`] over [`ServeStatic`] answering.
+        /// [`Compress`] over [`ServeStatic`] answering, boxed: it is the largest future and
+        /// the rarest, and every layer above moves this enum at its size.
         CompressedStatic {
-            #[pin]
-            future: scb_static::compress::ResponseFuture<scb_static::ResponseFuture>,
+            future: Pin<Box<scb_static::compress::ResponseFuture<scb_static::ResponseFuture>>>,
         },
         /// [`ReverseProxy`] answering.
         Proxy {
@@ -256,7 +256,7 @@ impl Future for ResponseFuture {
         match self.project() {
             ResponseFutureProj::Respond { future } => future.poll(cx),
             ResponseFutureProj::Static { future } => future.poll(cx),
-            ResponseFutureProj::CompressedStatic { future } => future.poll(cx),
+            ResponseFutureProj::CompressedStatic { future } => future.as_mut().poll(cx),
             ResponseFutureProj::Proxy { future } => future.poll(cx),
             ResponseFutureProj::Guarded { future } => future.as_mut().poll(cx),
         }
