@@ -20,6 +20,7 @@
 //! ```
 
 pub mod access_log;
+pub mod basic_auth;
 pub mod body;
 pub mod catch_panic;
 pub mod client_ip;
@@ -32,6 +33,7 @@ pub mod https;
 pub mod ip_filter;
 pub mod max_concurrent;
 pub mod metrics;
+pub mod rate_limit;
 pub mod redirect;
 pub mod request_id;
 pub mod respond;
