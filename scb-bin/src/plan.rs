@@ -14,12 +14,14 @@ use std::time::Duration;
 use http::HeaderName;
 use http::StatusCode;
 use scb_core::access_log::AccessLogFormat;
+use scb_core::basic_auth::{BasicAuthLayer, Users};
 use scb_core::client_ip::{Networks, TrustedProxies};
 use scb_core::error_pages::ErrorPagesLayer;
 use scb_core::header_rules::{HeaderRules, HeaderRulesLayer};
 use scb_core::health::{HealthCheck, Readiness};
 use scb_core::ip_filter::IpFilterLayer;
 use scb_core::max_concurrent::MaxConcurrentLayer;
+use scb_core::rate_limit::{Rate, RateKey, RateLimitLayer};
 use scb_core::redirect::Redirect;
 use scb_core::respond::Respond;
 use scb_core::rewrite::RewriteLayer;
@@ -30,8 +32,9 @@ use scb_static::compress::CompressLayer;
 use toml::Spanned;
 
 use crate::config::{
-    Config, ConfigError, CorsConfig, HeaderRulesConfig, HeadersConfig, Located, ProbesConfig,
-    ProxyConfig, RedirectConfig, RewriteConfig, RouteConfig, SiteConfig,
+    BasicAuthConfig, Config, ConfigError, CorsConfig, HeaderRulesConfig, HeadersConfig, Located,
+    ProbesConfig, ProxyConfig, RateLimitConfig, RedirectConfig, RewriteConfig, RouteConfig,
+    SiteConfig,
 };
 use crate::route::Handler;
 
@@ -132,6 +135,13 @@ pub(crate) struct RoutePlan {
     pub(crate) rewrite: Option<RewriteLayer>,
     /// The route's `max_concurrent`, if any: one count for every worker.
     pub(crate) max_concurrent: Option<MaxConcurrentLayer>,
+    /// The route's `rate_limit`, if any: one table for every worker.
+    pub(crate) rate_limit: Option<RateLimitLayer>,
+    /// The route's `basic_auth`, if any, its users read at load.
+    pub(crate) basic_auth: Option<BasicAuthLayer>,
+    /// On-the-fly compression of a handler other than static files (whose compression is
+    /// part of [`Handler::Static`]).
+    pub(crate) compress: Option<CompressLayer>,
 }
 
 /// Where the Prometheus endpoint listens.
@@ -234,6 +244,9 @@ impl Plan {
                     cors: None,
                     rewrite: None,
                     max_concurrent: None,
+                    rate_limit: None,
+                    basic_auth: None,
+                    compress: None,
                 }]),
                 headers: HeaderRulesLayer::new(),
                 error_pages: ErrorPagesLayer::new(),
@@ -868,7 +881,21 @@ fn route<'a>(
             format_args!("{UNMATCHED:?} is the name of requests no route matches"),
         ));
     }
-    let handler = handler(config, &matcher, readiness, site.is_some())?;
+    let mut handler = handler(config, &matcher, readiness, site.is_some())?;
+    // `compress = true` on the route, or in the proxy's or fixed response's table; a static
+    // route's compression stays in its handler, where it needs no allocation.
+    let wants_compression = route.compress.as_ref().is_some_and(|c| *c.get_ref())
+        || route.proxy.as_ref().is_some_and(|p| p.get_ref().compress)
+        || route.respond.as_ref().is_some_and(|r| r.get_ref().compress);
+    let compress = match &mut handler {
+        Handler::Static { compress, .. } => {
+            if wants_compression {
+                *compress = Some(CompressLayer::new());
+            }
+            None
+        }
+        _ => wants_compression.then(CompressLayer::new),
+    };
     let mut headers = HeaderRulesLayer::new().trusted_proxies(trusted.clone());
     if let Some(rules) = &route.headers {
         let (request, response) = header_rules(rules.get_ref()).map_err(|e| e.within("headers"))?;
@@ -912,6 +939,16 @@ fn route<'a>(
         Some(max) => Some(MaxConcurrentLayer::new(*max.get_ref())),
         None => None,
     };
+    let rate_limit = route
+        .rate_limit
+        .as_ref()
+        .map(|r| rate_limit(r.get_ref(), trusted).map_err(|e| e.within("rate_limit")))
+        .transpose()?;
+    let basic_auth = route
+        .basic_auth
+        .as_ref()
+        .map(|a| basic_auth(a.get_ref()).map_err(|e| e.within("basic_auth")))
+        .transpose()?;
     let plan = RoutePlan {
         name,
         matcher,
@@ -921,8 +958,75 @@ fn route<'a>(
         cors,
         rewrite,
         max_concurrent,
+        rate_limit,
+        basic_auth,
+        compress,
     };
     Ok((plan, field, path))
+}
+
+/// `rate_limit = { key, rate, burst }`.
+fn rate_limit(
+    config: &RateLimitConfig,
+    trusted: &TrustedProxies,
+) -> Result<RateLimitLayer, Located> {
+    let rate: Rate = config
+        .rate
+        .get_ref()
+        .parse()
+        .map_err(|e| Located::at(&config.rate, "rate", e))?;
+    let mut layer = RateLimitLayer::new(rate).trusted_proxies(trusted.clone());
+    if let Some(key) = &config.key {
+        let text = key.get_ref();
+        layer = layer.key(if text == "client_ip" {
+            RateKey::ClientIp
+        } else if let Some(name) = text.strip_prefix("header:") {
+            RateKey::Header(HeaderName::try_from(name).map_err(|_| {
+                Located::at(key, "key", format_args!("`{name}` is not a header name"))
+            })?)
+        } else {
+            return Err(Located::at(
+                key,
+                "key",
+                "expected `client_ip` or `header:NAME`",
+            ));
+        });
+    }
+    if let Some(burst) = &config.burst {
+        if *burst.get_ref() == 0 {
+            return Err(Located::at(burst, "burst", "must be at least 1"));
+        }
+        layer = layer.burst(*burst.get_ref());
+    }
+    Ok(layer)
+}
+
+/// `basic_auth = { users, realm }`: the htpasswd file read now, so that a bad line fails
+/// the load (or the reload) rather than a request.
+fn basic_auth(config: &BasicAuthConfig) -> Result<BasicAuthLayer, Located> {
+    let path = config.users.get_ref();
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        Located::at(
+            &config.users,
+            "users",
+            format_args!("cannot read {}: {e}", path.display()),
+        )
+    })?;
+    let users = Users::from_htpasswd(&text).map_err(|e| {
+        Located::at(
+            &config.users,
+            "users",
+            format_args!("{}: {e}", path.display()),
+        )
+    })?;
+    let realm = config
+        .realm
+        .as_ref()
+        .map_or("restricted", |r| r.get_ref().as_str());
+    BasicAuthLayer::new(users, realm).map_err(|e| match &config.realm {
+        Some(r) => Located::at(r, "realm", e),
+        None => Located::at(&config.users, "realm", e),
+    })
 }
 
 /// The route's one handler.

@@ -12,11 +12,13 @@ use std::task::{Context, Poll};
 use http::{Request, Response};
 use pin_project_lite::pin_project;
 use scb_core::Body;
+use scb_core::basic_auth::{BasicAuth, BasicAuthLayer};
 use scb_core::error_pages::{ErrorPages, ErrorPagesLayer};
 use scb_core::header_rules::{HeaderRulesLayer, HeaderRulesService};
 use scb_core::health::HealthCheck;
 use scb_core::ip_filter::{IpFilter, IpFilterLayer};
 use scb_core::max_concurrent::{MaxConcurrent, MaxConcurrentLayer};
+use scb_core::rate_limit::{RateLimit, RateLimitLayer};
 use scb_core::redirect::Redirect;
 use scb_core::respond::Respond;
 use scb_core::rewrite::{Rewrite, RewriteLayer};
@@ -27,7 +29,7 @@ use crate::one_of::OneOf;
 use scb_proxy::ReverseProxy;
 use scb_static::ServeStatic;
 use scb_static::compress::{Compress, CompressLayer};
-use tower::{Layer as _, Service};
+use tower::{Layer, Service};
 
 /// What a route does, as loaded from the config: shared by all workers (`Send + Sync`).
 ///
@@ -97,62 +99,69 @@ pub(crate) enum RouteService {
 }
 
 /// The layers of a guarded route, outermost first: the site's error pages, addresses,
-/// the concurrency bound, header rules, the rewrite, CORS.
+/// the rate limit, the concurrency bound, header rules, the rewrite, CORS (answering
+/// preflights, which carry no credentials, and marking refusals too), basic auth and
+/// compression.
 pub(crate) type Guarded = OneOf<Filtered, ErrorPages<Filtered>>;
-type Filtered = IpFilter<OneOf<Headed, MaxConcurrent<Headed>>>;
+type Filtered = IpFilter<OneOf<Limited, RateLimit<Limited>>>;
+type Limited = OneOf<Headed, MaxConcurrent<Headed>>;
 type Headed = HeaderRulesService<OneOf<WithCors, Rewrite<WithCors>>>;
-type WithCors = OneOf<RouteService, Cors<RouteService>>;
+type WithCors = OneOf<Authed, Cors<Authed>>;
+type Authed = OneOf<Compressed, BasicAuth<Compressed>>;
+type Compressed = OneOf<RouteService, Compress<RouteService>>;
 
 /// What a route puts in front of its handler; nothing at all when every part is empty.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Guards<'a> {
-    pub(crate) ip_filter: &'a IpFilterLayer,
-    pub(crate) headers: &'a HeaderRulesLayer,
-    pub(crate) cors: Option<&'a CorsLayer>,
-    pub(crate) rewrite: Option<&'a RewriteLayer>,
+    pub(crate) ip_filter: Option<&'a IpFilterLayer>,
+    pub(crate) rate_limit: Option<&'a RateLimitLayer>,
     pub(crate) max_concurrent: Option<&'a MaxConcurrentLayer>,
-    pub(crate) error_pages: &'a ErrorPagesLayer,
+    pub(crate) headers: Option<&'a HeaderRulesLayer>,
+    pub(crate) rewrite: Option<&'a RewriteLayer>,
+    pub(crate) cors: Option<&'a CorsLayer>,
+    pub(crate) basic_auth: Option<&'a BasicAuthLayer>,
+    pub(crate) compress: Option<&'a CompressLayer>,
+    pub(crate) error_pages: Option<&'a ErrorPagesLayer>,
+}
+
+impl Guards<'_> {
+    fn is_empty(&self) -> bool {
+        self.ip_filter.is_none_or(IpFilterLayer::is_empty)
+            && self.rate_limit.is_none()
+            && self.max_concurrent.is_none()
+            && self.headers.is_none_or(HeaderRulesLayer::is_empty)
+            && self.rewrite.is_none()
+            && self.cors.is_none()
+            && self.basic_auth.is_none()
+            && self.compress.is_none()
+            && self.error_pages.is_none_or(ErrorPagesLayer::is_empty)
+    }
+}
+
+/// `inner` behind `layer` when there is one.
+fn maybe<L: Layer<S>, S>(layer: Option<&L>, inner: S) -> OneOf<S, L::Service> {
+    match layer {
+        Some(layer) => OneOf::Layered(layer.layer(inner)),
+        None => OneOf::Plain(inner),
+    }
 }
 
 impl RouteService {
     /// `self` behind `guards`, or as it is when they are all empty.
     pub(crate) fn guarded(self, guards: Guards<'_>) -> Self {
-        let Guards {
-            ip_filter,
-            headers,
-            cors,
-            rewrite,
-            max_concurrent,
-            error_pages,
-        } = guards;
-        if ip_filter.is_empty()
-            && headers.is_empty()
-            && cors.is_none()
-            && rewrite.is_none()
-            && max_concurrent.is_none()
-            && error_pages.is_empty()
-        {
+        if guards.is_empty() {
             return self;
         }
-        let with_cors = match cors {
-            Some(cors) => OneOf::Layered(cors.layer(self)),
-            None => OneOf::Plain(self),
-        };
-        let rewritten = match rewrite {
-            Some(rewrite) => OneOf::Layered(rewrite.layer(with_cors)),
-            None => OneOf::Plain(with_cors),
-        };
-        let headed = headers.layer(rewritten);
-        let bounded = match max_concurrent {
-            Some(max) => OneOf::Layered(max.layer(headed)),
-            None => OneOf::Plain(headed),
-        };
-        let filtered = ip_filter.layer(bounded);
-        Self::Guarded(Box::new(if error_pages.is_empty() {
-            OneOf::Plain(filtered)
-        } else {
-            OneOf::Layered(error_pages.layer(filtered))
-        }))
+        let compressed = maybe(guards.compress, self);
+        let authed = maybe(guards.basic_auth, compressed);
+        let with_cors = maybe(guards.cors, authed);
+        let rewritten = maybe(guards.rewrite, with_cors);
+        let headed = guards.headers.cloned().unwrap_or_default().layer(rewritten);
+        let limited = maybe(guards.max_concurrent, headed);
+        let rated = maybe(guards.rate_limit, limited);
+        let filtered = guards.ip_filter.cloned().unwrap_or_default().layer(rated);
+        let error_pages = guards.error_pages.filter(|pages| !pages.is_empty());
+        Self::Guarded(Box::new(maybe(error_pages, filtered)))
     }
 }
 

@@ -4,8 +4,10 @@
 //! main server:    RequestId -> AccessLog -> CatchPanic -> [RedirectHttps] -> [Hsts]
 //!                   -> VirtualHosts by host (only when there are named sites)
 //!                   each site: HeaderRules (site) -> Router
-//!                     routes:   Metrics(route name) -> IpFilter -> HeaderRules (route)
-//!                               -> RouteService
+//!                     routes:   Metrics(route name) -> [guards] -> RouteService
+//!                               guards, only those configured (route::Guarded):
+//!                               ErrorPages -> IpFilter -> RateLimit -> MaxConcurrent
+//!                               -> HeaderRules -> Rewrite -> CORS -> BasicAuth -> Compress
 //!                     fallback: Metrics("unmatched") -> NotFound
 //! metrics server: RequestId -> Router
 //!                   [metrics].path -> RenderMetrics, [health] paths -> HealthCheck,
@@ -31,7 +33,6 @@ use scb_core::catch_panic::{CatchPanic, CatchPanicLayer};
 
 use scb_core::health::{HealthCheck, Readiness};
 use scb_core::https::{Hsts, HstsLayer, RedirectHttps, RedirectHttpsLayer};
-use scb_core::ip_filter::IpFilterLayer;
 use scb_core::metrics::{Metrics, MetricsLayer};
 use scb_core::request_id::{RequestId, RequestIdLayer};
 use scb_core::router::{BoxRoute, NotFound, PathMatch, Router, RouterError};
@@ -107,23 +108,23 @@ pub(crate) fn app(
             // The site's rules first on the request, the route's last on the response.
             let headers = plan.headers.and(&route.headers);
             let service = route.handler.service().guarded(Guards {
-                ip_filter: &route.ip_filter,
-                headers: &headers,
-                cors: route.cors.as_ref(),
-                rewrite: route.rewrite.as_ref(),
+                ip_filter: Some(&route.ip_filter),
+                rate_limit: route.rate_limit.as_ref(),
                 max_concurrent: route.max_concurrent.as_ref(),
-                error_pages: &plan.error_pages,
+                headers: Some(&headers),
+                rewrite: route.rewrite.as_ref(),
+                cors: route.cors.as_ref(),
+                basic_auth: route.basic_auth.as_ref(),
+                compress: route.compress.as_ref(),
+                error_pages: Some(&plan.error_pages),
             });
             let service = MetricsLayer::new(route.name.to_string()).layer(service);
             router = router.route(Arc::clone(&route.name), route.matcher.clone(), service)?;
         }
         let fallback = RouteService::NotFound(NotFound).guarded(Guards {
-            ip_filter: &IpFilterLayer::new(),
-            headers: &plan.headers,
-            cors: None,
-            rewrite: None,
-            max_concurrent: None,
-            error_pages: &plan.error_pages,
+            headers: Some(&plan.headers),
+            error_pages: Some(&plan.error_pages),
+            ..Guards::default()
         });
         Ok(router.fallback(MetricsLayer::new(UNMATCHED).layer(fallback)))
     };

@@ -1,4 +1,5 @@
-//! On-the-fly compression for responses that have no precompressed sidecar.
+//! On-the-fly compression for responses that have no precompressed sidecar, and for any
+//! other service's responses (a proxy's, a fixed response's).
 //!
 //! ```
 //! use scb_static::ServeStatic;
@@ -28,7 +29,9 @@
 //! - the request has an `Accept-Encoding` header that names gzip, br or zstd;
 //! - the status is 200 (never 206: a range of a compressed stream is not a range of the
 //!   file; nor 304, HEAD-less errors or redirects);
-//! - it has no `Content-Encoding` already (a sidecar was served) and no `Content-Range`;
+//! - it has no `Content-Encoding` already (a sidecar was served, or an upstream behind a
+//!   proxy encoded it) and no `Content-Range`;
+//! - it has no `Cache-Control: no-transform`;
 //! - its `Content-Type` is a compressible type: `text/*`, JavaScript, JSON, XML, the
 //!   `+json`/`+xml` types (SVG among them), WebAssembly and the uncompressed font formats;
 //! - it is at least [`min_size`](CompressLayer::min_size) bytes long.
@@ -290,8 +293,20 @@ impl Predicate for Eligible {
         res.status() == StatusCode::OK
             && !headers.contains_key(header::CONTENT_ENCODING)
             && !headers.contains_key(header::CONTENT_RANGE)
+            && !forbids_transform(headers)
             && content_length(res).is_none_or(|len| len >= self.min_size)
     }
+}
+
+/// `Cache-Control: no-transform`: RFC 9110 (7.7) forbids an intermediary to change the
+/// content, its encoding included; an upstream behind the proxy may say so.
+fn forbids_transform(headers: &HeaderMap) -> bool {
+    headers.get_all(header::CACHE_CONTROL).iter().any(|value| {
+        value
+            .as_bytes()
+            .split(|&b| b == b',')
+            .any(|directive| directive.trim_ascii().eq_ignore_ascii_case(b"no-transform"))
+    })
 }
 
 fn content_length<B: http_body::Body>(res: &Response<B>) -> Option<u64> {

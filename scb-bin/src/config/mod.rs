@@ -315,6 +315,35 @@ pub(crate) struct RouteConfig {
     /// At most this many requests of the route in progress at once (all workers); 503
     /// over it.
     pub(crate) max_concurrent: Option<Spanned<usize>>,
+    /// `basic_auth = { users = "FILE", realm = "..." }`: 401 without a user's password.
+    pub(crate) basic_auth: Option<Spanned<BasicAuthConfig>>,
+    /// `rate_limit = { key, rate, burst }`: 429 over a client's rate.
+    pub(crate) rate_limit: Option<Spanned<RateLimitConfig>>,
+    /// On-the-fly compression of whatever the handler answers (any handler; a static
+    /// route may say it as `static = { compress = true }` too).
+    pub(crate) compress: Option<Spanned<bool>>,
+}
+
+/// `basic_auth = { users = "/etc/scb/admin.htpasswd", realm = "admin" }`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct BasicAuthConfig {
+    /// An htpasswd file of bcrypt (`htpasswd -B`) or argon2 lines, read at load.
+    pub(crate) users: Spanned<std::path::PathBuf>,
+    /// Absent means `restricted`.
+    pub(crate) realm: Option<Spanned<String>>,
+}
+
+/// `rate_limit = { key = "client_ip", rate = "10/s", burst = 20 }`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RateLimitConfig {
+    /// `client_ip` (absent) or `header:NAME`.
+    pub(crate) key: Option<Spanned<String>>,
+    /// `N/s`, `N/m` or `N/h`.
+    pub(crate) rate: Spanned<String>,
+    /// Requests at once after a pause; absent means the rate's N.
+    pub(crate) burst: Option<Spanned<u32>>,
 }
 
 /// `rewrite = { prefix = "/old/", to = "/new/" }` or `{ regex = "^/a/(\\d+)$", to = "/b/{1}" }`.
@@ -478,6 +507,9 @@ pub(crate) struct ProxyConfig {
     pub(crate) passive: Option<PassiveConfig>,
     /// `health = { path = "/healthz", ... }`: active health checks; absent means none.
     pub(crate) health: Option<HealthConfig>,
+    /// On-the-fly compression of compressible responses the upstream did not encode.
+    #[serde(default)]
+    pub(crate) compress: bool,
 }
 
 /// One entry of `upstreams`: a bare `"host:port"`, or a table with a weight.
@@ -563,6 +595,9 @@ pub(crate) struct RespondConfig {
     pub(crate) content_type: Option<Spanned<String>>,
     #[serde(default)]
     pub(crate) headers: BTreeMap<Spanned<String>, Spanned<String>>,
+    /// On-the-fly compression of the body, for clients that accept it.
+    #[serde(default)]
+    pub(crate) compress: bool,
 }
 
 impl Config {
@@ -611,8 +646,22 @@ impl Config {
             .iter_mut()
             .flat_map(|s| s.get_mut().route.iter_mut());
         for route in self.route.iter_mut().chain(site_routes) {
-            if let Some(files) = &mut route.get_mut().static_files {
+            let route = route.get_mut();
+            if let Some(files) = &mut route.static_files {
                 resolve(files.get_mut().root.get_mut());
+            }
+            if let Some(auth) = &mut route.basic_auth {
+                resolve(auth.get_mut().users.get_mut());
+            }
+        }
+        for site in &mut self.site {
+            for page in site
+                .get_mut()
+                .error_pages
+                .iter_mut()
+                .flat_map(|p| p.values_mut())
+            {
+                resolve(page.get_mut());
             }
         }
     }

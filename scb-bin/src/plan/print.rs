@@ -83,12 +83,47 @@ fn routes(out: &mut String, routes: &[RoutePlan]) {
     for (matcher, route) in rows {
         let _ = writeln!(
             out,
-            "  {matcher:<24} {:<12} {}",
+            "  {matcher:<24} {:<12} {}{}",
             route.name,
-            handler(&route.handler)
+            handler(&route.handler),
+            guards(route)
         );
     }
     let _ = writeln!(out, "  (anything else)          unmatched    404");
+}
+
+/// What stands in front of the handler, in the order requests meet it.
+fn guards(route: &RoutePlan) -> String {
+    let mut parts = Vec::new();
+    if !route.ip_filter.is_empty() {
+        parts.push("allow/deny");
+    }
+    if route.rate_limit.is_some() {
+        parts.push("rate_limit");
+    }
+    if route.max_concurrent.is_some() {
+        parts.push("max_concurrent");
+    }
+    if !route.headers.is_empty() {
+        parts.push("headers");
+    }
+    if route.rewrite.is_some() {
+        parts.push("rewrite");
+    }
+    if route.cors.is_some() {
+        parts.push("cors");
+    }
+    if route.basic_auth.is_some() {
+        parts.push("basic_auth");
+    }
+    if route.compress.is_some() {
+        parts.push("compressed");
+    }
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!(" [{}]", parts.join(", "))
+    }
 }
 
 fn handler(handler: &Handler) -> String {

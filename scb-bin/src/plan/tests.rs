@@ -760,3 +760,93 @@ fn site_errors_name_their_key() {
         );
     }
 }
+
+#[test]
+fn access_and_rate_settings_are_checked_at_load_with_their_key() {
+    let dir = std::env::temp_dir().join(format!("scb-plan-auth-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let weak = dir.join("weak.htpasswd");
+    std::fs::write(&weak, "# ok\nalice:{SHA}qs67vlse11GdWHE+bbh7CYDxCOs=\n").unwrap();
+    let good = dir.join("good.htpasswd");
+    std::fs::write(
+        &good,
+        "alice:$2y$05$nXMy9CsiUcK80SKxTzf1lOpjMzh/YWobvCsix2IcmKiJrS.GTdaR2\n",
+    )
+    .unwrap();
+    let route = |keys: &str| format!("{LISTEN}[[route]]\nprefix = \"/\"\nrespond = {{}}\n{keys}\n");
+    let cases = [
+        (
+            route("rate_limit = { rate = \"10/d\" }"),
+            "route[0].rate_limit.rate: a rate is `N/s`, `N/m` or `N/h`".to_owned(),
+        ),
+        (
+            route("rate_limit = { rate = \"10/s\", key = \"cookie\" }"),
+            "route[0].rate_limit.key: expected `client_ip` or `header:NAME`".to_owned(),
+        ),
+        (
+            route("rate_limit = { rate = \"10/s\", key = \"header:a b\" }"),
+            "route[0].rate_limit.key: `a b` is not a header name".to_owned(),
+        ),
+        (
+            route("rate_limit = { rate = \"10/s\", burst = 0 }"),
+            "route[0].rate_limit.burst: must be at least 1".to_owned(),
+        ),
+        (
+            route("basic_auth = { users = \"/nonexistent/users\" }"),
+            "route[0].basic_auth.users: cannot read /nonexistent/users".to_owned(),
+        ),
+        (
+            route(&format!(
+                "basic_auth = {{ users = {:?} }}",
+                weak.display().to_string()
+            )),
+            format!(
+                "route[0].basic_auth.users: {}: line 2: only bcrypt (`htpasswd -B`) and argon2",
+                weak.display()
+            ),
+        ),
+        (
+            route(&format!(
+                "basic_auth = {{ users = {:?}, realm = \"a\\\"b\" }}",
+                good.display().to_string()
+            )),
+            "route[0].basic_auth.realm: a realm is visible ASCII".to_owned(),
+        ),
+    ];
+    for (source, want) in cases {
+        let got = error(&source);
+        assert!(
+            got.contains(&want),
+            "\n got: {got}\nwant: {want}…\n  in:\n{source}"
+        );
+    }
+    let plan = plan(&route(&format!(
+        "basic_auth = {{ users = {:?} }}\nrate_limit = {{ rate = \"5/m\", key = \"header:x-api-key\", burst = 2 }}\ncompress = true",
+        good.display().to_string()
+    )));
+    let only = &plan.routes()[0];
+    assert!(only.basic_auth.is_some() && only.rate_limit.is_some() && only.compress.is_some());
+    // Compression in a static route's handler, wherever it is said.
+    let plan = plan_static(&dir, "compress = true");
+    assert!(matches!(
+        &plan.routes()[0].handler,
+        Handler::Static {
+            compress: Some(_),
+            ..
+        }
+    ));
+    assert!(plan.routes()[0].compress.is_none());
+    let plan = plan_static(&dir, "");
+    assert!(matches!(
+        &plan.routes()[0].handler,
+        Handler::Static { compress: None, .. }
+    ));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+fn plan_static(root: &Path, keys: &str) -> Plan {
+    plan(&format!(
+        "{LISTEN}[[route]]\nprefix = \"/\"\nstatic = {{ root = {:?} }}\n{keys}\n",
+        root.display().to_string()
+    ))
+}

@@ -243,3 +243,83 @@ fn accept_encoding_names_a_coding_we_make() {
     assert!(!accepts(""));
     assert!(!accepts_compression(&HeaderMap::new()));
 }
+
+/// A service answering as an upstream behind a proxy might: a streamed body of unknown
+/// length, with the headers given.
+fn upstream(
+    headers: &'static [(&'static str, &'static str)],
+) -> Compress<
+    impl tower::Service<
+        Request<()>,
+        Response = Response<Body>,
+        Error = std::convert::Infallible,
+        Future = impl Send,
+    > + Clone,
+> {
+    let svc = tower::service_fn(move |_req: Request<()>| async move {
+        let chunks = page()
+            .chunks(4096)
+            .map(|c| {
+                Ok::<_, std::io::Error>(http_body::Frame::data(bytes::Bytes::copy_from_slice(c)))
+            })
+            .collect::<Vec<_>>();
+        let body = http_body_util::StreamBody::new(futures_util::stream::iter(chunks));
+        let mut res = Response::new(Body::new(body));
+        for (name, value) in headers {
+            res.headers_mut().append(*name, value.parse().unwrap());
+        }
+        Ok::<_, std::convert::Infallible>(res)
+    });
+    CompressLayer::new().layer(svc)
+}
+
+async fn ask<S>(svc: S) -> Response<Body>
+where
+    S: tower::Service<Request<()>, Response = Response<Body>, Error = std::convert::Infallible>,
+{
+    let req = Request::get("/api/page")
+        .header(header::ACCEPT_ENCODING, "gzip")
+        .body(())
+        .unwrap();
+    svc.oneshot(req).await.unwrap()
+}
+
+#[tokio::test]
+async fn any_services_streamed_text_is_compressed_and_vary_joins_the_upstreams() {
+    let res = ask(upstream(&[
+        ("content-type", "text/html"),
+        ("vary", "Origin"),
+        ("etag", "\"v1\""),
+    ]))
+    .await;
+    assert_eq!(res.headers()[header::CONTENT_ENCODING], "gzip");
+    assert_eq!(res.headers()[header::ETAG], "W/\"v1\"");
+    let vary: Vec<_> = res.headers().get_all(header::VARY).iter().collect();
+    assert_eq!(vary, ["Origin", "accept-encoding"]);
+    assert_eq!(gunzip(&bytes(res).await), page());
+}
+
+#[tokio::test]
+async fn an_upstreams_own_encoding_and_no_transform_are_respected() {
+    // Already encoded upstream: passed as it is, never compressed twice.
+    let res = ask(upstream(&[
+        ("content-type", "text/html"),
+        ("content-encoding", "br"),
+    ]))
+    .await;
+    assert_eq!(res.headers()[header::CONTENT_ENCODING], "br");
+    assert_eq!(bytes(res).await, page());
+    // `no-transform` anywhere in Cache-Control: not compressed, but still varies.
+    let res = ask(upstream(&[
+        ("content-type", "text/html"),
+        ("cache-control", "public, No-Transform"),
+    ]))
+    .await;
+    assert!(!res.headers().contains_key(header::CONTENT_ENCODING));
+    assert_eq!(res.headers()[header::VARY], "accept-encoding");
+    assert_eq!(bytes(res).await, page());
+    // An image type is left alone and gets no Vary.
+    let res = ask(upstream(&[("content-type", "image/png")])).await;
+    assert!(!res.headers().contains_key(header::CONTENT_ENCODING));
+    assert!(!res.headers().contains_key(header::VARY));
+}
