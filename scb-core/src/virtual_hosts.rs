@@ -41,7 +41,7 @@ use std::future::{Ready, ready};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use http::{Request, Response, StatusCode, header};
+use http::{HeaderValue, Request, Response, StatusCode, header};
 use rustc_hash::FxHashMap;
 use tower::Service;
 
@@ -76,6 +76,9 @@ struct Table<S> {
     exact: FxHashMap<Box<[u8]>, usize>,
     /// By the name after `*.`.
     wildcard: FxHashMap<Box<[u8]>, usize>,
+    /// Whether a wildcard's name ends in a digit (`*.0.1`): only then can an IPv4
+    /// address match a wildcard.
+    numeric_wildcard: bool,
     default: Option<usize>,
 }
 
@@ -85,6 +88,7 @@ impl<S: Clone> Clone for Table<S> {
             sites: self.sites.clone(),
             exact: self.exact.clone(),
             wildcard: self.wildcard.clone(),
+            numeric_wildcard: self.numeric_wildcard,
             default: self.default,
         }
     }
@@ -104,6 +108,7 @@ impl<S> VirtualHosts<S> {
                 sites: Vec::new(),
                 exact: FxHashMap::default(),
                 wildcard: FxHashMap::default(),
+                numeric_wildcard: false,
                 default: None,
             }),
             fallback: Misdirected,
@@ -157,7 +162,11 @@ impl<S: Clone, F> VirtualHosts<S, F> {
                 name: name.to_owned(),
             };
             match name.strip_prefix("*.") {
-                Some(parent) => wildcard.push(normalize(parent).ok_or_else(invalid)?),
+                Some(parent) => {
+                    let parent = normalize(parent).ok_or_else(invalid)?;
+                    table.numeric_wildcard |= parent.last().is_some_and(u8::is_ascii_digit);
+                    wildcard.push(parent);
+                }
                 None => exact.push(normalize(name).ok_or_else(invalid)?),
             }
         }
@@ -203,21 +212,61 @@ impl<S, F> VirtualHosts<S, F> {
     /// The index (in the order added, default site included) of the site `host` goes
     /// to; `None` for the fallback.
     pub fn site_for(&self, host: Option<&str>) -> Option<usize> {
+        self.site_for_bytes(host.map(str::as_bytes))
+    }
+
+    /// [`site_for`](Self::site_for) on the field's bytes, as the request path needs it:
+    /// no UTF-8 check, no copy unless the name has capitals, and no wildcard lookup for an
+    /// IPv4 address (no wildcard can name one, unless one ends in a number).
+    fn site_for_bytes(&self, host: Option<&[u8]>) -> Option<usize> {
         let table = &*self.table;
         if table.exact.is_empty() && table.wildcard.is_empty() {
             return table.default;
         }
-        let Some(host) = host.and_then(strip_port) else {
+        let Some(host) = host else {
             return table.default;
         };
-        let mut buf = [0u8; MAX_HOST];
-        let Some(lower) = buf.get_mut(..host.len()) else {
-            return table.default;
+        let end = if host.first() == Some(&b'[') {
+            // An IPv6 literal: whole, brackets included.
+            match host.iter().position(|&b| b == b']') {
+                Some(close) => close + 1,
+                None => return table.default,
+            }
+        } else {
+            host.iter().position(|&b| b == b':').unwrap_or(host.len())
         };
-        lower.copy_from_slice(host.as_bytes());
-        lower.make_ascii_lowercase();
-        if let Some(&i) = table.exact.get(&*lower) {
+        let name = &host[..end];
+        let name = name.strip_suffix(b".").unwrap_or(name);
+        if name.is_empty() || name.len() > MAX_HOST {
+            return table.default;
+        }
+        // Names are ASCII (IDNA's punycode), visible characters only. One pass, with no
+        // branch per byte.
+        let (mut visible, mut capitals) = (true, false);
+        for &b in name {
+            visible &= b.is_ascii_graphic();
+            capitals |= b.is_ascii_uppercase();
+        }
+        if !visible {
+            return table.default;
+        }
+        let mut buf: [u8; MAX_HOST];
+        let lower: &[u8] = if capitals {
+            buf = [0; MAX_HOST];
+            let lower = &mut buf[..name.len()];
+            lower.copy_from_slice(name);
+            lower.make_ascii_lowercase();
+            lower
+        } else {
+            name
+        };
+        if let Some(&i) = table.exact.get(lower) {
             return Some(i);
+        }
+        if table.wildcard.is_empty()
+            || (lower.last().is_some_and(u8::is_ascii_digit) && !table.numeric_wildcard)
+        {
+            return table.default;
         }
         if let Some(dot) = lower.iter().position(|&b| b == b'.')
             && let Some(&i) = table.wildcard.get(&lower[dot + 1..])
@@ -226,22 +275,6 @@ impl<S, F> VirtualHosts<S, F> {
         }
         table.default
     }
-}
-
-/// `host[:port]` without the port and a trailing dot; an IPv6 literal keeps its
-/// brackets.
-fn strip_port(authority: &str) -> Option<&str> {
-    let bytes = authority.as_bytes();
-    let end = if bytes.first() == Some(&b'[') {
-        bytes.iter().position(|&b| b == b']')? + 1
-    } else {
-        bytes.iter().position(|&b| b == b':').unwrap_or(bytes.len())
-    };
-    let mut host = &authority[..end];
-    if host.ends_with('.') {
-        host = &host[..host.len() - 1];
-    }
-    (!host.is_empty()).then_some(host)
 }
 
 /// The host a request names: the target's authority (HTTP/2's `:authority`, or an
@@ -289,7 +322,11 @@ where
     }
 
     fn call(&mut self, req: Request<ReqB>) -> Self::Future {
-        match self.site_for(request_host(&req)) {
+        let host = match req.uri().authority() {
+            Some(authority) => Some(authority.as_str().as_bytes()),
+            None => req.headers().get(header::HOST).map(HeaderValue::as_bytes),
+        };
+        match self.site_for_bytes(host) {
             Some(i) => ResponseFuture::chosen(self.table.sites[i].clone(), req),
             None => ResponseFuture::fallback(self.fallback.clone(), req),
         }
@@ -394,6 +431,27 @@ mod tests {
             "default"
         );
         assert_eq!(answer(with_default, None, "/").await.1, "default");
+    }
+
+    #[tokio::test]
+    async fn addresses_match_exact_names_and_wildcards_only_when_one_ends_in_a_number() {
+        for (host, want) in [("[::1]:8443", "ip"), ("[::1]", "ip"), ("127.0.0.1.", "ip")] {
+            assert_eq!(answer(sites(), Some(host), "/").await.1, want, "{host}");
+        }
+        // `*.0.1` is an odd name, but a name: it takes `10.0.1` (and the address-looking
+        // shortcut must not skip it), while `*.example.com` takes no address.
+        let numeric = sites()
+            .site(["*.0.1"], Respond::new(StatusCode::OK).body("numeric"))
+            .unwrap();
+        assert_eq!(
+            answer(numeric.clone(), Some("10.0.1"), "/").await.1,
+            "numeric"
+        );
+        assert_eq!(answer(numeric, Some("127.0.0.1"), "/").await.1, "ip");
+        assert_eq!(
+            answer(sites(), Some("10.0.1"), "/").await.0,
+            StatusCode::MISDIRECTED_REQUEST
+        );
     }
 
     #[tokio::test]
