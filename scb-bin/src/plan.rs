@@ -998,6 +998,12 @@ fn rate_limit(
         }
         layer = layer.burst(*burst.get_ref());
     }
+    if let Some(max) = &config.max_keys {
+        if *max.get_ref() == 0 {
+            return Err(Located::at(max, "max_keys", "must be at least 1"));
+        }
+        layer = layer.max_keys(*max.get_ref());
+    }
     Ok(layer)
 }
 

@@ -326,3 +326,26 @@ fn proxied_and_fixed_responses_are_compressed_once_and_only_where_it_is_right() 
     assert_eq!(res.header("content-encoding"), None);
     assert_eq!(res.text(), body);
 }
+
+#[test]
+fn a_flood_of_keys_is_served_within_the_bound_and_a_steady_client_stays_limited() {
+    let server = Server::start(
+        "[server]\nworkers = 2\n[[listen]]\naddr = \"127.0.0.1:0\"\n\
+         [[route]]\nprefix = \"/api/\"\nrespond = { body = \"ok\" }\n\
+         rate_limit = { key = \"header:x-api-key\", rate = \"1/h\", burst = 1, max_keys = 64 }\n",
+    );
+    let addr = server.addr();
+    let key = |k: &str| format!("X-Api-Key: {k}\r\n");
+    for round in 0..3 {
+        // 300 new keys: more than the table holds, each within its first token, so each is
+        // served (a dropped key starts over; no newcomer is refused)...
+        for i in 0..300 {
+            let res = get_as(addr, "/api/", &key(&format!("flood-{round}-{i}")));
+            assert_eq!(res.status, 200, "flood key {i} of round {round}");
+        }
+        // ...and a key used twice in a row is still limited between floods.
+        let steady = format!("steady-{round}");
+        assert_eq!(get_as(addr, "/api/", &key(&steady)).status, 200);
+        assert_eq!(get_as(addr, "/api/", &key(&steady)).status, 429);
+    }
+}

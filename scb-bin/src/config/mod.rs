@@ -344,6 +344,8 @@ pub(crate) struct RateLimitConfig {
     pub(crate) rate: Spanned<String>,
     /// Requests at once after a pause; absent means the rate's N.
     pub(crate) burst: Option<Spanned<u32>>,
+    /// Most keys held (all workers); absent means 100,000.
+    pub(crate) max_keys: Option<Spanned<usize>>,
 }
 
 /// `rewrite = { prefix = "/old/", to = "/new/" }` or `{ regex = "^/a/(\\d+)$", to = "/b/{1}" }`.

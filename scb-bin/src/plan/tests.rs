@@ -792,6 +792,10 @@ fn access_and_rate_settings_are_checked_at_load_with_their_key() {
             "route[0].rate_limit.burst: must be at least 1".to_owned(),
         ),
         (
+            route("rate_limit = { rate = \"10/s\", max_keys = 0 }"),
+            "route[0].rate_limit.max_keys: must be at least 1".to_owned(),
+        ),
+        (
             route("basic_auth = { users = \"/nonexistent/users\" }"),
             "route[0].basic_auth.users: cannot read /nonexistent/users".to_owned(),
         ),
