@@ -26,7 +26,7 @@ use scb_core::redirect::Redirect;
 use scb_core::respond::Respond;
 use scb_core::rewrite::RewriteLayer;
 use scb_core::router::PathMatch;
-use scb_core::server::{Limits, Server};
+use scb_core::server::{Limits, ListenOptions, ProxyProtocol, Server};
 use scb_core::virtual_hosts::VirtualHosts;
 use scb_static::compress::CompressLayer;
 use toml::Spanned;
@@ -362,9 +362,30 @@ fn listeners(config: &Config, mut server: Server) -> Result<(Server, HttpsPlan),
     for (i, listen) in config.listen.iter().enumerate() {
         let addr = *listen.addr.get_ref();
         let redirect = listen.redirect_https.as_ref();
+        let mut options = ListenOptions::new();
+        if let Some(proxy) = &listen.proxy_protocol {
+            let trusted = &proxy.get_ref().trusted;
+            let key = |rest: &str| format!("listen[{i}].proxy_protocol.trusted{rest}");
+            if trusted.get_ref().is_empty() {
+                return Err(Located::at(
+                    trusted,
+                    key(""),
+                    "name the balancers whose headers are believed",
+                ));
+            }
+            let networks = Networks::new(trusted.get_ref().iter().map(|t| t.get_ref().as_str()))
+                .map_err(|bad| {
+                    Located::at(
+                        &trusted.get_ref()[bad.index],
+                        key(&format!("[{}]", bad.index)),
+                        bad,
+                    )
+                })?;
+            options = options.proxy_protocol(ProxyProtocol::new(networks));
+        }
         match &listen.tls {
             None => {
-                server = server.listen(addr);
+                server = server.listen_with(addr, options);
                 if redirect.is_some_and(|r| *r.get_ref()) {
                     https.redirect.push(i);
                 }
@@ -379,7 +400,7 @@ fn listeners(config: &Config, mut server: Server) -> Result<(Server, HttpsPlan),
                 }
                 let acceptor =
                     tls_acceptor(config_tls).map_err(|e| e.within(&format!("listen[{i}]")))?;
-                server = server.listen_secure(addr, Arc::new(acceptor));
+                server = server.listen_with(addr, options.secure(Arc::new(acceptor)));
                 https.https_listener.get_or_insert(i);
                 if let Some(hsts) = &config_tls.get_ref().hsts {
                     let value = http::HeaderValue::from_str(hsts.get_ref()).map_err(|_| {

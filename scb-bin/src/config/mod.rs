@@ -257,6 +257,17 @@ pub(crate) struct ListenConfig {
     pub(crate) tls: Option<Spanned<TlsConfig>>,
     /// On a plain listener: answer every request with a 308 to its `https` URL.
     pub(crate) redirect_https: Option<Spanned<bool>>,
+    /// `proxy_protocol = { trusted = ["10.0.0.0/8"] }`: connections from these peers
+    /// begin with a PROXY protocol header (v1 or v2) naming the client.
+    pub(crate) proxy_protocol: Option<Spanned<ProxyProtocolConfig>>,
+}
+
+/// `proxy_protocol = { trusted = [...] }` of a `[[listen]]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ProxyProtocolConfig {
+    /// The balancers' networks or addresses; at least one.
+    pub(crate) trusted: Spanned<Vec<Spanned<String>>>,
 }
 
 /// `tls = { ... }` of a `[[listen]]`: one certificate (`cert` and `key`) or several chosen

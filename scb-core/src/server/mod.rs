@@ -35,6 +35,7 @@ pub(crate) mod conn;
 mod handshake;
 mod io;
 mod limits;
+pub mod proxy_protocol;
 pub(crate) mod shutdown;
 mod sys;
 mod worker;
@@ -51,6 +52,7 @@ use tower::Service;
 pub use conn::BodyError;
 pub use handshake::{Handshake, HandshakeFuture, Protocol, SecureIo, Secured};
 pub use limits::Limits;
+pub use proxy_protocol::ProxyProtocol;
 pub use shutdown::shutdown_signal;
 
 use crate::{Body, BoxError};
@@ -86,13 +88,45 @@ pub struct Server {
     grace_period: Duration,
     limits: Limits,
     request_id_header: HeaderName,
-    addrs: Vec<(SocketAddr, Option<Secure>)>,
+    addrs: Vec<(SocketAddr, ListenOptions)>,
     inherited: Arc<std::sync::Mutex<Vec<std::net::TcpListener>>>,
 }
 
 /// A listener's handshake.
 #[derive(Clone)]
 pub(crate) struct Secure(pub(crate) Arc<dyn Handshake>);
+
+/// How a listener's connections start: a TLS handshake, a PROXY protocol header, both
+/// (the header comes first) or neither. For [`Server::listen_with`].
+#[derive(Clone, Debug, Default)]
+pub struct ListenOptions {
+    pub(crate) secure: Option<Secure>,
+    pub(crate) proxy_protocol: Option<Arc<ProxyProtocol>>,
+}
+
+impl ListenOptions {
+    /// Plain HTTP, no PROXY header.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Connections are secured by `handshake` (see [`Server::listen_secure`]). Defaults
+    /// to none: plain HTTP.
+    #[must_use]
+    pub fn secure(mut self, handshake: Arc<dyn Handshake>) -> Self {
+        self.secure = Some(Secure(handshake));
+        self
+    }
+
+    /// Connections from the trusted peers of `proxy_protocol` begin with a PROXY header
+    /// that names the client (see [`proxy_protocol`](crate::server::proxy_protocol)).
+    /// Defaults to none.
+    #[must_use]
+    pub fn proxy_protocol(mut self, proxy_protocol: ProxyProtocol) -> Self {
+        self.proxy_protocol = Some(Arc::new(proxy_protocol));
+        self
+    }
+}
 
 impl fmt::Debug for Secure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -151,7 +185,14 @@ impl Server {
     /// Adds an address to listen on. Port 0 picks a free port (the same one for every
     /// worker); see [`BoundServer::local_addrs`].
     pub fn listen(mut self, addr: SocketAddr) -> Self {
-        self.addrs.push((addr, None));
+        self.addrs.push((addr, ListenOptions::new()));
+        self
+    }
+
+    /// Adds an address whose connections start as `options` say: a TLS handshake, a
+    /// PROXY protocol header, or both.
+    pub fn listen_with(mut self, addr: SocketAddr, options: ListenOptions) -> Self {
+        self.addrs.push((addr, options));
         self
     }
 
@@ -161,7 +202,8 @@ impl Server {
     /// listeners. A handshake that takes longer than
     /// [`Limits::handshake_timeout`] closes the connection.
     pub fn listen_secure(mut self, addr: SocketAddr, handshake: Arc<dyn Handshake>) -> Self {
-        self.addrs.push((addr, Some(Secure(handshake))));
+        self.addrs
+            .push((addr, ListenOptions::new().secure(handshake)));
         self
     }
 
@@ -222,7 +264,7 @@ impl Server {
         let mut dups = Vec::new();
         let mut per_worker: Vec<Vec<worker::Listener>> =
             (0..self.workers).map(|_| Vec::new()).collect();
-        for (addr, secure) in &self.addrs {
+        for (addr, options) in &self.addrs {
             let inherited = self.take_inherited(*addr);
             let (local, sockets) = if inherited.is_empty() {
                 bind_everywhere(*addr, self.workers)?
@@ -233,7 +275,7 @@ impl Server {
                 dups.push((local, socket.try_clone()?));
                 per_worker[i % self.workers].push(worker::Listener {
                     socket,
-                    secure: secure.clone(),
+                    options: options.clone(),
                 });
             }
             bound.push(BoundAddr {
@@ -465,7 +507,7 @@ impl ServerHandle {
         let mut dups = Vec::new();
         let mut per_worker: Vec<Vec<worker::ListenerUpdate>> =
             (0..workers).map(|_| Vec::new()).collect();
-        for (addr, secure) in &server.addrs {
+        for (addr, options) in &server.addrs {
             // The same configured address, or the address a port-0 listener was given.
             let found = unclaimed
                 .iter()
@@ -480,7 +522,7 @@ impl ServerHandle {
                 for listeners in &mut per_worker {
                     listeners.push(worker::ListenerUpdate::Keep {
                         local: kept.local,
-                        secure: secure.clone(),
+                        options: options.clone(),
                     });
                 }
                 bound.push(kept);
@@ -496,7 +538,7 @@ impl ServerHandle {
                 dups.push((local, socket.try_clone()?));
                 per_worker[i % workers].push(worker::ListenerUpdate::Open(worker::Listener {
                     socket,
-                    secure: secure.clone(),
+                    options: options.clone(),
                 }));
             }
             bound.push(BoundAddr {

@@ -60,11 +60,11 @@ pub(super) fn check_unclaimed(addr: SocketAddr) -> std::io::Result<()> {
     })
 }
 
-/// One of a worker's listening sockets, and its handshake if it is secure.
+/// One of a worker's listening sockets, and how its connections start.
 #[derive(Debug)]
 pub(super) struct Listener {
     pub(super) socket: std::net::TcpListener,
-    pub(super) secure: Option<super::Secure>,
+    pub(super) options: super::ListenOptions,
 }
 
 /// A new configuration for a running worker, from [`ServerHandle::apply`]: the
@@ -84,10 +84,11 @@ pub(super) struct Update {
 /// One listener of an [`Update`].
 #[derive(Debug)]
 pub(super) enum ListenerUpdate {
-    /// The socket bound to `local` stays open; its connections from now on get `secure`.
+    /// The socket bound to `local` stays open; its connections from now on start as
+    /// `options` say.
     Keep {
         local: SocketAddr,
-        secure: Option<super::Secure>,
+        options: super::ListenOptions,
     },
     /// A socket to start accepting on.
     Open(Listener),
@@ -96,7 +97,7 @@ pub(super) enum ListenerUpdate {
 /// A listener's accept loop, as the worker tracks it.
 struct Accepting {
     task: tokio::task::JoinHandle<()>,
-    secure: Rc<RefCell<Option<super::Secure>>>,
+    options: Rc<RefCell<super::ListenOptions>>,
 }
 
 /// What a worker's accept loops read for each new connection: replaced by an [`Update`],
@@ -166,7 +167,7 @@ pub(super) fn run<S, B>(
         // an upgrade handed over).
         let mut accepting: HashMap<SocketAddr, Vec<Accepting>> = HashMap::new();
         let start = |listener: Listener, accepting: &mut HashMap<SocketAddr, Vec<Accepting>>| {
-            let Listener { socket, secure } = listener;
+            let Listener { socket, options } = listener;
             let registered = socket
                 .local_addr()
                 .and_then(|addr| Ok((addr, TcpListener::from_std(socket)?)));
@@ -177,18 +178,18 @@ pub(super) fn run<S, B>(
                     return;
                 }
             };
-            let secure = Rc::new(RefCell::new(secure));
+            let options = Rc::new(RefCell::new(options));
             let task = tokio::task::spawn_local(accept_loop(
                 listener,
                 addr,
-                Rc::clone(&secure),
+                Rc::clone(&options),
                 svc.clone(),
                 Rc::clone(&current),
             ));
             accepting
                 .entry(addr)
                 .or_default()
-                .push(Accepting { task, secure });
+                .push(Accepting { task, options });
         };
         for listener in listeners {
             start(listener, &mut accepting);
@@ -208,10 +209,10 @@ pub(super) fn run<S, B>(
             let mut kept = HashMap::with_capacity(update.listeners.len());
             for listener in update.listeners {
                 match listener {
-                    ListenerUpdate::Keep { local, secure } => {
+                    ListenerUpdate::Keep { local, options } => {
                         if let Some(loops) = accepting.remove(&local) {
                             for loop_ in &loops {
-                                *loop_.secure.borrow_mut() = secure.clone();
+                                *loop_.options.borrow_mut() = options.clone();
                             }
                             kept.insert(local, loops);
                         }
@@ -254,7 +255,7 @@ pub(super) fn run<S, B>(
 async fn accept_loop<S, B>(
     listener: TcpListener,
     local: SocketAddr,
-    secure: Rc<RefCell<Option<super::Secure>>>,
+    options: Rc<RefCell<super::ListenOptions>>,
     svc: S,
     current: Rc<Current>,
 ) where
@@ -291,10 +292,20 @@ async fn accept_loop<S, B>(
                 let svc = svc.clone();
                 // The settings as they are now, not as they were when the wait began.
                 let ctx = Rc::clone(&current.ctx.borrow());
-                let secure = secure.borrow().clone();
+                let options = options.borrow().clone();
                 tokio::task::spawn_local(async move {
                     let _guard = guard;
-                    match secure {
+                    let mut stream = stream;
+                    let remote = match &options.proxy_protocol {
+                        None => remote,
+                        Some(config) => {
+                            match conn::read_proxy_header(&mut stream, remote, config, &ctx).await {
+                                Some(client) => client,
+                                None => return,
+                            }
+                        }
+                    };
+                    match options.secure {
                         None => conn::serve(stream, remote, local, svc, ctx).await,
                         Some(secure) => {
                             conn::serve_secure(stream, remote, local, &*secure.0, svc, ctx).await;

@@ -56,6 +56,34 @@ pub(crate) async fn serve<S, B>(
     serve_h1(stream, true, info, svc, &ctx).await;
 }
 
+/// Reads the PROXY header a listener with `config` expects, within the header-read
+/// timeout and giving way to shutdown; the client's address, or `None` (logged and
+/// counted) when the connection is to be closed.
+pub(crate) async fn read_proxy_header(
+    stream: &mut TcpStream,
+    peer: SocketAddr,
+    config: &super::ProxyProtocol,
+    ctx: &ConnCtx,
+) -> Option<SocketAddr> {
+    let read = super::proxy_protocol::read(stream, peer, config);
+    let outcome = tokio::select! {
+        biased;
+        () = ctx.shutdown.fired() => return None,
+        r = tokio::time::timeout(ctx.limits.header_read_timeout, read) => r,
+    };
+    match outcome {
+        Ok(Ok(client)) => Some(client),
+        Ok(Err(refused)) => {
+            refused.record(peer);
+            None
+        }
+        Err(_) => {
+            super::proxy_protocol::Refused::TimedOut.record(peer);
+            None
+        }
+    }
+}
+
 /// HTTP/1.1 through scb's driver, on any transport, then hyper for what leaves it (h2c,
 /// an upgrade).
 pub(crate) async fn serve_h1<T, S, B>(
