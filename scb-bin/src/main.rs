@@ -264,6 +264,9 @@ fn config_error(err: &config::ConfigError) -> ExitCode {
     ExitCode::FAILURE
 }
 
+/// Lines the process log's queue holds before it drops; see [`init_logging`].
+const PROCESS_LOG_LINES: usize = 4096;
+
 /// Installs the global subscriber: `RUST_LOG` (default `info`), with the access log's
 /// `tracing` target off unless `RUST_LOG` names it: the access log has its own writer
 /// (`[log] access`), and the events of the layer's `tracing` sink would only repeat it.
@@ -285,6 +288,10 @@ fn init_logging(format: LogFormat) -> tracing_appender::non_blocking::WorkerGuar
         filter = filter.add_directive(directive);
     }
     let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        // The queue's slots are allocated up front: the default 128,000 lines were 4 MiB
+        // of every process's resident memory. The process log is a few lines a second
+        // (requests go to the access log's own writer); 4,096 lines absorb any burst of it.
+        .buffered_lines_limit(PROCESS_LOG_LINES)
         .lossy(true)
         .thread_name("scb-log")
         .finish(std::io::stderr());
