@@ -187,3 +187,39 @@ fn proxy_protocol_settings_are_checked_with_their_key() {
         "{stderr}"
     );
 }
+
+#[test]
+fn the_proxy_passes_the_client_on_in_a_header_of_its_own() {
+    // The back server believes PROXY headers from 127.0.0.1 and shows whom it sees.
+    let back = Server::start(&config("127.0.0.1"));
+    let back_addr = back.addr();
+    for version in ["v1", "v2"] {
+        // The front one reads a header from its balancer (the test) and sends its own.
+        let front = Server::start(&format!(
+            "[server]\nworkers = 1\n[[listen]]\naddr = \"127.0.0.1:0\"\n\
+             proxy_protocol = {{ trusted = [\"127.0.0.1\"] }}\n\
+             [[route]]\nprefix = \"/\"\nproxy = {{ upstreams = [\"{back_addr}\"], proxy_protocol = \"{version}\" }}\n"
+        ));
+        let addr = front.addr();
+        for client in ["203.0.113.5", "198.51.100.77"] {
+            let header = format!("PROXY TCP4 {client} 127.0.0.1 40000 80\r\n");
+            let res = exchange(addr, &[header.as_bytes(), REQUEST]);
+            assert_eq!(client_of(&res).as_deref(), Some(client), "{version}");
+        }
+        // Without a PROXY listener in front, the client is the peer itself.
+        let plain = Server::start(&format!(
+            "[server]\nworkers = 1\n[[listen]]\naddr = \"127.0.0.1:0\"\n\
+             [[route]]\nprefix = \"/\"\nproxy = {{ upstreams = [\"{back_addr}\"], proxy_protocol = \"{version}\" }}\n"
+        ));
+        let res = exchange(plain.addr(), &[REQUEST]);
+        assert_eq!(client_of(&res).as_deref(), Some("127.0.0.1"));
+    }
+    let out = support::check(&format!(
+        "[[listen]]\naddr = \"127.0.0.1:0\"\n[[route]]\nprefix = \"/\"\nproxy = {{ upstreams = [\"{back_addr}\"], proxy_protocol = \"v3\" }}\n"
+    ));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("route[0].proxy.proxy_protocol: expected \"v1\" or \"v2\""),
+        "{stderr}"
+    );
+}

@@ -9,7 +9,7 @@ use crate::forward::TrustedProxies;
 use crate::health::{ActiveHealth, PassiveHealth};
 use crate::pool::Pool;
 use crate::service::{ReverseProxy, Shared};
-use crate::settings::{MAX_TRIES, ProxySettings};
+use crate::settings::{MAX_TRIES, ProxyHeader, ProxySettings};
 use crate::upstream::{Upstream, UpstreamState};
 
 impl ReverseProxy {
@@ -71,6 +71,7 @@ impl ReverseProxyBuilder {
                 max_idle: 64,
                 pool_idle_timeout: Duration::from_secs(30),
                 max_response_head: 64 * 1024,
+                send_proxy_protocol: None,
             },
         }
     }
@@ -181,6 +182,17 @@ impl ReverseProxyBuilder {
     /// Defaults to 64 KiB.
     pub fn max_response_head(mut self, bytes: usize) -> Self {
         self.settings.max_response_head = bytes;
+        self
+    }
+
+    /// Begins every upstream connection with a PROXY protocol header (HAProxy's, v1 or
+    /// v2) naming the client and the address it connected to, for an upstream that
+    /// reads one (a proxy or server behind scb that needs the client's address at the
+    /// connection level). A connection then belongs to its client: it is reused only for
+    /// later requests of the same client connection. Active health checks send a header
+    /// saying the connection is scb's own (`UNKNOWN`, `LOCAL`). Defaults to none.
+    pub fn send_proxy_protocol(mut self, version: ProxyHeader) -> Self {
+        self.settings.send_proxy_protocol = Some(version);
         self
     }
 

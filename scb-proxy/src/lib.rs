@@ -72,5 +72,5 @@ pub use forward::{InvalidNetwork, TrustedProxies};
 pub use health::{ActiveHealth, PassiveHealth};
 pub use layer::{ReverseProxyLayer, ReverseProxyOr};
 pub use service::{ClientIp, ResponseFuture, ReverseProxy};
-pub use settings::ProxySettings;
+pub use settings::{ProxyHeader, ProxySettings};
 pub use upstream::{InvalidUpstream, Upstream};

@@ -15,9 +15,12 @@
 //! traffic at all, connections the upstream closed stay half-closed until the next
 //! request.
 
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use scb_core::server::proxy_protocol;
+use tokio::io::AsyncWriteExt as _;
 use tokio::net::TcpStream;
 
 use crate::client::Connection;
@@ -31,7 +34,13 @@ pub(crate) struct PoolConfig {
     pub(crate) idle_timeout: Duration,
     pub(crate) connect_timeout: Duration,
     pub(crate) max_response_head: usize,
+    /// The PROXY header each new connection begins with, if any.
+    pub(crate) proxy_header: Option<proxy_protocol::Version>,
 }
+
+/// Whose a connection is: with PROXY headers sent, the client connection (its address and
+/// the address it reached) the header named; `None` for everyone's.
+pub(crate) type Owner = Option<(SocketAddr, SocketAddr)>;
 
 /// A connection checked out of the pool, or new.
 #[derive(Debug)]
@@ -46,6 +55,7 @@ pub(crate) struct Conn {
 struct Pooled {
     connection: Connection,
     since: Instant,
+    owner: Owner,
 }
 
 /// Where a connection goes back when its response body has been read.
@@ -53,18 +63,20 @@ struct Pooled {
 pub(crate) struct Home {
     pool: Arc<Pool>,
     index: usize,
+    owner: Owner,
 }
 
 impl Home {
-    pub(crate) fn new(pool: &Arc<Pool>, index: usize) -> Self {
+    pub(crate) fn new(pool: &Arc<Pool>, index: usize, owner: Owner) -> Self {
         Self {
             pool: Arc::clone(pool),
             index,
+            owner,
         }
     }
 
     pub(crate) fn put(self, connection: Connection) {
-        self.pool.checkin(self.index, connection);
+        self.pool.checkin(self.index, connection, self.owner);
     }
 }
 
@@ -83,14 +95,16 @@ impl Pool {
         }
     }
 
-    /// An open pooled connection to upstream `index`, if there is one.
-    pub(crate) fn checkout(&self, index: usize) -> Option<Conn> {
+    /// An open pooled connection to upstream `index` of `owner`, if there is one (the
+    /// top of the stack when no PROXY headers are sent: every connection is everyone's).
+    pub(crate) fn checkout(&self, index: usize, owner: Owner) -> Option<Conn> {
         let now = Instant::now();
         let mut slot = self.slots[index].lock().unwrap_or_else(|e| e.into_inner());
-        while let Some(pooled) = slot.pop() {
+        while let Some(at) = slot.iter().rposition(|pooled| pooled.owner == owner) {
+            let pooled = slot.remove(at);
             if now.duration_since(pooled.since) > self.config.idle_timeout {
                 // Everything below it is older still.
-                slot.clear();
+                slot.drain(..at);
                 return None;
             }
             if !pooled.connection.is_closed() {
@@ -104,7 +118,7 @@ impl Pool {
     }
 
     /// Puts a connection whose exchange is over back.
-    pub(crate) fn checkin(&self, index: usize, connection: Connection) {
+    pub(crate) fn checkin(&self, index: usize, connection: Connection, owner: Owner) {
         if self.config.max_idle == 0 {
             return;
         }
@@ -129,6 +143,7 @@ impl Pool {
         slot.push(Pooled {
             connection,
             since: now,
+            owner,
         });
     }
 
@@ -141,8 +156,13 @@ impl Pool {
             .len()
     }
 
-    /// Connects to `upstream`: TCP with `TCP_NODELAY`.
-    pub(crate) async fn connect(&self, upstream: &Upstream) -> Result<Conn, ProxyError> {
+    /// Connects to `upstream`: TCP with `TCP_NODELAY`, then the PROXY header naming
+    /// `owner` when the proxy sends them.
+    pub(crate) async fn connect(
+        &self,
+        upstream: &Upstream,
+        owner: Owner,
+    ) -> Result<Conn, ProxyError> {
         let stream = tokio::time::timeout(
             self.config.connect_timeout,
             TcpStream::connect(upstream.authority().as_str()),
@@ -152,6 +172,15 @@ impl Pool {
         .map_err(ProxyError::Connect)?;
         // Requests and responses are written whole; Nagle would only hold the last segment.
         let _ = stream.set_nodelay(true);
+        let mut stream = stream;
+        if let Some(version) = self.config.proxy_header {
+            // Into an empty send buffer: this cannot block for long. A failure is the
+            // connect's: nothing of the request went out.
+            stream
+                .write_all(&proxy_protocol::header(version, owner))
+                .await
+                .map_err(ProxyError::Connect)?;
+        }
         Ok(Conn {
             connection: Connection::new(stream, self.config.max_response_head),
             reused: false,

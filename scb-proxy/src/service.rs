@@ -26,7 +26,7 @@ use crate::client::{Connection, Framing, ResponseHead, SendError, Start};
 use crate::error::{InvalidResponse, ProxyError};
 use crate::forward::{self, Hop};
 use crate::health::{self, ActiveHealth};
-use crate::pool::{Conn, Home, Pool};
+use crate::pool::{Conn, Home, Owner, Pool};
 use crate::settings::{MAX_TRIES, ProxySettings};
 use crate::upstream::{InFlight, Upstream, UpstreamState};
 
@@ -132,6 +132,7 @@ impl ReverseProxy {
         let task = tokio::spawn(health::run_active(
             Arc::clone(&self.shared.upstreams),
             active.clone(),
+            self.shared.settings.send_proxy_protocol,
         ));
         let _ = self.shared.active_task.set(task.abort_handle());
     }
@@ -177,6 +178,9 @@ impl ReverseProxy {
         let (mut parts, body) = req.into_parts();
         let connect = parts.extensions.get::<ConnectInfo>();
         let secure = connect.is_some_and(|info| info.secure);
+        let owner = config
+            .send_proxy_protocol
+            .and(connect.map(|info| (info.remote, info.local)));
         let client = connect
             .map(|info| info.remote.ip())
             .or_else(|| parts.extensions.get::<ClientIp>().map(|ip| ip.0));
@@ -220,10 +224,13 @@ impl ReverseProxy {
             let Conn {
                 mut connection,
                 reused,
-            } = match self.pool.checkout(index) {
+            } = match self.pool.checkout(index, owner) {
                 Some(conn) => conn,
-                None => match tokio::time::timeout_at(deadline, self.pool.connect(&state.upstream))
-                    .await
+                None => match tokio::time::timeout_at(
+                    deadline,
+                    self.pool.connect(&state.upstream, owner),
+                )
+                .await
                 {
                     Err(_) => return Err(ProxyError::TryTimeout),
                     Ok(Ok(conn)) => conn,
@@ -256,7 +263,7 @@ impl ReverseProxy {
                     state.metrics.response(sent.elapsed());
                     state.health.record_success(&state.metrics);
                     let mut response =
-                        self.client_response(index, connection, head, client_upgrade);
+                        self.client_response(index, owner, connection, head, client_upgrade);
                     if name_upstream {
                         response
                             .extensions_mut()
@@ -333,6 +340,7 @@ impl ReverseProxy {
     fn client_response(
         &self,
         index: usize,
+        owner: Owner,
         connection: Connection,
         head: ResponseHead,
         client_upgrade: Option<OnUpgrade>,
@@ -359,13 +367,13 @@ impl ReverseProxy {
         let body = match Start::new(connection, framing, keep_alive) {
             Start::Complete { body, reusable } => {
                 if let Some(connection) = reusable {
-                    self.pool.checkin(index, connection);
+                    self.pool.checkin(index, connection, owner);
                 }
                 Body::full(body)
             }
             Start::Streaming(body) => Body::new(
                 Guarded::new(
-                    body.returning_to(Home::new(&self.pool, index)),
+                    body.returning_to(Home::new(&self.pool, index, owner)),
                     self.shared.settings.idle_timeout,
                     None,
                 )

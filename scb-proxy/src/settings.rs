@@ -5,6 +5,7 @@ use std::time::Duration;
 use crate::forward::TrustedProxies;
 use crate::health::PassiveHealth;
 use crate::pool::PoolConfig;
+pub use scb_core::server::proxy_protocol::Version as ProxyHeader;
 
 /// The most tries one request gets, whatever `max_tries` says: each try is a different
 /// upstream or a replay on a fresh connection, and the bookkeeping lives on the stack.
@@ -43,6 +44,8 @@ pub struct ProxySettings {
     pub pool_idle_timeout: Duration,
     /// See [`ReverseProxyBuilder::max_response_head`](crate::ReverseProxyBuilder::max_response_head).
     pub max_response_head: usize,
+    /// See [`ReverseProxyBuilder::send_proxy_protocol`](crate::ReverseProxyBuilder::send_proxy_protocol).
+    pub send_proxy_protocol: Option<ProxyHeader>,
 }
 
 impl ProxySettings {
@@ -53,6 +56,7 @@ impl ProxySettings {
             idle_timeout: self.pool_idle_timeout,
             connect_timeout: self.connect_timeout,
             max_response_head: self.max_response_head,
+            proxy_header: self.send_proxy_protocol,
         }
     }
 }

@@ -392,6 +392,19 @@ impl TryFrom<&ProxyConfig> for scb_proxy::ReverseProxyBuilder {
                 scb_proxy::ActiveHealth::try_from(health).map_err(|e| e.within("health"))?,
             );
         }
+        if let Some(version) = &config.proxy_protocol {
+            b = b.send_proxy_protocol(match version.get_ref().as_str() {
+                "v1" => scb_proxy::ProxyHeader::V1,
+                "v2" => scb_proxy::ProxyHeader::V2,
+                _ => {
+                    return Err(Located::at(
+                        version,
+                        "proxy_protocol",
+                        "expected \"v1\" or \"v2\"",
+                    ));
+                }
+            });
+        }
         Ok(b)
     }
 }

@@ -523,6 +523,9 @@ pub(crate) struct ProxyConfig {
     /// On-the-fly compression of compressible responses the upstream did not encode.
     #[serde(default)]
     pub(crate) compress: bool,
+    /// `"v1"` or `"v2"`: each upstream connection begins with a PROXY header naming the
+    /// client.
+    pub(crate) proxy_protocol: Option<Spanned<String>>,
 }
 
 /// One entry of `upstreams`: a bare `"host:port"`, or a table with a weight.

@@ -50,6 +50,74 @@ impl ProxyProtocol {
     }
 }
 
+/// The version of a PROXY header to send (see [`header`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Version {
+    /// The text line, `PROXY TCP4 ...\r\n`.
+    V1,
+    /// The binary form.
+    V2,
+}
+
+/// The PROXY header announcing a connection from `client` to `server`, as a proxy sends it
+/// to an upstream before its first request; with no addresses, one saying the connection
+/// is the sender's own (v1 `UNKNOWN`, v2 `LOCAL`), as for a health check. An IPv4 address
+/// beside an IPv6 one is sent as IPv4-mapped IPv6, since a header has one family.
+pub fn header(version: Version, addrs: Option<(SocketAddr, SocketAddr)>) -> Vec<u8> {
+    let addrs = addrs.map(|(client, server)| match (client, server) {
+        (SocketAddr::V4(_), SocketAddr::V4(_)) | (SocketAddr::V6(_), SocketAddr::V6(_)) => {
+            (client, server)
+        }
+        _ => (mapped(client), mapped(server)),
+    });
+    match (version, addrs) {
+        (Version::V1, None) => b"PROXY UNKNOWN\r\n".to_vec(),
+        (Version::V1, Some((client, server))) => {
+            let family = if client.is_ipv4() { "TCP4" } else { "TCP6" };
+            format!(
+                "PROXY {family} {} {} {} {}\r\n",
+                client.ip(),
+                server.ip(),
+                client.port(),
+                server.port()
+            )
+            .into_bytes()
+        }
+        (Version::V2, addrs) => {
+            let mut out = V2_SIGNATURE.to_vec();
+            match addrs {
+                None => out.extend_from_slice(&[0x20, 0x00, 0, 0]),
+                Some((SocketAddr::V4(client), SocketAddr::V4(server))) => {
+                    out.extend_from_slice(&[0x21, 0x11, 0, 12]);
+                    out.extend_from_slice(&client.ip().octets());
+                    out.extend_from_slice(&server.ip().octets());
+                    out.extend_from_slice(&client.port().to_be_bytes());
+                    out.extend_from_slice(&server.port().to_be_bytes());
+                }
+                Some((client, server)) => {
+                    let v6 = |a: SocketAddr| match a.ip() {
+                        IpAddr::V6(ip) => ip.octets(),
+                        IpAddr::V4(ip) => ip.to_ipv6_mapped().octets(),
+                    };
+                    out.extend_from_slice(&[0x21, 0x21, 0, 36]);
+                    out.extend_from_slice(&v6(client));
+                    out.extend_from_slice(&v6(server));
+                    out.extend_from_slice(&client.port().to_be_bytes());
+                    out.extend_from_slice(&server.port().to_be_bytes());
+                }
+            }
+            out
+        }
+    }
+}
+
+fn mapped(addr: SocketAddr) -> SocketAddr {
+    match addr.ip() {
+        IpAddr::V4(ip) => SocketAddr::new(ip.to_ipv6_mapped().into(), addr.port()),
+        IpAddr::V6(_) => addr,
+    }
+}
+
 /// What the first bytes of a connection are.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Parsed {
@@ -276,7 +344,7 @@ pub(crate) async fn read(
 mod tests {
     use super::*;
 
-    fn header(source: &str) -> Parsed {
+    fn named(source: &str) -> Parsed {
         Parsed::Header {
             len: 0,
             source: Some(source.parse().unwrap()),
@@ -308,11 +376,11 @@ mod tests {
         for (line, want) in [
             (
                 &b"PROXY TCP4 192.0.2.1 198.51.100.1 56324 443\r\n"[..],
-                header("192.0.2.1:56324"),
+                named("192.0.2.1:56324"),
             ),
             (
                 b"PROXY TCP6 2001:db8::1 2001:db8::2 1 80\r\n",
-                header("[2001:db8::1]:1"),
+                named("[2001:db8::1]:1"),
             ),
             (
                 b"PROXY UNKNOWN\r\n",
@@ -375,7 +443,7 @@ mod tests {
         for cut in 1..bin.len() {
             assert_eq!(parse(&bin[..cut]), Parsed::Incomplete, "cut at {cut}");
         }
-        assert_eq!(parse(&bin), whole(&bin, header("192.0.2.1:8080")));
+        assert_eq!(parse(&bin), whole(&bin, named("192.0.2.1:8080")));
     }
 
     #[test]
@@ -387,7 +455,7 @@ mod tests {
         // A TLV after the addresses (AWS's, say) is skipped with them.
         six.extend_from_slice(&[0xea, 0x00, 0x03, 1, 2, 3]);
         let bin = v2(1, 0x21, &six);
-        assert_eq!(parse(&bin), whole(&bin, header("[2001:db8::7]:12345")));
+        assert_eq!(parse(&bin), whole(&bin, named("[2001:db8::7]:12345")));
         let local = v2(0, 0x11, &[0; 12]);
         assert_eq!(
             parse(&local),
@@ -421,6 +489,37 @@ mod tests {
         let mut huge = V2_SIGNATURE.to_vec();
         huge.extend_from_slice(&[0x21, 0x11, 0xff, 0xff]);
         assert!(matches!(parse(&huge), Parsed::Invalid(_)));
+    }
+
+    #[test]
+    fn headers_sent_parse_back_to_their_client() {
+        let pairs = [
+            ("192.0.2.1:40000", "198.51.100.2:443"),
+            ("[2001:db8::1]:1", "[2001:db8::2]:8443"),
+            ("192.0.2.1:40000", "[2001:db8::2]:8443"),
+        ];
+        for version in [Version::V1, Version::V2] {
+            for (client, server) in pairs {
+                let client: SocketAddr = client.parse().unwrap();
+                let bytes = header(version, Some((client, server.parse().unwrap())));
+                let Parsed::Header { len, source } = parse(&bytes) else {
+                    panic!("{version:?} {client}: {:?}", parse(&bytes));
+                };
+                assert_eq!(len, bytes.len());
+                // A v4 client beside a v6 server comes back IPv4-mapped.
+                let source = source.unwrap();
+                assert_eq!(source.ip().to_canonical(), client.ip(), "{version:?}");
+                assert_eq!(source.port(), client.port());
+            }
+            let own = header(version, None);
+            assert_eq!(
+                parse(&own),
+                Parsed::Header {
+                    len: own.len(),
+                    source: None
+                }
+            );
+        }
     }
 
     #[test]

@@ -329,6 +329,7 @@ fn test_pool() -> Arc<Pool> {
             idle_timeout: Duration::from_secs(60),
             connect_timeout: Duration::from_secs(1),
             max_response_head: MAX_HEAD,
+            proxy_header: None,
         },
     ))
 }
@@ -378,7 +379,7 @@ async fn a_chunked_body_streams_and_its_connection_goes_home_at_the_end() {
         panic!("a chunked body streams");
     };
     let pool = test_pool();
-    let mut body = body.returning_to(Home::new(&pool, 0));
+    let mut body = body.returning_to(Home::new(&pool, 0, None));
     assert_eq!(
         body.frame().await.unwrap().unwrap().into_data().unwrap(),
         "hel"
@@ -394,7 +395,7 @@ async fn a_chunked_body_streams_and_its_connection_goes_home_at_the_end() {
     drop(tx);
     let _server = upstream.await.unwrap();
     assert!(
-        pool.checkout(0).is_some(),
+        pool.checkout(0, None).is_some(),
         "the connection is back in the pool"
     );
 }
@@ -425,7 +426,7 @@ async fn a_body_cut_short_or_badly_chunked_fails_and_its_connection_is_not_reuse
         };
         let pool = test_pool();
         let err = body
-            .returning_to(Home::new(&pool, 0))
+            .returning_to(Home::new(&pool, 0, None))
             .collect()
             .await
             .unwrap_err();
@@ -455,7 +456,7 @@ async fn a_close_delimited_body_ends_with_the_connection() {
     };
     let pool = test_pool();
     let body = body
-        .returning_to(Home::new(&pool, 0))
+        .returning_to(Home::new(&pool, 0, None))
         .collect()
         .await
         .unwrap();
@@ -650,12 +651,40 @@ async fn a_checkin_closes_the_stale_connections_at_the_bottom() {
     drop(server);
     // The runtime has seen the close before the next checkin looks.
     stale.stream.readable().await.unwrap();
-    pool.checkin(0, stale);
+    pool.checkin(0, stale, None);
     assert_eq!(pool.idle(0), 1);
     let (fresh, _server) = pair().await;
     let (newer, _server2) = pair().await;
-    pool.checkin(0, fresh);
+    pool.checkin(0, fresh, None);
     assert_eq!(pool.idle(0), 1, "the closed one went, the fresh one stayed");
-    pool.checkin(0, newer);
+    pool.checkin(0, newer, None);
     assert_eq!(pool.idle(0), 2);
+}
+
+#[tokio::test]
+async fn a_connection_that_named_a_client_is_reused_only_for_that_client() {
+    let pool = test_pool();
+    let alice = Some((
+        "203.0.113.1:40000".parse().unwrap(),
+        "127.0.0.1:443".parse().unwrap(),
+    ));
+    let bob = Some((
+        "203.0.113.2:40000".parse().unwrap(),
+        "127.0.0.1:443".parse().unwrap(),
+    ));
+    let mut servers = Vec::new();
+    for owner in [alice, None] {
+        let (conn, server) = pair().await;
+        servers.push(server);
+        pool.checkin(0, conn, owner);
+    }
+    assert!(
+        pool.checkout(0, bob).is_none(),
+        "bob gets nobody's connection"
+    );
+    // Alice's is below the shared one in the stack, and still found.
+    assert!(pool.checkout(0, alice).is_some());
+    assert!(pool.checkout(0, alice).is_none(), "only one was alice's");
+    assert!(pool.checkout(0, None).is_some());
+    assert_eq!(pool.idle(0), 0);
 }

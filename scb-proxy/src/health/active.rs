@@ -6,12 +6,14 @@ use std::time::{Duration, Instant};
 use http::uri::{Authority, PathAndQuery};
 use http::{Method, Request, StatusCode, header};
 use scb_core::Body;
+use tokio::io::AsyncWriteExt as _;
 use tokio::net::TcpStream;
 use tokio::task::JoinSet;
 use tokio::time::MissedTickBehavior;
 
 use super::ActiveHealth;
 use crate::client::{Connection, SendError};
+use crate::settings::ProxyHeader;
 use crate::upstream::UpstreamState;
 
 /// Shortest active check interval: `tokio::time::interval` panics on zero, and checking more
@@ -26,7 +28,11 @@ const CHECK_MAX_HEAD: usize = 64 * 1024;
 ///
 /// Returns at once, checking nothing, when `config.path` is not an absolute path (logged as
 /// an error) or there are no upstreams.
-pub(crate) async fn run_active(upstreams: Arc<[UpstreamState]>, config: ActiveHealth) {
+pub(crate) async fn run_active(
+    upstreams: Arc<[UpstreamState]>,
+    config: ActiveHealth,
+    proxy_header: Option<ProxyHeader>,
+) {
     let path = config
         .path
         .parse::<PathAndQuery>()
@@ -45,6 +51,7 @@ pub(crate) async fn run_active(upstreams: Arc<[UpstreamState]>, config: ActiveHe
             index,
             path.clone(),
             Arc::clone(&config),
+            proxy_header,
         ));
     }
     while let Some(done) = checkers.join_next().await {
@@ -59,6 +66,7 @@ async fn check_forever(
     index: usize,
     path: PathAndQuery,
     config: Arc<ActiveHealth>,
+    proxy_header: Option<ProxyHeader>,
 ) {
     let state = &upstreams[index];
     let mut ticks = tokio::time::interval(config.interval.max(MIN_INTERVAL));
@@ -67,7 +75,13 @@ async fn check_forever(
     ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
     loop {
         ticks.tick().await;
-        let result = check(&state.upstream.authority, &path, config.timeout).await;
+        let result = check(
+            &state.upstream.authority,
+            &path,
+            config.timeout,
+            proxy_header,
+        )
+        .await;
         let now = Instant::now();
         match (
             state
@@ -118,8 +132,9 @@ async fn check(
     authority: &Authority,
     path: &PathAndQuery,
     timeout: Duration,
+    proxy_header: Option<ProxyHeader>,
 ) -> Result<(), CheckError> {
-    let status = tokio::time::timeout(timeout, head(authority, path))
+    let status = tokio::time::timeout(timeout, head(authority, path, proxy_header))
         .await
         .map_err(|_| CheckError::Timeout(timeout))??;
     if status.is_success() || status.is_redirection() {
@@ -129,10 +144,21 @@ async fn check(
     }
 }
 
-async fn head(authority: &Authority, path: &PathAndQuery) -> Result<StatusCode, CheckError> {
-    let stream = TcpStream::connect(authority.as_str())
+async fn head(
+    authority: &Authority,
+    path: &PathAndQuery,
+    proxy_header: Option<ProxyHeader>,
+) -> Result<StatusCode, CheckError> {
+    let mut stream = TcpStream::connect(authority.as_str())
         .await
         .map_err(CheckError::Connect)?;
+    if let Some(version) = proxy_header {
+        // The check's connection is scb's own, not a client's.
+        stream
+            .write_all(&scb_core::server::proxy_protocol::header(version, None))
+            .await
+            .map_err(CheckError::Connect)?;
+    }
     let mut request = Request::builder()
         .method(Method::GET)
         .uri(path.clone())
