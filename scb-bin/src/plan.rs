@@ -459,8 +459,34 @@ fn tls_acceptor(
             "needs `cert` and `key`, or `certs = [{ cert, key }, ...]`",
         ));
     }
-    scb_tls::TlsAcceptor::new(scb_tls::TlsSettings::new(files))
-        .map_err(|e| Located::at(config, "tls", e))
+    let mut settings = scb_tls::TlsSettings::new(files);
+    match (&tls.client_ca, &tls.client_auth) {
+        (None, None) => {}
+        (None, Some(auth)) => {
+            return Err(Located::at(auth, "tls.client_auth", "needs `client_ca`"));
+        }
+        (Some(ca), auth) => {
+            let required = match auth {
+                None => true,
+                Some(a) if a.get_ref() == "required" => true,
+                Some(a) if a.get_ref() == "optional" => false,
+                Some(a) => {
+                    return Err(Located::at(
+                        a,
+                        "tls.client_auth",
+                        "expected \"required\" or \"optional\"",
+                    ));
+                }
+            };
+            let ca = ca.get_ref().clone();
+            settings = settings.client_auth(if required {
+                scb_tls::ClientAuth::required(ca)
+            } else {
+                scb_tls::ClientAuth::optional(ca)
+            });
+        }
+    }
+    scb_tls::TlsAcceptor::new(settings).map_err(|e| Located::at(config, "tls", e))
 }
 
 /// Whether two listen addresses would share connections. With `SO_REUSEPORT` on every

@@ -227,3 +227,143 @@ fn check_names_the_certificate_file_that_is_missing_expired_or_mismatched() {
     assert!(check(&config).status.success());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A CA for client certificates, written as `client-ca.pem` under `dir`, and a client
+/// certificate it signed for `cn`.
+fn client_pki(
+    dir: &Path,
+    cn: &str,
+) -> (
+    PathBuf,
+    Vec<rustls::pki_types::CertificateDer<'static>>,
+    rustls::pki_types::PrivateKeyDer<'static>,
+) {
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.distinguished_name
+        .push(rcgen::DnType::CommonName, "clients CA");
+    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca.key_usages = vec![rcgen::KeyUsagePurpose::KeyCertSign];
+    let ca_cert = ca.self_signed(&ca_key).unwrap();
+    let ca_path = dir.join("client-ca.pem");
+    std::fs::write(&ca_path, ca_cert.pem()).unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(vec![format!("{cn}.clients.test")]).unwrap();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, cn);
+    let issuer = rcgen::Issuer::from_params(&ca, &ca_key);
+    let cert = params.signed_by(&key, &issuer).unwrap();
+    let key = rustls::pki_types::PrivateKeyDer::try_from(key.serialize_der()).unwrap();
+    (ca_path, vec![cert.der().clone()], key)
+}
+
+/// An upstream that answers with the client-certificate fields it was sent.
+fn cert_echo_upstream() -> SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut buf = [0u8; 8192];
+            let n = stream.read(&mut buf).unwrap_or(0);
+            let head = String::from_utf8_lossy(&buf[..n]).to_ascii_lowercase();
+            let field = |name: &str| {
+                head.lines()
+                    .find_map(|l| l.strip_prefix(name).map(str::trim).map(str::to_owned))
+                    .unwrap_or_else(|| "-".to_owned())
+            };
+            let body = format!(
+                "subject={} san={}",
+                field("x-client-cert-subject:"),
+                field("x-client-cert-san:")
+            );
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    addr
+}
+
+#[test]
+fn client_certificates_are_verified_and_forwarded_and_never_forged() {
+    let dir = temp_dir("mtls");
+    let server_cert = make_cert(&dir, "server", false);
+    let (ca, chain, key) = client_pki(&dir, "alice");
+    let upstream = cert_echo_upstream();
+    let config = |auth: &str| {
+        format!(
+            "[server]\nworkers = 1\n[[listen]]\naddr = \"127.0.0.1:0\"\n\
+             tls = {{ cert = {cert:?}, key = {key:?}, client_ca = {ca:?}, client_auth = \"{auth}\" }}\n\
+             [[route]]\nprefix = \"/\"\nproxy = {{ upstreams = [\"{upstream}\"], forward_client_cert = true }}\n",
+            cert = server_cert.cert.display().to_string(),
+            key = server_cert.key.display().to_string(),
+            ca = ca.display().to_string(),
+        )
+    };
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(rustls::pki_types::CertificateDer::from(
+            server_cert.der.clone(),
+        ))
+        .unwrap();
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots);
+    let with_cert = Arc::new(builder.clone().with_client_auth_cert(chain, key).unwrap());
+    let without = Arc::new(builder.with_no_client_auth());
+    let forged = "GET / HTTP/1.1\r\nHost: localhost\r\nX-Client-Cert-Subject: CN=admin\r\n\
+                  X-Client-Cert-San: admin.test\r\nConnection: close\r\n\r\n";
+
+    let optional = Server::start(&config("optional"));
+    let mut alice = connect(optional.addr(), &with_cert);
+    let res = request(&mut alice, "/");
+    assert!(
+        res.ends_with("subject=cn=alice san=alice.clients.test"),
+        "{res}"
+    );
+    // A client's own fields are dropped, with a certificate or without one.
+    write!(alice, "{forged}").unwrap();
+    let mut out = Vec::new();
+    let _ = alice.read_to_end(&mut out);
+    let text = String::from_utf8_lossy(&out);
+    assert!(
+        text.contains("subject=cn=alice san=alice.clients.test"),
+        "{text}"
+    );
+    let mut anonymous = connect(optional.addr(), &without);
+    write!(anonymous, "{forged}").unwrap();
+    let mut out = Vec::new();
+    let _ = anonymous.read_to_end(&mut out);
+    let text = String::from_utf8_lossy(&out);
+    assert!(text.contains("subject=- san=-"), "{text}");
+
+    let required = Server::start(&config("required"));
+    assert!(request(&mut connect(required.addr(), &with_cert), "/").contains("subject=cn=alice"));
+    // No certificate: the handshake fails and nothing is answered.
+    let mut refused = connect(required.addr(), &without);
+    let _ = write!(
+        refused,
+        "GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    );
+    let mut out = Vec::new();
+    let read = refused.read_to_end(&mut out);
+    assert!(
+        read.is_err() || out.is_empty(),
+        "{:?}",
+        String::from_utf8_lossy(&out)
+    );
+
+    let out = check(&config("sometimes"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("listen[0].tls.client_auth: expected \"required\" or \"optional\""),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

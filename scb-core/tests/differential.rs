@@ -54,10 +54,10 @@ struct PassThrough;
 impl scb_core::server::Handshake for PassThrough {
     fn handshake(&self, tcp: tokio::net::TcpStream) -> scb_core::server::HandshakeFuture {
         Box::pin(async move {
-            Ok(scb_core::server::Secured {
-                io: Box::new(tcp),
-                protocol: scb_core::server::Protocol::Http1,
-            })
+            Ok(scb_core::server::Secured::new(
+                Box::new(tcp),
+                scb_core::server::Protocol::Http1,
+            ))
         })
     }
 }

@@ -29,10 +29,7 @@ impl Handshake for FirstByte {
                     return Err(std::io::Error::other(format!("bad hello {other}")));
                 }
             };
-            Ok(Secured {
-                io: Box::new(tcp),
-                protocol,
-            })
+            Ok(Secured::new(Box::new(tcp), protocol))
         })
     }
 }

@@ -72,6 +72,7 @@ impl ReverseProxyBuilder {
                 pool_idle_timeout: Duration::from_secs(30),
                 max_response_head: 64 * 1024,
                 send_proxy_protocol: None,
+                forward_client_cert: false,
             },
         }
     }
@@ -193,6 +194,15 @@ impl ReverseProxyBuilder {
     /// saying the connection is scb's own (`UNKNOWN`, `LOCAL`). Defaults to none.
     pub fn send_proxy_protocol(mut self, version: ProxyHeader) -> Self {
         self.settings.send_proxy_protocol = Some(version);
+        self
+    }
+
+    /// Sends the client certificate a mutual-TLS listener verified (scb-core's
+    /// `ClientCertificate`) as `X-Client-Cert-Subject` (RFC 4514) and `X-Client-Cert-San`
+    /// (comma-separated names). Those fields are removed from every client's request
+    /// either way, so no client can claim a certificate. Defaults to off.
+    pub fn forward_client_cert(mut self, forward: bool) -> Self {
+        self.settings.forward_client_cert = forward;
         self
     }
 

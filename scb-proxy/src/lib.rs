@@ -71,6 +71,6 @@ pub use error::{InvalidResponse, ProxyError};
 pub use forward::{InvalidNetwork, TrustedProxies};
 pub use health::{ActiveHealth, PassiveHealth};
 pub use layer::{ReverseProxyLayer, ReverseProxyOr};
-pub use service::{ClientIp, ResponseFuture, ReverseProxy};
+pub use service::{CLIENT_CERT_SAN, CLIENT_CERT_SUBJECT, ClientIp, ResponseFuture, ReverseProxy};
 pub use settings::{ProxyHeader, ProxySettings};
 pub use upstream::{InvalidUpstream, Upstream};

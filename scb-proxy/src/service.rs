@@ -10,12 +10,12 @@ use std::task::{Context, Poll};
 use std::time::Instant;
 
 use bytes::Bytes;
-use http::header::{self, HeaderMap, HeaderValue};
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::request::Parts;
 use http::{Method, Request, Response, Uri, Version};
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
-use scb_core::server::ConnectInfo;
+use scb_core::server::{ClientCertificate, ConnectInfo};
 use scb_core::{Body, BoxError};
 use tokio::io::AsyncWriteExt as _;
 use tower::Service;
@@ -413,7 +413,28 @@ fn prepare(
             trusted: &config.trusted_proxies,
         },
     );
+    // A client's own claims to a certificate never reach the upstream: the fields are
+    // scb's to set, from the certificate the handshake verified.
+    parts.headers.remove(CLIENT_CERT_SUBJECT);
+    parts.headers.remove(CLIENT_CERT_SAN);
+    if config.forward_client_cert
+        && let Some(cert) = parts.extensions.get::<ClientCertificate>()
+    {
+        // Both are visible ASCII (scb-tls escapes the subject, and keeps only such names).
+        if let Ok(subject) = HeaderValue::try_from(cert.subject()) {
+            parts.headers.insert(CLIENT_CERT_SUBJECT, subject);
+        }
+        if let Ok(sans) = HeaderValue::try_from(cert.sans().join(",")) {
+            parts.headers.insert(CLIENT_CERT_SAN, sans);
+        }
+    }
 }
+
+/// The verified client certificate's subject (RFC 4514), with
+/// [`forward_client_cert`](crate::ReverseProxyBuilder::forward_client_cert).
+pub const CLIENT_CERT_SUBJECT: HeaderName = HeaderName::from_static("x-client-cert-subject");
+/// Its subject alternative names, comma-separated.
+pub const CLIENT_CERT_SAN: HeaderName = HeaderName::from_static("x-client-cert-san");
 
 /// RFC 9110 §9.2.2.
 fn is_idempotent(method: &Method) -> bool {

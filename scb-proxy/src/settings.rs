@@ -46,6 +46,8 @@ pub struct ProxySettings {
     pub max_response_head: usize,
     /// See [`ReverseProxyBuilder::send_proxy_protocol`](crate::ReverseProxyBuilder::send_proxy_protocol).
     pub send_proxy_protocol: Option<ProxyHeader>,
+    /// See [`ReverseProxyBuilder::forward_client_cert`](crate::ReverseProxyBuilder::forward_client_cert).
+    pub forward_client_cert: bool,
 }
 
 impl ProxySettings {

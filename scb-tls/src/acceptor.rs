@@ -138,10 +138,13 @@ impl Handshake for TlsAcceptor {
         Box::pin(async move {
             let stream: TlsStream<TcpStream> = accept.await?;
             let protocol = protocol(&stream);
-            Ok(Secured {
-                io: Box::new(stream),
-                protocol,
-            })
+            let client = stream
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(<[_]>::first)
+                .and_then(crate::certs::client_certificate);
+            Ok(Secured::new(Box::new(stream), protocol).client(client))
         })
     }
 }

@@ -11,6 +11,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::sign::CertifiedKey;
 use rustls::{Error as RustlsError, InconsistentKeys};
 use scb_core::date::from_unix_secs;
+use scb_core::server::ClientCertificate;
 
 use crate::der;
 use crate::error::TlsError;
@@ -127,7 +128,7 @@ fn load(files: &CertFiles, provider: &CryptoProvider, now: i64) -> Result<Loaded
 }
 
 /// Every `CERTIFICATE` section of the file, at least one.
-fn read_chain(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+pub(crate) fn read_chain(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
     let pem = read(path)?;
     let chain = CertificateDer::pem_slice_iter(&pem)
         .collect::<Result<Vec<_>, _>>()
@@ -163,6 +164,20 @@ fn pem_error(path: &Path, error: &pem::Error) -> TlsError {
         path: path.to_owned(),
         reason: error.to_string(),
     }
+}
+
+/// What a client's certificate says of it: the subject (from this crate's DER walk) and
+/// the DNS and URI names webpki reads. Only called on a certificate rustls has verified.
+pub(crate) fn client_certificate(der: &CertificateDer<'_>) -> Option<ClientCertificate> {
+    let cert = webpki::EndEntityCert::try_from(der).ok()?;
+    let subject = der::name(cert.subject())?;
+    let sans = cert
+        .valid_dns_names()
+        .chain(cert.valid_uri_names())
+        .filter(|name| name.bytes().all(|b| b.is_ascii_graphic()))
+        .map(str::to_owned)
+        .collect();
+    Some(ClientCertificate::new(subject, sans))
 }
 
 fn unix_now() -> i64 {

@@ -4,8 +4,9 @@ use std::sync::Arc;
 
 use rustls::crypto::CryptoProvider;
 use rustls::crypto::aws_lc_rs::{self, cipher_suite, kx_group};
-use rustls::server::{NoServerSessionStorage, ServerSessionMemoryCache};
-use rustls::{ServerConfig, SupportedCipherSuite, version};
+use rustls::server::danger::ClientCertVerifier;
+use rustls::server::{NoServerSessionStorage, ServerSessionMemoryCache, WebPkiClientVerifier};
+use rustls::{RootCertStore, ServerConfig, SupportedCipherSuite, version};
 
 use crate::certs::{self, CertInfo};
 use crate::error::TlsError;
@@ -53,17 +54,49 @@ pub(crate) fn provider() -> CryptoProvider {
     }
 }
 
-/// The server config: TLS 1.3 and 1.2, no client certificates, certificates from
+/// The verifier of client certificates, when the settings ask for them: webpki's, with the
+/// CA file's certificates as the only trust anchors.
+pub(crate) fn client_verifier(
+    settings: &TlsSettings,
+    provider: Arc<CryptoProvider>,
+) -> Result<Option<Arc<dyn ClientCertVerifier>>, TlsError> {
+    let Some(auth) = &settings.client_auth else {
+        return Ok(None);
+    };
+    let refused = |reason: String| TlsError::ClientCa {
+        path: auth.ca.clone(),
+        reason,
+    };
+    let mut roots = RootCertStore::empty();
+    for cert in certs::read_chain(&auth.ca)? {
+        roots.add(cert).map_err(|e| refused(e.to_string()))?;
+    }
+    let builder = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);
+    let builder = if auth.required {
+        builder
+    } else {
+        builder.allow_unauthenticated()
+    };
+    builder
+        .build()
+        .map(Some)
+        .map_err(|e| refused(e.to_string()))
+}
+
+/// The server config: TLS 1.3 and 1.2, client certificates as the settings say, certificates from
 /// `resolver`, ALPN as set, rotating session tickets and a bounded session cache.
 pub(crate) fn server_config(
     provider: Arc<CryptoProvider>,
     resolver: Arc<Resolver>,
     settings: &TlsSettings,
 ) -> Result<ServerConfig, TlsError> {
-    let mut config = ServerConfig::builder_with_provider(provider)
-        .with_protocol_versions(&[&version::TLS13, &version::TLS12])?
-        .with_no_client_auth()
-        .with_cert_resolver(resolver);
+    let builder = ServerConfig::builder_with_provider(Arc::clone(&provider))
+        .with_protocol_versions(&[&version::TLS13, &version::TLS12])?;
+    let builder = match client_verifier(settings, provider)? {
+        Some(verifier) => builder.with_client_cert_verifier(verifier),
+        None => builder.with_no_client_auth(),
+    };
+    let mut config = builder.with_cert_resolver(resolver);
     config.alpn_protocols = match settings.alpn {
         Alpn::H2AndHttp1 => vec![b"h2".to_vec(), b"http/1.1".to_vec()],
         Alpn::Http1Only => vec![b"http/1.1".to_vec()],
@@ -94,6 +127,7 @@ impl TlsSettings {
     pub fn check(&self) -> Result<Vec<CertInfo>, TlsError> {
         let provider = provider();
         let loaded = certs::load_all(self, &provider)?;
+        client_verifier(self, Arc::new(provider))?;
         Ok(loaded.into_iter().map(|cert| cert.info).collect())
     }
 }

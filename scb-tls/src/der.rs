@@ -81,6 +81,106 @@ fn digits(ascii: &[u8]) -> Option<i64> {
     })
 }
 
+/// A distinguished name as RFC 4514 text (`CN=alice,O=Example`), from the contents of
+/// its `RDNSequence` (what webpki's `Cert::subject` returns): the last RDN first, the
+/// usual attribute names, any other type as its dotted OID, values escaped, and every
+/// byte outside visible ASCII escaped as `\XX`, so the text can go into a header field.
+/// `None` when the DER is not shaped like a name.
+pub(crate) fn name(mut rdns: &[u8]) -> Option<String> {
+    let mut parts = Vec::new();
+    while !rdns.is_empty() {
+        let mut set = expect(&mut rdns, SET)?;
+        let mut attributes = Vec::new();
+        while !set.is_empty() {
+            let mut attribute = expect(&mut set, SEQUENCE)?;
+            let oid = expect(&mut attribute, OID)?;
+            let (tag, value) = next(&mut attribute)?;
+            let text = match tag {
+                UTF8_STRING | PRINTABLE_STRING | IA5_STRING => {
+                    String::from_utf8_lossy(value).into_owned()
+                }
+                BMP_STRING => {
+                    let units = value
+                        .chunks_exact(2)
+                        .map(|c| u16::from_be_bytes([c[0], c[1]]));
+                    char::decode_utf16(units)
+                        .map(|c| c.unwrap_or(char::REPLACEMENT_CHARACTER))
+                        .collect()
+                }
+                _ => return None,
+            };
+            attributes.push(format!("{}={}", attribute_name(oid), escape(&text)));
+        }
+        parts.push(attributes.join("+"));
+    }
+    parts.reverse();
+    Some(parts.join(","))
+}
+
+const SET: u8 = 0x31;
+const OID: u8 = 0x06;
+const UTF8_STRING: u8 = 0x0c;
+const PRINTABLE_STRING: u8 = 0x13;
+const IA5_STRING: u8 = 0x16;
+const BMP_STRING: u8 = 0x1e;
+
+fn attribute_name(oid: &[u8]) -> String {
+    match oid {
+        [0x55, 0x04, 0x03] => "CN".into(),
+        [0x55, 0x04, 0x06] => "C".into(),
+        [0x55, 0x04, 0x07] => "L".into(),
+        [0x55, 0x04, 0x08] => "ST".into(),
+        [0x55, 0x04, 0x09] => "STREET".into(),
+        [0x55, 0x04, 0x0a] => "O".into(),
+        [0x55, 0x04, 0x0b] => "OU".into(),
+        [0x09, 0x92, 0x26, 0x89, 0x93, 0xf2, 0x2c, 0x64, 0x01, 0x19] => "DC".into(),
+        [0x09, 0x92, 0x26, 0x89, 0x93, 0xf2, 0x2c, 0x64, 0x01, 0x01] => "UID".into(),
+        _ => dotted(oid),
+    }
+}
+
+/// `2.5.4.5` for the OID's DER contents.
+fn dotted(oid: &[u8]) -> String {
+    let mut arcs = Vec::new();
+    let mut value: u64 = 0;
+    for &b in oid {
+        value = (value << 7) | u64::from(b & 0x7f);
+        if b & 0x80 == 0 {
+            if arcs.is_empty() {
+                let first = (value / 40).min(2);
+                arcs.push(first);
+                arcs.push(value - first * 40);
+            } else {
+                arcs.push(value);
+            }
+            value = 0;
+        }
+    }
+    arcs.iter()
+        .map(u64::to_string)
+        .collect::<Vec<_>>()
+        .join(".")
+}
+
+/// RFC 4514's escaping, plus `\XX` for every byte that is not visible ASCII.
+fn escape(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    let last = value.len().saturating_sub(1);
+    for (i, b) in value.bytes().enumerate() {
+        match b {
+            b',' | b'+' | b'"' | b'\\' | b'<' | b'>' | b';' => {
+                out.push('\\');
+                out.push(char::from(b));
+            }
+            b'#' if i == 0 => out.push_str("\\#"),
+            b' ' if i == 0 || i == last => out.push_str("\\ "),
+            b' '..=b'~' => out.push(char::from(b)),
+            _ => out.push_str(&format!("\\{b:02X}")),
+        }
+    }
+    out
+}
+
 fn expect<'a>(input: &mut &'a [u8], tag: u8) -> Option<&'a [u8]> {
     let (found, value) = next(input)?;
     (found == tag).then_some(value)
@@ -238,5 +338,49 @@ mod tests {
         for len in 0..der.len() {
             assert_eq!(validity(&der[..len]), None, "truncated to {len}");
         }
+    }
+
+    #[test]
+    fn names_render_as_rfc_4514_text_safe_for_a_header() {
+        let attribute = |oid: &[u8], tag: u8, value: &[u8]| {
+            tlv(SEQUENCE, &[tlv(OID, oid), tlv(tag, value)].concat())
+        };
+        let rdns = [
+            tlv(
+                SET,
+                &attribute(&[0x55, 0x04, 0x06], PRINTABLE_STRING, b"DE"),
+            ),
+            tlv(
+                SET,
+                &[
+                    attribute(
+                        &[0x55, 0x04, 0x0a],
+                        UTF8_STRING,
+                        "Müller; \"GmbH\"".as_bytes(),
+                    ),
+                    attribute(&[0x55, 0x04, 0x0b], UTF8_STRING, b" ops"),
+                ]
+                .concat(),
+            ),
+            // serialNumber (2.5.4.5) has no short name here; a BMPString value.
+            tlv(
+                SET,
+                &attribute(&[0x55, 0x04, 0x05], BMP_STRING, &[0, b'4', 0, b'2']),
+            ),
+            tlv(
+                SET,
+                &attribute(&[0x55, 0x04, 0x03], UTF8_STRING, b"#a\r\nb"),
+            ),
+        ]
+        .concat();
+        assert_eq!(
+            name(&rdns).unwrap(),
+            "CN=\\#a\\0D\\0Ab,2.5.4.5=42,O=M\\C3\\BCller\\; \\\"GmbH\\\"+OU=\\ ops,C=DE"
+        );
+        // Not a name: a bare string, a truncated set, an integer value.
+        assert_eq!(name(&tlv(UTF8_STRING, b"x")), None);
+        assert_eq!(name(&rdns[..rdns.len() - 1]), None);
+        let integer = tlv(SET, &attribute(&[0x55, 0x04, 0x03], INTEGER, &[1]));
+        assert_eq!(name(&integer), None);
     }
 }

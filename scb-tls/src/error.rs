@@ -102,6 +102,16 @@ pub enum TlsError {
         not_before: SystemTime,
     },
 
+    /// The client CA file of a mutual-TLS listener holds no certificate rustls accepts as
+    /// a trust anchor.
+    #[error("{}: not a usable client CA: {reason}", path.display())]
+    ClientCa {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+
     /// rustls refused the configuration (not expected with the settings this crate makes).
     #[error("cannot set up TLS: {0}")]
     Rustls(#[from] rustls::Error),

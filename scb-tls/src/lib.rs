@@ -93,7 +93,7 @@ mod settings;
 pub use acceptor::{TlsAcceptor, protocol};
 pub use certs::CertInfo;
 pub use error::TlsError;
-pub use settings::{Alpn, CertFiles, TlsSettings};
+pub use settings::{Alpn, CertFiles, ClientAuth, TlsSettings};
 
 /// The rustls this crate uses, for code that needs its types (e.g. a `ServerConfig` for
 /// another server) without naming a version of its own.

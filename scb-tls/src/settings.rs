@@ -1,6 +1,6 @@
 //! [`TlsSettings`]: which certificate files to serve, and what to offer in ALPN.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// One certificate: a PEM file with the chain (leaf first, then intermediates) and a PEM
 /// file with its private key. Both may be the same file.
@@ -60,6 +60,44 @@ pub struct TlsSettings {
     certs: Vec<CertFiles>,
     pub(crate) alpn: Alpn,
     pub(crate) session_cache: usize,
+    pub(crate) client_auth: Option<ClientAuth>,
+}
+
+/// Client certificates (mutual TLS): which CA signs them and whether one is required.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientAuth {
+    pub(crate) ca: PathBuf,
+    pub(crate) required: bool,
+}
+
+impl ClientAuth {
+    /// Every client must present a certificate issued by a CA in the PEM file `ca`; a
+    /// handshake without one fails.
+    pub fn required(ca: impl Into<PathBuf>) -> Self {
+        Self {
+            ca: ca.into(),
+            required: true,
+        }
+    }
+
+    /// A client may present a certificate issued by a CA in `ca` (a bad one fails the
+    /// handshake); one without still gets in, and its requests carry no certificate.
+    pub fn optional(ca: impl Into<PathBuf>) -> Self {
+        Self {
+            ca: ca.into(),
+            required: false,
+        }
+    }
+
+    /// The CA file.
+    pub fn ca(&self) -> &Path {
+        &self.ca
+    }
+
+    /// Whether a certificate is required.
+    pub fn is_required(&self) -> bool {
+        self.required
+    }
 }
 
 impl TlsSettings {
@@ -71,6 +109,7 @@ impl TlsSettings {
             certs: certs.into_iter().collect(),
             alpn: Alpn::default(),
             session_cache: SESSION_CACHE,
+            client_auth: None,
         }
     }
 
@@ -97,6 +136,15 @@ impl TlsSettings {
     /// session tickets work either way). Defaults to 4096.
     pub fn session_cache(mut self, entries: usize) -> Self {
         self.session_cache = entries;
+        self
+    }
+
+    /// Asks clients for certificates (mutual TLS). The verified subject and names of
+    /// a client's certificate are in every request's extensions as a
+    /// [`ClientCertificate`](scb_core::server::ClientCertificate). Defaults to none:
+    /// no client is asked.
+    pub fn client_auth(mut self, auth: ClientAuth) -> Self {
+        self.client_auth = Some(auth);
         self
     }
 

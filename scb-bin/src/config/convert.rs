@@ -392,6 +392,9 @@ impl TryFrom<&ProxyConfig> for scb_proxy::ReverseProxyBuilder {
                 scb_proxy::ActiveHealth::try_from(health).map_err(|e| e.within("health"))?,
             );
         }
+        if let Some(forward) = config.forward_client_cert {
+            b = b.forward_client_cert(forward);
+        }
         if let Some(version) = &config.proxy_protocol {
             b = b.send_proxy_protocol(match version.get_ref().as_str() {
                 "v1" => scb_proxy::ProxyHeader::V1,

@@ -281,6 +281,10 @@ pub(crate) struct TlsConfig {
     #[serde(default)]
     pub(crate) certs: Vec<Spanned<CertConfig>>,
     pub(crate) hsts: Option<Spanned<String>>,
+    /// PEM file of the CAs that sign client certificates (mutual TLS).
+    pub(crate) client_ca: Option<Spanned<std::path::PathBuf>>,
+    /// `required` (the default with `client_ca`) or `optional`.
+    pub(crate) client_auth: Option<Spanned<String>>,
 }
 
 /// One certificate chain and its key, PEM files.
@@ -526,6 +530,8 @@ pub(crate) struct ProxyConfig {
     /// `"v1"` or `"v2"`: each upstream connection begins with a PROXY header naming the
     /// client.
     pub(crate) proxy_protocol: Option<Spanned<String>>,
+    /// Send a verified client certificate's subject and names upstream.
+    pub(crate) forward_client_cert: Option<bool>,
 }
 
 /// One entry of `upstreams`: a bare `"host:port"`, or a table with a weight.
@@ -648,7 +654,10 @@ impl Config {
         for listen in &mut self.listen {
             let Some(tls) = &mut listen.tls else { continue };
             let tls = tls.get_mut();
-            for path in [&mut tls.cert, &mut tls.key].into_iter().flatten() {
+            for path in [&mut tls.cert, &mut tls.key, &mut tls.client_ca]
+                .into_iter()
+                .flatten()
+            {
                 resolve(path.get_mut());
             }
             for cert in &mut tls.certs {

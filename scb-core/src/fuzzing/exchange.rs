@@ -12,7 +12,7 @@ use http::{HeaderName, Request, Response};
 use http_body_util::{BodyExt as _, Full};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _, DuplexStream};
 
-use crate::server::conn::{ConnCtx, serve_h1};
+use crate::server::conn::{ConnCtx, Peer as ConnPeer, serve_h1};
 use crate::server::shutdown::Trigger;
 use crate::server::{ConnectInfo, Limits, SecureIo};
 
@@ -98,7 +98,7 @@ async fn serve_scb(io: DuplexStream) {
     });
     let io: Box<dyn SecureIo> = Box::new(io);
     let svc = tower::service_fn(handled::<crate::Body>);
-    serve_h1(io, false, info, svc, &ctx).await;
+    serve_h1(io, false, ConnPeer::plain(info), svc, &ctx).await;
 }
 
 async fn serve_hyper(io: DuplexStream) {

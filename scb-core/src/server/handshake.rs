@@ -31,18 +31,42 @@ pub enum Protocol {
     Http1,
 }
 
-/// A finished handshake.
+/// A finished handshake. Built with [`Secured::new`], so that what a handshake can tell
+/// the server may grow without breaking implementations.
+#[non_exhaustive]
 pub struct Secured {
     /// The stream to speak HTTP on.
     pub io: Box<dyn SecureIo>,
     /// What ALPN chose.
     pub protocol: Protocol,
+    /// The client's verified certificate, when the listener asks for one and the client
+    /// gave it: every request of the connection carries it.
+    pub client: Option<super::ClientCertificate>,
+}
+
+impl Secured {
+    /// `io`, speaking `protocol`, with no client certificate.
+    pub fn new(io: Box<dyn SecureIo>, protocol: Protocol) -> Self {
+        Self {
+            io,
+            protocol,
+            client: None,
+        }
+    }
+
+    /// The client's verified certificate.
+    #[must_use]
+    pub fn client(mut self, client: Option<super::ClientCertificate>) -> Self {
+        self.client = client;
+        self
+    }
 }
 
 impl fmt::Debug for Secured {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Secured")
             .field("protocol", &self.protocol)
+            .field("client", &self.client)
             .finish_non_exhaustive()
     }
 }

@@ -71,6 +71,39 @@ pub struct ConnectInfo {
     pub secure: bool,
 }
 
+/// The certificate a client presented on a listener that asks for one (mutual TLS),
+/// verified against the listener's client CA: in the extensions of every request of the
+/// connection, beside [`ConnectInfo`]. Cheap to clone.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientCertificate(Arc<CertificateNames>);
+
+#[derive(Debug, PartialEq, Eq)]
+struct CertificateNames {
+    subject: String,
+    sans: Vec<String>,
+}
+
+impl ClientCertificate {
+    /// A certificate with `subject` (RFC 4514 text, `CN=alice,O=Example`) and subject
+    /// alternative names `sans` (DNS names, URIs, e-mail addresses, IP addresses).
+    pub fn new(subject: impl Into<String>, sans: Vec<String>) -> Self {
+        Self(Arc::new(CertificateNames {
+            subject: subject.into(),
+            sans,
+        }))
+    }
+
+    /// The subject, as RFC 4514 text.
+    pub fn subject(&self) -> &str {
+        &self.0.subject
+    }
+
+    /// The subject alternative names.
+    pub fn sans(&self) -> &[String] {
+        &self.0.sans
+    }
+}
+
 /// What a worker tells `make_service` about itself.
 #[derive(Clone, Copy, Debug)]
 #[non_exhaustive]

@@ -13,7 +13,7 @@ use std::sync::{Arc, OnceLock};
 
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose,
-    PKCS_ECDSA_P256_SHA256, PKCS_ECDSA_P384_SHA384, PKCS_ED25519, PKCS_RSA_SHA256,
+    PKCS_ECDSA_P256_SHA256, PKCS_ECDSA_P384_SHA384, PKCS_ED25519, PKCS_RSA_SHA256, SanType,
 };
 use scb_core::server::{Handshake, Protocol};
 use scb_tls::rustls::client::danger::{
@@ -21,7 +21,7 @@ use scb_tls::rustls::client::danger::{
 };
 use scb_tls::rustls::client::{Resumption, WebPkiServerVerifier};
 use scb_tls::rustls::crypto::{CryptoProvider, aws_lc_rs};
-use scb_tls::rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use scb_tls::rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use scb_tls::rustls::{
     self, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme,
     SupportedProtocolVersion,
@@ -154,9 +154,43 @@ impl Pki {
         params.signed_by(key, &issuer).unwrap().pem()
     }
 
+    /// A client certificate (PEM chain and key) for `cn` with DNS and URI names in
+    /// `sans`, signed by the CA.
+    pub(crate) fn client_cert(
+        &self,
+        cn: &str,
+        sans: &[&str],
+    ) -> (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>) {
+        let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).unwrap();
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.distinguished_name.push(DnType::CommonName, cn);
+        params
+            .distinguished_name
+            .push(DnType::OrganizationName, "Example, Inc.");
+        params.subject_alt_names = sans
+            .iter()
+            .map(|name| match name.strip_prefix("uri:") {
+                Some(uri) => SanType::URI(uri.try_into().unwrap()),
+                None => SanType::DnsName((*name).try_into().unwrap()),
+            })
+            .collect();
+        let issuer = Issuer::from_params(&self.ca_params, &self.ca_key);
+        let cert = params.signed_by(&key, &issuer).unwrap().der().clone();
+        let key = PrivateKeyDer::try_from(key.serialize_der()).unwrap();
+        (vec![cert], key)
+    }
+
+    /// The CA's certificate as a PEM file in the directory.
+    pub(crate) fn ca_file(&self) -> PathBuf {
+        let path = self.dir.join("ca.pem");
+        std::fs::write(&path, pem("CERTIFICATE", &self.ca_cert)).unwrap();
+        path
+    }
+
     /// A client trusting this CA.
     pub(crate) fn client(&self) -> ClientBuilder {
         ClientBuilder {
+            client_cert: None,
             roots: self.ca_cert.clone(),
             alpn: vec![b"h2".to_vec(), b"http/1.1".to_vec()],
             versions: vec![&rustls::version::TLS13, &rustls::version::TLS12],
@@ -367,6 +401,7 @@ fn client_provider() -> Arc<CryptoProvider> {
 
 /// A tokio-rustls client configuration, built step by step.
 pub(crate) struct ClientBuilder {
+    client_cert: Option<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)>,
     roots: CertificateDer<'static>,
     alpn: Vec<Vec<u8>>,
     versions: Vec<&'static SupportedProtocolVersion>,
@@ -377,6 +412,15 @@ pub(crate) struct ClientBuilder {
 }
 
 impl ClientBuilder {
+    /// Presents this certificate when the server asks for one.
+    pub(crate) fn cert(
+        mut self,
+        cert: (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>),
+    ) -> Self {
+        self.client_cert = Some(cert);
+        self
+    }
+
     pub(crate) fn alpn(mut self, protocols: &[&[u8]]) -> Self {
         self.alpn = protocols.iter().map(|p| p.to_vec()).collect();
         self
@@ -432,12 +476,15 @@ impl ClientBuilder {
             verify_as: self.verify_as,
             schemes: self.schemes,
         });
-        let mut config = ClientConfig::builder_with_provider(provider)
+        let builder = ClientConfig::builder_with_provider(provider)
             .with_protocol_versions(&self.versions)
             .unwrap()
             .dangerous()
-            .with_custom_certificate_verifier(verifier)
-            .with_no_client_auth();
+            .with_custom_certificate_verifier(verifier);
+        let mut config = match self.client_cert {
+            Some((chain, key)) => builder.with_client_auth_cert(chain, key).unwrap(),
+            None => builder.with_no_client_auth(),
+        };
         config.alpn_protocols = self.alpn;
         config.enable_sni = self.sni;
         if !self.resume {

@@ -24,12 +24,13 @@ use tokio::sync::futures::OwnedNotified;
 use tokio::time::{Instant, Sleep};
 use tower::Service;
 
+use super::Peer;
 use super::body::Feeder;
 use super::encode::{self, Framing, RequestInfo};
 use super::head::{self, BodyFraming, HeadError, HeadLimits, Scratch};
 use super::{ConnCtx, call_service, error_response};
 use crate::server::io::{Rewind, Transport, write_all_progress, write_all_vectored};
-use crate::server::{ConnectInfo, sys};
+use crate::server::sys;
 use crate::{Body, BoxError};
 
 /// The HTTP/2 connection preface (RFC 9113 §3.4).
@@ -88,7 +89,7 @@ struct Conn<'a, T> {
 pub(crate) async fn serve<T, S, B>(
     io: T,
     detect_h2: bool,
-    info: ConnectInfo,
+    peer: &Peer,
     mut svc: S,
     ctx: &Rc<ConnCtx>,
 ) -> std::io::Result<Outcome<T>>
@@ -198,7 +199,7 @@ where
             conn.flush().await?;
         }
         let mut req = Request::from_parts(head.parts, body);
-        req.extensions_mut().insert(info);
+        peer.stamp(&mut req);
 
         // Run the service, feeding the request body while it wants more.
         let mut body_failed = false;

@@ -22,10 +22,10 @@ use tower::Service;
 
 use std::sync::{Arc, Mutex};
 
+use super::Peer;
 use super::body::BodyError;
 use super::h1::DISCARD_MAX;
 use super::{ConnCtx, call_service, error_response};
-use crate::server::ConnectInfo;
 use crate::server::io::{Activity, TimedIo};
 use crate::{Body, BoxError};
 
@@ -42,7 +42,7 @@ where
     }
 }
 
-pub(crate) async fn serve_h2<I, S, B>(io: I, info: ConnectInfo, svc: S, ctx: &Rc<ConnCtx>)
+pub(crate) async fn serve_h2<I, S, B>(io: I, peer: Peer, svc: S, ctx: &Rc<ConnCtx>)
 where
     I: AsyncRead + AsyncWrite + Unpin + 'static,
     S: Service<Request<Body>, Response = Response<B>> + Clone + 'static,
@@ -63,7 +63,7 @@ where
         .initial_connection_window_size(limits.h2_connection_window)
         .max_pending_accept_reset_streams(limits.h2_max_pending_reset_streams)
         .max_local_error_reset_streams(limits.h2_max_local_error_reset_streams)
-        .serve_connection(TokioIo::new(io), adapter(svc, info, ctx));
+        .serve_connection(TokioIo::new(io), adapter(svc, peer.clone(), ctx));
     let mut conn = pin!(conn);
     let result = tokio::select! {
         r = conn.as_mut() => r,
@@ -73,11 +73,11 @@ where
         }
     };
     if let Err(e) = result {
-        tracing::debug!(peer = %info.remote, error = %e, "HTTP/2 connection ended with an error");
+        tracing::debug!(peer = %peer.info.remote, error = %e, "HTTP/2 connection ended with an error");
     }
 }
 
-pub(crate) async fn serve_h1<I, S, B>(io: I, info: ConnectInfo, svc: S, ctx: &Rc<ConnCtx>)
+pub(crate) async fn serve_h1<I, S, B>(io: I, peer: Peer, svc: S, ctx: &Rc<ConnCtx>)
 where
     I: AsyncRead + AsyncWrite + Send + Unpin + 'static,
     S: Service<Request<Body>, Response = Response<B>> + Clone + 'static,
@@ -94,7 +94,7 @@ where
         .header_read_timeout(limits.header_read_timeout)
         .max_buf_size(limits.max_header_bytes.max(8192))
         .max_headers(limits.max_headers)
-        .serve_connection(TokioIo::new(io), adapter(svc, info, ctx))
+        .serve_connection(TokioIo::new(io), adapter(svc, peer.clone(), ctx))
         .with_upgrades();
     let mut conn = pin!(conn);
     let result = tokio::select! {
@@ -105,7 +105,7 @@ where
         }
     };
     if let Err(e) = result {
-        tracing::debug!(peer = %info.remote, error = %e, "HTTP/1.1 connection ended with an error");
+        tracing::debug!(peer = %peer.info.remote, error = %e, "HTTP/1.1 connection ended with an error");
     }
 }
 
@@ -133,7 +133,7 @@ type AdapterBody<B> = Either<B, Body>;
 /// Turns a tower service over `Request<Body>` into the hyper service hyper wants.
 fn adapter<S, B>(
     svc: S,
-    info: ConnectInfo,
+    peer: Peer,
     ctx: &Rc<ConnCtx>,
 ) -> impl hyper::service::Service<
     Request<Incoming>,
@@ -152,6 +152,7 @@ where
     hyper::service::service_fn(move |req: Request<Incoming>| {
         let mut svc = svc.clone();
         let ctx = Rc::clone(&ctx);
+        let peer = peer.clone();
         async move {
             let limits = &ctx.limits;
             let deadline = Instant::now() + limits.body_read_timeout;
@@ -179,7 +180,7 @@ where
                 );
                 return Ok(res.map(Either::Right));
             }
-            req.extensions_mut().insert(info);
+            peer.stamp(&mut req);
             let res = match call_service(&mut svc, req).await {
                 Ok(res) => res.map(Either::Left),
                 Err(failed) => failed.response(&ctx.request_id_header).map(Either::Right),

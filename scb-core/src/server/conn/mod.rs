@@ -23,8 +23,30 @@ use tower::Service;
 
 use super::io;
 use super::shutdown::Trigger;
-use super::{ConnectInfo, Handshake, Limits, Protocol};
+use super::{ClientCertificate, ConnectInfo, Handshake, Limits, Protocol};
 use crate::{Body, BoxError};
+
+/// Who a connection is with: what every request of it carries in its extensions.
+#[derive(Clone, Debug)]
+pub(crate) struct Peer {
+    pub(crate) info: ConnectInfo,
+    pub(crate) cert: Option<ClientCertificate>,
+}
+
+impl Peer {
+    pub(crate) fn plain(info: ConnectInfo) -> Self {
+        Self { info, cert: None }
+    }
+
+    /// Puts the connection's facts into a request's extensions.
+    pub(crate) fn stamp<B>(&self, req: &mut Request<B>) {
+        let extensions = req.extensions_mut();
+        extensions.insert(self.info);
+        if let Some(cert) = &self.cert {
+            extensions.insert(cert.clone());
+        }
+    }
+}
 
 /// What every connection of one worker shares.
 #[derive(Debug)]
@@ -53,7 +75,7 @@ pub(crate) async fn serve<S, B>(
         local,
         secure: false,
     };
-    serve_h1(stream, true, info, svc, &ctx).await;
+    serve_h1(stream, true, Peer::plain(info), svc, &ctx).await;
 }
 
 /// Reads the PROXY header a listener with `config` expects, within the header-read
@@ -86,13 +108,8 @@ pub(crate) async fn read_proxy_header(
 
 /// HTTP/1.1 through scb's driver, on any transport, then hyper for what leaves it (h2c,
 /// an upgrade).
-pub(crate) async fn serve_h1<T, S, B>(
-    io: T,
-    detect_h2: bool,
-    info: ConnectInfo,
-    svc: S,
-    ctx: &Rc<ConnCtx>,
-) where
+pub(crate) async fn serve_h1<T, S, B>(io: T, detect_h2: bool, peer: Peer, svc: S, ctx: &Rc<ConnCtx>)
+where
     T: io::Transport + Send + 'static,
     S: Service<Request<Body>, Response = Response<B>> + Clone + 'static,
     S::Error: Into<BoxError>,
@@ -100,12 +117,12 @@ pub(crate) async fn serve_h1<T, S, B>(
     B: http_body::Body<Data = Bytes> + 'static,
     B::Error: Into<BoxError>,
 {
-    match h1::serve(io, detect_h2, info, svc.clone(), ctx).await {
+    match h1::serve(io, detect_h2, &peer, svc.clone(), ctx).await {
         Ok(h1::Outcome::Closed) => {}
-        Ok(h1::Outcome::Http2(io)) => hyper::serve_h2(io, info, svc, ctx).await,
-        Ok(h1::Outcome::Upgrade(io)) => hyper::serve_h1(io, info, svc, ctx).await,
+        Ok(h1::Outcome::Http2(io)) => hyper::serve_h2(io, peer, svc, ctx).await,
+        Ok(h1::Outcome::Upgrade(io)) => hyper::serve_h1(io, peer, svc, ctx).await,
         Err(e) => {
-            tracing::debug!(peer = %info.remote, error = %e, "connection ended with an error");
+            tracing::debug!(peer = %peer.info.remote, error = %e, "connection ended with an error");
         }
     }
 }
@@ -143,14 +160,17 @@ pub(crate) async fn serve_secure<S, B>(
             return;
         }
     };
-    let info = ConnectInfo {
-        remote,
-        local,
-        secure: true,
+    let peer = Peer {
+        info: ConnectInfo {
+            remote,
+            local,
+            secure: true,
+        },
+        cert: secured.client,
     };
     match secured.protocol {
-        Protocol::Http2 => hyper::serve_h2(secured.io, info, svc, &ctx).await,
-        Protocol::Http1 => serve_h1(secured.io, false, info, svc, &ctx).await,
+        Protocol::Http2 => hyper::serve_h2(secured.io, peer, svc, &ctx).await,
+        Protocol::Http1 => serve_h1(secured.io, false, peer, svc, &ctx).await,
     }
 }
 
