@@ -152,7 +152,7 @@ impl ListenOptions {
     }
 
     /// Connections from the trusted peers of `proxy_protocol` begin with a PROXY header
-    /// that names the client (see [`proxy_protocol`](crate::server::proxy_protocol)).
+    /// that names the client (see [`proxy_protocol`]).
     /// Defaults to none.
     #[must_use]
     pub fn proxy_protocol(mut self, proxy_protocol: ProxyProtocol) -> Self {
