@@ -21,9 +21,8 @@ use std::time::{Duration, Instant};
 
 use scb_core::server::proxy_protocol;
 use tokio::io::AsyncWriteExt as _;
-use tokio::net::TcpStream;
 
-use crate::client::Connection;
+use crate::client::{Connection, Stream};
 use crate::error::ProxyError;
 use crate::upstream::Upstream;
 
@@ -156,23 +155,18 @@ impl Pool {
             .len()
     }
 
-    /// Connects to `upstream`: TCP with `TCP_NODELAY`, then the PROXY header naming
-    /// `owner` when the proxy sends them.
+    /// Connects to `upstream` (TCP with `TCP_NODELAY`, or its Unix socket), then the
+    /// PROXY header naming `owner` when the proxy sends them.
     pub(crate) async fn connect(
         &self,
         upstream: &Upstream,
         owner: Owner,
     ) -> Result<Conn, ProxyError> {
-        let stream = tokio::time::timeout(
-            self.config.connect_timeout,
-            TcpStream::connect(upstream.authority().as_str()),
-        )
-        .await
-        .map_err(|_| ProxyError::ConnectTimeout)?
-        .map_err(ProxyError::Connect)?;
-        // Requests and responses are written whole; Nagle would only hold the last segment.
-        let _ = stream.set_nodelay(true);
-        let mut stream = stream;
+        let mut stream =
+            tokio::time::timeout(self.config.connect_timeout, Stream::connect(upstream))
+                .await
+                .map_err(|_| ProxyError::ConnectTimeout)?
+                .map_err(ProxyError::Connect)?;
         if let Some(version) = self.config.proxy_header {
             // Into an empty send buffer: this cannot block for long. A failure is the
             // connect's: nothing of the request went out.

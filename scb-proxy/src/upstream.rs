@@ -14,6 +14,9 @@ use crate::metrics::UpstreamMetrics;
 pub struct Upstream {
     pub(crate) authority: Authority,
     pub(crate) weight: u32,
+    /// A Unix domain socket to connect to instead of `authority` (which is then
+    /// `localhost`, for the `Host` a request gets without `preserve_host`).
+    pub(crate) unix: Option<std::sync::Arc<std::path::Path>>,
 }
 
 /// An upstream address that is not `host:port` or `http://host[:port]`.
@@ -48,7 +51,20 @@ impl Upstream {
     /// When `addr` is neither, saying why: no port, a user name, a path, or an `https://`
     /// URL (TLS to upstreams is not supported).
     pub fn new(addr: &str) -> Result<Self, InvalidUpstream> {
-        const EXPECTED: &str = "is not host:port or http://host[:port]";
+        const EXPECTED: &str = "is not host:port, http://host[:port] or unix:/path";
+        if let Some(path) = addr.strip_prefix("unix:") {
+            if !path.starts_with('/') {
+                return Err(InvalidUpstream::new(
+                    addr,
+                    "is not unix:/absolute/path to a socket",
+                ));
+            }
+            return Ok(Self {
+                authority: Authority::from_static("localhost"),
+                weight: 1,
+                unix: Some(std::path::Path::new(path).into()),
+            });
+        }
         let (rest, default_port) = if let Some(rest) = strip_scheme(addr, "http://") {
             (rest.strip_suffix('/').unwrap_or(rest), Some(80))
         } else if strip_scheme(addr, "https://").is_some() {
@@ -84,6 +100,7 @@ impl Upstream {
         Ok(Self {
             authority,
             weight: 1,
+            unix: None,
         })
     }
 
@@ -110,7 +127,10 @@ fn strip_scheme<'a>(addr: &'a str, scheme: &str) -> Option<&'a str> {
 
 impl fmt::Display for Upstream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.authority.as_str())
+        match &self.unix {
+            Some(path) => write!(f, "unix:{}", path.display()),
+            None => f.write_str(self.authority.as_str()),
+        }
     }
 }
 

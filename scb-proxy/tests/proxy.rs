@@ -1882,3 +1882,91 @@ async fn the_upstream_is_named_on_the_response_only_when_the_access_log_asks() {
         .expect("the upstream, asked for");
     assert_eq!(named.0.as_str(), up.addr.to_string());
 }
+
+// ---------------------------------------------------------------------------------------
+// Unix domain socket upstreams
+// ---------------------------------------------------------------------------------------
+
+/// An upstream on a Unix socket answering `unix <path>` to every request, keep-alive,
+/// counting its connections.
+async fn unix_upstream(name: &str) -> (std::path::PathBuf, Arc<AtomicUsize>) {
+    use tokio::io::AsyncReadExt as _;
+    let path = std::env::temp_dir().join(format!("scb-proxy-{}-{name}.sock", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let listener = tokio::net::UnixListener::bind(&path).unwrap();
+    let connections = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&connections);
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut stream, _)) = listener.accept().await else {
+                return;
+            };
+            counted.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                loop {
+                    let Some(end) = find(&buf, b"\r\n\r\n") else {
+                        match stream.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                        continue;
+                    };
+                    let head = String::from_utf8_lossy(&buf[..end]).to_string();
+                    buf.drain(..end + 4);
+                    let path = head.split(' ').nth(1).unwrap_or("?").to_owned();
+                    let host = head_field(&head, "host").unwrap_or("-").to_owned();
+                    let body = format!("unix {path} host={host}");
+                    let reply = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+                        body.len()
+                    );
+                    if stream.write_all(reply.as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (path, connections)
+}
+
+#[tokio::test]
+async fn a_unix_socket_upstream_is_proxied_to_and_its_connections_reused() {
+    let (path, connections) = unix_upstream("reuse").await;
+    let addr = format!("unix:{}", path.display());
+    let upstream = scb_proxy::Upstream::new(&addr).unwrap();
+    assert_eq!(upstream.to_string(), addr);
+    let proxy = ReverseProxy::builder([upstream])
+        .preserve_host(false)
+        .active_health(ActiveHealth::new("/healthz"))
+        .build()
+        .unwrap();
+    for n in 0..3 {
+        let (status, text) = fetch(&proxy, &format!("/n/{n}")).await;
+        assert_eq!(status, StatusCode::OK);
+        // Without the client's Host, a Unix upstream is `localhost`.
+        assert_eq!(text, format!("unix /n/{n} host=localhost"));
+    }
+    // One connection for the three requests (health checks open their own, so at most
+    // a few more; never one per request).
+    assert!(connections.load(Ordering::SeqCst) < 3, "{connections:?}");
+    let _ = std::fs::remove_file(&path);
+}
+
+#[tokio::test]
+async fn a_unix_socket_nobody_listens_on_is_a_502_and_a_bad_path_is_refused() {
+    let missing =
+        std::env::temp_dir().join(format!("scb-proxy-{}-absent.sock", std::process::id()));
+    let proxy =
+        ReverseProxy::builder([
+            scb_proxy::Upstream::new(&format!("unix:{}", missing.display())).unwrap(),
+        ])
+        .build()
+        .unwrap();
+    assert_eq!(fetch(&proxy, "/").await.0, StatusCode::BAD_GATEWAY);
+    for bad in ["unix:relative.sock", "unix:"] {
+        assert!(scb_proxy::Upstream::new(bad).is_err(), "{bad}");
+    }
+}

@@ -358,7 +358,7 @@ fn proxy_route_errors_name_their_key() {
     let cases = [
         (
             route("{ upstreams = [\"nohost\"] }"),
-            "scb.toml:5:24: route[0].proxy.upstreams[0]: upstream \"nohost\" is not host:port or http://host[:port]",
+            "scb.toml:5:24: route[0].proxy.upstreams[0]: upstream \"nohost\" is not host:port, http://host[:port] or unix:/path",
         ),
         (
             // http:// URLs are upstreams (`http://a:1` is `a:1`); https:// ones are not yet.

@@ -24,6 +24,9 @@
 mod body;
 mod request;
 mod response;
+mod stream;
+
+pub(crate) use stream::Stream;
 
 use std::future::poll_fn;
 use std::io;
@@ -35,9 +38,8 @@ use http::{Method, Request};
 use http_body::Body as _;
 use scb_core::http1::FieldOffsets;
 use scb_core::{Body, BoxError};
+use stream::WriteHalf;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-use tokio::net::TcpStream;
-use tokio::net::tcp::WriteHalf;
 
 pub(crate) use body::Start;
 pub(crate) use response::{Framing, ResponseHead};
@@ -74,7 +76,7 @@ pub(crate) enum SendError {
 /// One keep-alive HTTP/1.1 connection to an upstream.
 #[derive(Debug)]
 pub(crate) struct Connection {
-    stream: TcpStream,
+    stream: Stream,
     rbuf: BytesMut,
     wbuf: Vec<u8>,
     max_head: usize,
@@ -84,7 +86,7 @@ pub(crate) struct Connection {
 
 impl Connection {
     /// A connection over `stream`, refusing response heads longer than `max_head` bytes.
-    pub(crate) fn new(stream: TcpStream, max_head: usize) -> Self {
+    pub(crate) fn new(stream: Stream, max_head: usize) -> Self {
         Self {
             stream,
             rbuf: BytesMut::with_capacity(HEAD_READ),
@@ -113,7 +115,7 @@ impl Connection {
 
     /// The socket and the bytes read past the last head: what an upgraded connection
     /// carries on with.
-    pub(crate) fn into_parts(self) -> (TcpStream, BytesMut) {
+    pub(crate) fn into_parts(self) -> (Stream, BytesMut) {
         (self.stream, self.rbuf)
     }
 

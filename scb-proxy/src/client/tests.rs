@@ -292,7 +292,7 @@ async fn pair() -> (Connection, TcpStream) {
         .await
         .unwrap();
     let (server, _) = listener.accept().await.unwrap();
-    (Connection::new(client, MAX_HEAD), server)
+    (Connection::new(Stream::Tcp(client), MAX_HEAD), server)
 }
 
 /// Reads from `server` until `expected` bytes have come.

@@ -3,18 +3,17 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use http::uri::{Authority, PathAndQuery};
+use http::uri::PathAndQuery;
 use http::{Method, Request, StatusCode, header};
 use scb_core::Body;
 use tokio::io::AsyncWriteExt as _;
-use tokio::net::TcpStream;
 use tokio::task::JoinSet;
 use tokio::time::MissedTickBehavior;
 
 use super::ActiveHealth;
-use crate::client::{Connection, SendError};
+use crate::client::{Connection, SendError, Stream};
 use crate::settings::ProxyHeader;
-use crate::upstream::UpstreamState;
+use crate::upstream::{Upstream, UpstreamState};
 
 /// Shortest active check interval: `tokio::time::interval` panics on zero, and checking more
 /// often than every millisecond would be a load test, not a health check.
@@ -75,13 +74,7 @@ async fn check_forever(
     ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
     loop {
         ticks.tick().await;
-        let result = check(
-            &state.upstream.authority,
-            &path,
-            config.timeout,
-            proxy_header,
-        )
-        .await;
+        let result = check(&state.upstream, &path, config.timeout, proxy_header).await;
         let now = Instant::now();
         match (
             state
@@ -129,12 +122,12 @@ enum CheckError {
 
 /// One check: `GET path` on a new connection, passed by a 2xx or 3xx head within `timeout`.
 async fn check(
-    authority: &Authority,
+    upstream: &Upstream,
     path: &PathAndQuery,
     timeout: Duration,
     proxy_header: Option<ProxyHeader>,
 ) -> Result<(), CheckError> {
-    let status = tokio::time::timeout(timeout, head(authority, path, proxy_header))
+    let status = tokio::time::timeout(timeout, head(upstream, path, proxy_header))
         .await
         .map_err(|_| CheckError::Timeout(timeout))??;
     if status.is_success() || status.is_redirection() {
@@ -145,11 +138,12 @@ async fn check(
 }
 
 async fn head(
-    authority: &Authority,
+    upstream: &Upstream,
     path: &PathAndQuery,
     proxy_header: Option<ProxyHeader>,
 ) -> Result<StatusCode, CheckError> {
-    let mut stream = TcpStream::connect(authority.as_str())
+    let authority = &upstream.authority;
+    let mut stream = Stream::connect(upstream)
         .await
         .map_err(CheckError::Connect)?;
     if let Some(version) = proxy_header {
