@@ -1300,9 +1300,24 @@ fn proxy_handler(config: &ProxyConfig, matcher: &PathMatch) -> Result<Handler, L
             }
         }
     }
-    let proxy = builder
-        .build()
-        .map_err(|e| Located::at(&config.upstreams, "upstreams", e))?;
+    let proxy = builder.build().map_err(|e| {
+        if let scb_proxy::BuildError::Tls(why) = &e {
+            // The message names the file at fault; the key is the one that names it.
+            let files = [
+                ("ca_file", &config.ca_file),
+                ("client_cert", &config.client_cert),
+                ("client_key", &config.client_key),
+            ];
+            for (key, file) in files {
+                if let Some(file) = file
+                    && why.contains(&*file.get_ref().to_string_lossy())
+                {
+                    return Located::at(file, key, e);
+                }
+            }
+        }
+        Located::at(&config.upstreams, "upstreams", e)
+    })?;
     Ok(Handler::Proxy(proxy))
 }
 

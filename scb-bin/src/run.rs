@@ -64,6 +64,27 @@ pub(crate) enum LoadError {
 ///
 /// When a listener cannot be bound or the signal handlers cannot be installed. Nothing is
 /// left running on error.
+/// The plan was built before the log existed: what scb-proxy warned then is said again.
+fn warn_insecure(plan: &Plan) {
+    for site in plan.sites.iter() {
+        for route in site.routes.iter() {
+            if let crate::route::Handler::Proxy(proxy) = &route.handler
+                && proxy
+                    .settings()
+                    .upstream_tls
+                    .as_ref()
+                    .is_some_and(scb_proxy::UpstreamTls::skips_verification)
+            {
+                tracing::warn!(
+                    route = %route.name,
+                    "proxy: upstream certificates are NOT verified (insecure_skip_verify): anyone \
+                     on the path to an https upstream can read and change its traffic"
+                );
+            }
+        }
+    }
+}
+
 pub(crate) fn run(
     file: Option<std::path::PathBuf>,
     plan: Plan,
@@ -71,6 +92,7 @@ pub(crate) fn run(
     access_format: AccessLogFormat,
     upgrade: bool,
 ) -> anyhow::Result<()> {
+    warn_insecure(&plan);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -367,3 +367,114 @@ fn client_certificates_are_verified_and_forwarded_and_never_forged() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn https_upstreams_are_verified_and_can_present_a_certificate() {
+    let dir = temp_dir("https-upstream");
+    let good = make_cert(&dir, "good", false);
+    let expired = make_cert(&dir, "expired", false);
+    let (ca, chain, key) = client_pki(&dir, "front");
+    // The client certificate the front presents, as files.
+    let front_cert = dir.join("front.pem");
+    let front_key = dir.join("front.key");
+    let pem = |label: &str, der: &[u8]| {
+        use std::fmt::Write as _;
+        let b64 = base64_encode(der);
+        let mut out = format!("-----BEGIN {label}-----\n");
+        for line in b64.as_bytes().chunks(64) {
+            let _ = writeln!(out, "{}", std::str::from_utf8(line).unwrap());
+        }
+        let _ = writeln!(out, "-----END {label}-----");
+        out
+    };
+    std::fs::write(&front_cert, pem("CERTIFICATE", &chain[0])).unwrap();
+    std::fs::write(&front_key, pem("PRIVATE KEY", key.secret_der())).unwrap();
+
+    // The back: TLS with `good` (for localhost), client certificates required from the
+    // clients CA, the verified subject echoed by an upstream behind it.
+    let echo = cert_echo_upstream();
+    let back = Server::start(&format!(
+        "[server]\nworkers = 1\n[[listen]]\naddr = \"127.0.0.1:0\"\n\
+         tls = {{ cert = {cert:?}, key = {key:?}, client_ca = {ca:?} }}\n\
+         [[route]]\nprefix = \"/\"\nproxy = {{ upstreams = [\"{echo}\"], forward_client_cert = true }}\n",
+        cert = good.cert.display().to_string(),
+        key = good.key.display().to_string(),
+        ca = ca.display().to_string(),
+    ));
+    let port = back.addr().port();
+    let front = |keys: &str| {
+        Server::start(&format!(
+            "[server]\nworkers = 1\n[[listen]]\naddr = \"127.0.0.1:0\"\n\
+             [[route]]\nprefix = \"/\"\nproxy = {{ upstreams = [\"https://localhost:{port}\"]{keys} }}\n"
+        ))
+    };
+    let files = |s: &str| {
+        format!(
+            ", client_cert = {:?}, client_key = {:?}{s}",
+            front_cert.display().to_string(),
+            front_key.display().to_string()
+        )
+    };
+
+    // Verified against the back's certificate, presenting the front's own: the back's
+    // upstream sees the front as the client certificate's subject.
+    let verified = front(&files(&format!(
+        ", ca_file = {:?}",
+        good.cert.display().to_string()
+    )));
+    for _ in 0..3 {
+        let res = get(verified.addr(), "/x");
+        assert_eq!(res.status, 200);
+        assert_eq!(res.text(), "subject=cn=front san=front.clients.test");
+    }
+    // The system's roots do not know the back's self-signed certificate, another CA file
+    // does not either: 502, and the handshake's refusal is logged.
+    let untrusted = front(&files(""));
+    assert_eq!(get(untrusted.addr(), "/x").status, 502);
+    let wrong_ca = front(&files(&format!(
+        ", ca_file = {:?}",
+        expired.cert.display().to_string()
+    )));
+    assert_eq!(get(wrong_ca.addr(), "/x").status, 502);
+    // Without a certificate of its own, the back refuses the front: 502 too.
+    let anonymous = front(&format!(
+        ", ca_file = {:?}",
+        good.cert.display().to_string()
+    ));
+    assert_eq!(get(anonymous.addr(), "/x").status, 502);
+    // insecure_skip_verify takes any certificate (and says so in the log).
+    let skipping = front(&files(", insecure_skip_verify = true"));
+    assert_eq!(get(skipping.addr(), "/x").status, 200);
+    assert!(
+        skipping.log.iter().any(|l| l.contains("NOT verified")),
+        "{:?}",
+        skipping.log
+    );
+
+    let out = check(
+        "[[listen]]\naddr = \"127.0.0.1:0\"\n[[route]]\nprefix = \"/\"\n\
+         proxy = { upstreams = [\"https://localhost:1\"], ca_file = \"/nonexistent/ca.pem\" }\n",
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("route[0].proxy.ca_file: upstream TLS: /nonexistent/ca.pem"),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn base64_encode(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let n = chunk.iter().fold(0u32, |n, &b| (n << 8) | u32::from(b)) << (8 * (3 - chunk.len()));
+        for i in 0..4 {
+            out.push(if i <= chunk.len() {
+                char::from(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize])
+            } else {
+                '='
+            });
+        }
+    }
+    out
+}

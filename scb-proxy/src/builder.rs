@@ -10,6 +10,7 @@ use crate::health::{ActiveHealth, PassiveHealth};
 use crate::pool::Pool;
 use crate::service::{ReverseProxy, Shared};
 use crate::settings::{MAX_TRIES, ProxyHeader, ProxySettings};
+use crate::tls::UpstreamTls;
 use crate::upstream::{Upstream, UpstreamState};
 
 impl ReverseProxy {
@@ -39,6 +40,10 @@ pub enum BuildError {
     /// The active health check's path is not an absolute path.
     #[error("health check path {0:?} must start with '/'")]
     HealthPath(String),
+    /// The TLS client for `https://` upstreams could not be set up (a file unreadable or
+    /// not PEM, no usable root).
+    #[error("upstream TLS: {0}")]
+    Tls(String),
 }
 
 /// Builds a [`ReverseProxy`]; see [`ReverseProxy::builder`].
@@ -73,6 +78,7 @@ impl ReverseProxyBuilder {
                 max_response_head: 64 * 1024,
                 send_proxy_protocol: None,
                 forward_client_cert: false,
+                upstream_tls: None,
             },
         }
     }
@@ -197,6 +203,13 @@ impl ReverseProxyBuilder {
         self
     }
 
+    /// How `https://` upstreams are verified and what the proxy presents to them.
+    /// Defaults to the system's roots and no client certificate.
+    pub fn upstream_tls(mut self, tls: UpstreamTls) -> Self {
+        self.settings.upstream_tls = Some(tls);
+        self
+    }
+
     /// Sends the client certificate a mutual-TLS listener verified (scb-core's
     /// `ClientCertificate`) as `X-Client-Cert-Subject` (RFC 4514) and `X-Client-Cert-San`
     /// (comma-separated names). Those fields are removed from every client's request
@@ -220,6 +233,12 @@ impl ReverseProxyBuilder {
         {
             return Err(BuildError::HealthPath(active.path.clone()));
         }
+        let tls = if self.upstreams.iter().any(|u| u.tls) {
+            let config = self.settings.upstream_tls.clone().unwrap_or_default();
+            Some(config.connector().map_err(BuildError::Tls)?)
+        } else {
+            None
+        };
         let upstreams: Arc<[UpstreamState]> =
             self.upstreams.into_iter().map(UpstreamState::new).collect();
         let balancer = Balancer::new(self.balance, &upstreams);
@@ -231,6 +250,7 @@ impl ReverseProxyBuilder {
                 settings: self.settings,
                 active: self.active,
                 active_started: AtomicBool::new(false),
+                tls,
                 active_task: std::sync::OnceLock::new(),
             }),
             Arc::new(pool),

@@ -63,6 +63,7 @@ pub mod metrics;
 mod pool;
 mod service;
 mod settings;
+mod tls;
 mod upstream;
 
 pub use balance::{Balance, HashKey};
@@ -73,4 +74,5 @@ pub use health::{ActiveHealth, PassiveHealth};
 pub use layer::{ReverseProxyLayer, ReverseProxyOr};
 pub use service::{CLIENT_CERT_SAN, CLIENT_CERT_SUBJECT, ClientIp, ResponseFuture, ReverseProxy};
 pub use settings::{ProxyHeader, ProxySettings};
+pub use tls::UpstreamTls;
 pub use upstream::{InvalidUpstream, Upstream};

@@ -20,7 +20,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use scb_core::server::proxy_protocol;
-use tokio::io::AsyncWriteExt as _;
 
 use crate::client::{Connection, Stream};
 use crate::error::ProxyError;
@@ -100,7 +99,7 @@ impl Pool {
         let now = Instant::now();
         let mut slot = self.slots[index].lock().unwrap_or_else(|e| e.into_inner());
         while let Some(at) = slot.iter().rposition(|pooled| pooled.owner == owner) {
-            let pooled = slot.remove(at);
+            let mut pooled = slot.remove(at);
             if now.duration_since(pooled.since) > self.config.idle_timeout {
                 // Everything below it is older still.
                 slot.drain(..at);
@@ -127,7 +126,7 @@ impl Pool {
         // expired ones and those the upstream closed (its keep-alive timeout) are closed
         // here, oldest first, up to the first one still good. Without this a burst's extra
         // connections would sit half-closed until traffic reached down to them.
-        while let Some(oldest) = slot.first() {
+        while let Some(oldest) = slot.first_mut() {
             if now.duration_since(oldest.since) > self.config.idle_timeout
                 || oldest.connection.is_closed()
             {
@@ -155,26 +154,24 @@ impl Pool {
             .len()
     }
 
-    /// Connects to `upstream` (TCP with `TCP_NODELAY`, or its Unix socket), then the
-    /// PROXY header naming `owner` when the proxy sends them.
+    /// Connects to `upstream` (TCP with `TCP_NODELAY`, TLS over it for `https://`, or its
+    /// Unix socket), the PROXY header naming `owner` first when the proxy sends them.
     pub(crate) async fn connect(
         &self,
         upstream: &Upstream,
         owner: Owner,
+        tls: Option<&tokio_rustls::TlsConnector>,
     ) -> Result<Conn, ProxyError> {
-        let mut stream =
-            tokio::time::timeout(self.config.connect_timeout, Stream::connect(upstream))
-                .await
-                .map_err(|_| ProxyError::ConnectTimeout)?
-                .map_err(ProxyError::Connect)?;
-        if let Some(version) = self.config.proxy_header {
-            // Into an empty send buffer: this cannot block for long. A failure is the
-            // connect's: nothing of the request went out.
-            stream
-                .write_all(&proxy_protocol::header(version, owner))
-                .await
-                .map_err(ProxyError::Connect)?;
-        }
+        let preface = self
+            .config
+            .proxy_header
+            .map(|version| proxy_protocol::header(version, owner));
+        let connect = Stream::connect(upstream, tls, preface.as_deref());
+        // The TLS handshake counts as part of the connect: a failure sent nothing.
+        let stream = tokio::time::timeout(self.config.connect_timeout, connect)
+            .await
+            .map_err(|_| ProxyError::ConnectTimeout)?
+            .map_err(ProxyError::Connect)?;
         Ok(Conn {
             connection: Connection::new(stream, self.config.max_response_head),
             reused: false,

@@ -58,6 +58,8 @@ pub(crate) struct Shared {
     pub(crate) active_started: AtomicBool,
     /// The active checks' task, stopped when the last clone of the proxy goes.
     pub(crate) active_task: std::sync::OnceLock<tokio::task::AbortHandle>,
+    /// The TLS client, when some upstream is `https://`.
+    pub(crate) tls: Option<tokio_rustls::TlsConnector>,
 }
 
 impl Drop for Shared {
@@ -133,6 +135,7 @@ impl ReverseProxy {
             Arc::clone(&self.shared.upstreams),
             active.clone(),
             self.shared.settings.send_proxy_protocol,
+            self.shared.tls.clone(),
         ));
         let _ = self.shared.active_task.set(task.abort_handle());
     }
@@ -228,7 +231,8 @@ impl ReverseProxy {
                 Some(conn) => conn,
                 None => match tokio::time::timeout_at(
                     deadline,
-                    self.pool.connect(&state.upstream, owner),
+                    self.pool
+                        .connect(&state.upstream, owner, shared.tls.as_ref()),
                 )
                 .await
                 {

@@ -48,6 +48,8 @@ pub struct ProxySettings {
     pub send_proxy_protocol: Option<ProxyHeader>,
     /// See [`ReverseProxyBuilder::forward_client_cert`](crate::ReverseProxyBuilder::forward_client_cert).
     pub forward_client_cert: bool,
+    /// See [`ReverseProxyBuilder::upstream_tls`](crate::ReverseProxyBuilder::upstream_tls).
+    pub upstream_tls: Option<crate::UpstreamTls>,
 }
 
 impl ProxySettings {

@@ -17,6 +17,8 @@ pub struct Upstream {
     /// A Unix domain socket to connect to instead of `authority` (which is then
     /// `localhost`, for the `Host` a request gets without `preserve_host`).
     pub(crate) unix: Option<std::sync::Arc<std::path::Path>>,
+    /// `https://`: TLS to the upstream, its certificate verified for the host.
+    pub(crate) tls: bool,
 }
 
 /// An upstream address that is not `host:port` or `http://host[:port]`.
@@ -51,7 +53,7 @@ impl Upstream {
     /// When `addr` is neither, saying why: no port, a user name, a path, or an `https://`
     /// URL (TLS to upstreams is not supported).
     pub fn new(addr: &str) -> Result<Self, InvalidUpstream> {
-        const EXPECTED: &str = "is not host:port, http://host[:port] or unix:/path";
+        const EXPECTED: &str = "is not host:port, http[s]://host[:port] or unix:/path";
         if let Some(path) = addr.strip_prefix("unix:") {
             if !path.starts_with('/') {
                 return Err(InvalidUpstream::new(
@@ -63,17 +65,15 @@ impl Upstream {
                 authority: Authority::from_static("localhost"),
                 weight: 1,
                 unix: Some(std::path::Path::new(path).into()),
+                tls: false,
             });
         }
-        let (rest, default_port) = if let Some(rest) = strip_scheme(addr, "http://") {
-            (rest.strip_suffix('/').unwrap_or(rest), Some(80))
-        } else if strip_scheme(addr, "https://").is_some() {
-            return Err(InvalidUpstream::new(
-                addr,
-                "is https: TLS to upstreams is not supported; use http:// or host:port",
-            ));
+        let (rest, default_port, tls) = if let Some(rest) = strip_scheme(addr, "http://") {
+            (rest.strip_suffix('/').unwrap_or(rest), Some(80), false)
+        } else if let Some(rest) = strip_scheme(addr, "https://") {
+            (rest.strip_suffix('/').unwrap_or(rest), Some(443), true)
         } else {
-            (addr, None)
+            (addr, None, false)
         };
         if rest.contains(['/', '?', '#']) {
             return Err(InvalidUpstream::new(
@@ -101,6 +101,7 @@ impl Upstream {
             authority,
             weight: 1,
             unix: None,
+            tls,
         })
     }
 
@@ -129,6 +130,7 @@ impl fmt::Display for Upstream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.unix {
             Some(path) => write!(f, "unix:{}", path.display()),
+            None if self.tls => write!(f, "https://{}", self.authority),
             None => f.write_str(self.authority.as_str()),
         }
     }
@@ -201,11 +203,13 @@ mod tests {
             ("HTTP://app.internal:3000/", "app.internal:3000"),
             ("http://app.internal", "app.internal:80"),
             ("http://[::1]:8080", "[::1]:8080"),
+            ("https://api.internal", "https://api.internal:443"),
+            ("HTTPS://api.internal:8443/", "https://api.internal:8443"),
         ] {
             assert_eq!(Upstream::new(url).unwrap().to_string(), authority, "{url}");
         }
         for (bad, why) in [
-            ("https://a:443", "TLS to upstreams is not supported"),
+            ("https://a:443/x", "has a path"),
             ("http://a:1/api", "has a path"),
             ("http://user@a:1", "has a user name"),
             ("127.0.0.1", "is not host:port"),

@@ -392,6 +392,40 @@ impl TryFrom<&ProxyConfig> for scb_proxy::ReverseProxyBuilder {
                 scb_proxy::ActiveHealth::try_from(health).map_err(|e| e.within("health"))?,
             );
         }
+        let wants_tls = config.ca_file.is_some()
+            || config.client_cert.is_some()
+            || config.client_key.is_some()
+            || config.insecure_skip_verify.is_some();
+        if wants_tls {
+            let mut tls = scb_proxy::UpstreamTls::new();
+            if let Some(ca) = &config.ca_file {
+                tls = tls.ca_file(ca.get_ref().clone());
+            }
+            match (&config.client_cert, &config.client_key) {
+                (Some(cert), Some(key)) => {
+                    tls = tls.client_cert(cert.get_ref().clone(), key.get_ref().clone());
+                }
+                (None, None) => {}
+                (Some(cert), None) => {
+                    return Err(Located::at(
+                        cert,
+                        "client_key",
+                        "`client_cert` needs its `client_key`",
+                    ));
+                }
+                (None, Some(key)) => {
+                    return Err(Located::at(
+                        key,
+                        "client_cert",
+                        "`client_key` needs its `client_cert`",
+                    ));
+                }
+            }
+            if let Some(skip) = config.insecure_skip_verify {
+                tls = tls.insecure_skip_verify(skip);
+            }
+            b = b.upstream_tls(tls);
+        }
         if let Some(forward) = config.forward_client_cert {
             b = b.forward_client_cert(forward);
         }

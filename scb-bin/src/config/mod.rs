@@ -532,6 +532,14 @@ pub(crate) struct ProxyConfig {
     pub(crate) proxy_protocol: Option<Spanned<String>>,
     /// Send a verified client certificate's subject and names upstream.
     pub(crate) forward_client_cert: Option<bool>,
+    /// For `https://` upstreams: the CAs (PEM) their certificates are verified against;
+    /// absent means the system's roots.
+    pub(crate) ca_file: Option<Spanned<std::path::PathBuf>>,
+    /// A certificate chain and key (PEM) presented to upstreams that ask (mutual TLS).
+    pub(crate) client_cert: Option<Spanned<std::path::PathBuf>>,
+    pub(crate) client_key: Option<Spanned<std::path::PathBuf>>,
+    /// Accept any upstream certificate; logged as a warning.
+    pub(crate) insecure_skip_verify: Option<bool>,
 }
 
 /// One entry of `upstreams`: a bare `"host:port"`, or a table with a weight.
@@ -677,6 +685,19 @@ impl Config {
             }
             if let Some(auth) = &mut route.basic_auth {
                 resolve(auth.get_mut().users.get_mut());
+            }
+            if let Some(proxy) = &mut route.proxy {
+                let proxy = proxy.get_mut();
+                for path in [
+                    &mut proxy.ca_file,
+                    &mut proxy.client_cert,
+                    &mut proxy.client_key,
+                ]
+                .into_iter()
+                .flatten()
+                {
+                    resolve(path.get_mut());
+                }
             }
         }
         for site in &mut self.site {

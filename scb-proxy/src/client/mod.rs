@@ -31,7 +31,7 @@ pub(crate) use stream::Stream;
 use std::future::poll_fn;
 use std::io;
 use std::pin::Pin;
-use std::task::{Context, Poll, Waker};
+use std::task::Poll;
 
 use bytes::BytesMut;
 use http::{Method, Request};
@@ -97,20 +97,9 @@ impl Connection {
     }
 
     /// Whether the upstream closed this idle connection (or sent bytes nobody asked for,
-    /// which makes it as unusable).
-    ///
-    /// Costs no system call in the common case: the runtime has been told by epoll when the
-    /// socket turned readable, and reading a response to its end (a short read) cleared
-    /// that. Only a socket marked readable is read to tell which it is.
-    pub(crate) fn is_closed(&self) -> bool {
-        let mut cx = Context::from_waker(Waker::noop());
-        match self.stream.poll_read_ready(&mut cx) {
-            Poll::Pending => false,
-            Poll::Ready(Err(_)) => true,
-            Poll::Ready(Ok(())) => {
-                !matches!(self.stream.try_read(&mut [0u8; 1]), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
-            }
-        }
+    /// which makes it as unusable); see [`Stream::is_closed`].
+    pub(crate) fn is_closed(&mut self) -> bool {
+        self.stream.is_closed()
     }
 
     /// The socket and the bytes read past the last head: what an upgraded connection
@@ -178,15 +167,11 @@ impl Connection {
             ..
         } = self;
         let max_head = *max_head;
-        let (reader, mut writer) = stream.split();
+        let (mut reader, mut writer) = stream.split();
         let answered = async {
             rbuf.reserve(HEAD_READ);
             loop {
-                if reader.readable().await.is_err() {
-                    return;
-                }
-                match reader.try_read_buf(rbuf) {
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                match reader.read_buf(rbuf).await {
                     // Only interim responses so far (102, 103): the upstream still wants
                     // the body. They stay in the buffer for the head reader to skip; past
                     // the head limit the head reader refuses them.

@@ -1,5 +1,5 @@
-//! The socket under an upstream connection: TCP, or a Unix domain socket for an app
-//! server on the same machine (`unix:/run/app.sock`).
+//! The socket under an upstream connection: TCP, TLS over TCP for `https://` upstreams,
+//! or a Unix domain socket for an app server on the same machine (`unix:/run/app.sock`).
 //!
 //! An enum rather than a trait object or a type parameter: the pool holds connections to
 //! both kinds side by side, and the client needs more than `AsyncRead + AsyncWrite` (the
@@ -11,34 +11,89 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use bytes::BytesMut;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _, ReadBuf};
 use tokio::net::{TcpStream, UnixStream, tcp, unix};
+use tokio_rustls::TlsConnector;
+use tokio_rustls::client::TlsStream;
 
 /// A connected upstream socket.
 #[derive(Debug)]
 pub(crate) enum Stream {
     Tcp(TcpStream),
     Unix(UnixStream),
+    Tls(Box<TlsStream<TcpStream>>),
 }
 
 impl Stream {
     /// Connects to `upstream`: its Unix socket, or TCP with `TCP_NODELAY` (requests and
     /// responses are written whole; Nagle would only hold the last segment).
-    pub(crate) async fn connect(upstream: &crate::upstream::Upstream) -> io::Result<Self> {
-        match &upstream.unix {
-            Some(path) => Ok(Self::Unix(UnixStream::connect(path).await?)),
-            None => {
-                let stream = TcpStream::connect(upstream.authority.as_str()).await?;
-                let _ = stream.set_nodelay(true);
-                Ok(Self::Tcp(stream))
+    ///
+    /// `preface` (a PROXY header) goes first, before any TLS. An `https://` upstream is
+    /// secured with `tls`, its certificate verified for its host name (sent as SNI).
+    pub(crate) async fn connect(
+        upstream: &crate::upstream::Upstream,
+        tls: Option<&TlsConnector>,
+        preface: Option<&[u8]>,
+    ) -> io::Result<Self> {
+        if let Some(path) = &upstream.unix {
+            let mut stream = UnixStream::connect(path).await?;
+            if let Some(preface) = preface {
+                stream.write_all(preface).await?;
+            }
+            return Ok(Self::Unix(stream));
+        }
+        let mut stream = TcpStream::connect(upstream.authority.as_str()).await?;
+        let _ = stream.set_nodelay(true);
+        if let Some(preface) = preface {
+            stream.write_all(preface).await?;
+        }
+        if !upstream.tls {
+            return Ok(Self::Tcp(stream));
+        }
+        let Some(tls) = tls else {
+            return Err(io::Error::other("an https upstream without a TLS client"));
+        };
+        let host = upstream.authority.host();
+        let host = host
+            .strip_prefix('[')
+            .and_then(|h| h.strip_suffix(']'))
+            .unwrap_or(host);
+        let name = rustls::pki_types::ServerName::try_from(host.to_owned())
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        Ok(Self::Tls(Box::new(tls.connect(name, stream).await?)))
+    }
+
+    /// Whether an idle connection is no use any more: the upstream closed it, or sent
+    /// bytes nobody asked for.
+    ///
+    /// No system call in the common case for TCP and Unix sockets: the runtime was told
+    /// by epoll when the socket turned readable, and reading a response to its end
+    /// cleared that. Over TLS, a read with a waker that ignores wake-ups: rustls takes
+    /// what is not application data (session tickets) itself and reports nothing.
+    pub(crate) fn is_closed(&mut self) -> bool {
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        if let Self::Tls(tls) = self {
+            let mut byte = [0u8; 1];
+            let mut buf = ReadBuf::new(&mut byte);
+            return !matches!(
+                Pin::new(&mut **tls).poll_read(&mut cx, &mut buf),
+                Poll::Pending
+            );
+        }
+        match self.poll_read_ready(&mut cx) {
+            Poll::Pending => false,
+            Poll::Ready(Err(_)) => true,
+            Poll::Ready(Ok(())) => {
+                !matches!(self.try_read(&mut [0u8; 1]), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
             }
         }
     }
 
-    pub(crate) fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+    fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self {
             Self::Tcp(s) => s.poll_read_ready(cx),
             Self::Unix(s) => s.poll_read_ready(cx),
+            Self::Tls(s) => s.get_ref().0.poll_read_ready(cx),
         }
     }
 
@@ -48,13 +103,15 @@ impl Stream {
         match self {
             Self::Tcp(s) => s.readable().await,
             Self::Unix(s) => s.readable().await,
+            Self::Tls(s) => s.get_ref().0.readable().await,
         }
     }
 
-    pub(crate) fn try_read(&self, buf: &mut [u8]) -> io::Result<usize> {
+    fn try_read(&self, buf: &mut [u8]) -> io::Result<usize> {
         match self {
             Self::Tcp(s) => s.try_read(buf),
             Self::Unix(s) => s.try_read(buf),
+            Self::Tls(_) => Err(io::ErrorKind::Unsupported.into()),
         }
     }
 
@@ -69,6 +126,10 @@ impl Stream {
                 let (r, w) = s.split();
                 (ReadHalf::Unix(r), WriteHalf::Unix(w))
             }
+            Self::Tls(s) => {
+                let (r, w) = tokio::io::split(&mut **s);
+                (ReadHalf::Tls(r), WriteHalf::Tls(w))
+            }
         }
     }
 }
@@ -77,20 +138,28 @@ impl Stream {
 pub(crate) enum ReadHalf<'a> {
     Tcp(tcp::ReadHalf<'a>),
     Unix(unix::ReadHalf<'a>),
+    Tls(tokio::io::ReadHalf<&'a mut TlsStream<TcpStream>>),
 }
 
 impl ReadHalf<'_> {
-    pub(crate) async fn readable(&self) -> io::Result<()> {
-        match self {
-            Self::Tcp(r) => r.readable().await,
-            Self::Unix(r) => r.readable().await,
-        }
-    }
-
-    pub(crate) fn try_read_buf(&self, buf: &mut BytesMut) -> io::Result<usize> {
-        match self {
-            Self::Tcp(r) => r.try_read_buf(buf),
-            Self::Unix(r) => r.try_read_buf(buf),
+    /// Reads what has arrived into `buf` (waiting until something has); 0 at the end.
+    pub(crate) async fn read_buf(&mut self, buf: &mut BytesMut) -> io::Result<usize> {
+        loop {
+            let read = match self {
+                Self::Tcp(r) => {
+                    r.readable().await?;
+                    r.try_read_buf(buf)
+                }
+                Self::Unix(r) => {
+                    r.readable().await?;
+                    r.try_read_buf(buf)
+                }
+                Self::Tls(r) => return r.read_buf(buf).await,
+            };
+            match read {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                other => return other,
+            }
         }
     }
 }
@@ -99,6 +168,7 @@ impl ReadHalf<'_> {
 pub(crate) enum WriteHalf<'a> {
     Tcp(tcp::WriteHalf<'a>),
     Unix(unix::WriteHalf<'a>),
+    Tls(tokio::io::WriteHalf<&'a mut TlsStream<TcpStream>>),
 }
 
 macro_rules! delegate_write {
@@ -112,6 +182,7 @@ macro_rules! delegate_write {
                 match self.get_mut() {
                     Self::Tcp(s) => Pin::new(s).poll_write(cx, buf),
                     Self::Unix(s) => Pin::new(s).poll_write(cx, buf),
+                    Self::Tls(s) => Pin::new(s).poll_write(cx, buf),
                 }
             }
 
@@ -123,6 +194,7 @@ macro_rules! delegate_write {
                 match self.get_mut() {
                     Self::Tcp(s) => Pin::new(s).poll_write_vectored(cx, bufs),
                     Self::Unix(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+                    Self::Tls(s) => Pin::new(s).poll_write_vectored(cx, bufs),
                 }
             }
 
@@ -134,6 +206,7 @@ macro_rules! delegate_write {
                 match self.get_mut() {
                     Self::Tcp(s) => Pin::new(s).poll_flush(cx),
                     Self::Unix(s) => Pin::new(s).poll_flush(cx),
+                    Self::Tls(s) => Pin::new(s).poll_flush(cx),
                 }
             }
 
@@ -141,6 +214,7 @@ macro_rules! delegate_write {
                 match self.get_mut() {
                     Self::Tcp(s) => Pin::new(s).poll_shutdown(cx),
                     Self::Unix(s) => Pin::new(s).poll_shutdown(cx),
+                    Self::Tls(s) => Pin::new(s).poll_shutdown(cx),
                 }
             }
         }
@@ -159,6 +233,7 @@ impl AsyncRead for Stream {
         match self.get_mut() {
             Self::Tcp(s) => Pin::new(s).poll_read(cx, buf),
             Self::Unix(s) => Pin::new(s).poll_read(cx, buf),
+            Self::Tls(s) => Pin::new(&mut **s).poll_read(cx, buf),
         }
     }
 }

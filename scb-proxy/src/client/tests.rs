@@ -522,13 +522,13 @@ async fn a_close_before_the_response_tells_whether_any_of_it_came() {
 
 #[tokio::test]
 async fn an_idle_connection_is_closed_once_its_peer_closed_it_or_sent_junk() {
-    let (conn, server) = pair().await;
+    let (mut conn, server) = pair().await;
     assert!(!conn.is_closed());
     drop(server);
     conn.stream.readable().await.unwrap();
     assert!(conn.is_closed());
 
-    let (conn, mut server) = pair().await;
+    let (mut conn, mut server) = pair().await;
     server.write_all(b"HTTP/1.1 200 OK\r\n").await.unwrap();
     conn.stream.readable().await.unwrap();
     assert!(conn.is_closed());

@@ -6,9 +6,9 @@ use std::time::{Duration, Instant};
 use http::uri::PathAndQuery;
 use http::{Method, Request, StatusCode, header};
 use scb_core::Body;
-use tokio::io::AsyncWriteExt as _;
 use tokio::task::JoinSet;
 use tokio::time::MissedTickBehavior;
+use tokio_rustls::TlsConnector;
 
 use super::ActiveHealth;
 use crate::client::{Connection, SendError, Stream};
@@ -31,6 +31,7 @@ pub(crate) async fn run_active(
     upstreams: Arc<[UpstreamState]>,
     config: ActiveHealth,
     proxy_header: Option<ProxyHeader>,
+    tls: Option<TlsConnector>,
 ) {
     let path = config
         .path
@@ -51,6 +52,7 @@ pub(crate) async fn run_active(
             path.clone(),
             Arc::clone(&config),
             proxy_header,
+            tls.clone(),
         ));
     }
     while let Some(done) = checkers.join_next().await {
@@ -66,6 +68,7 @@ async fn check_forever(
     path: PathAndQuery,
     config: Arc<ActiveHealth>,
     proxy_header: Option<ProxyHeader>,
+    tls: Option<TlsConnector>,
 ) {
     let state = &upstreams[index];
     let mut ticks = tokio::time::interval(config.interval.max(MIN_INTERVAL));
@@ -74,7 +77,14 @@ async fn check_forever(
     ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
     loop {
         ticks.tick().await;
-        let result = check(&state.upstream, &path, config.timeout, proxy_header).await;
+        let result = check(
+            &state.upstream,
+            &path,
+            config.timeout,
+            proxy_header,
+            tls.as_ref(),
+        )
+        .await;
         let now = Instant::now();
         match (
             state
@@ -126,8 +136,9 @@ async fn check(
     path: &PathAndQuery,
     timeout: Duration,
     proxy_header: Option<ProxyHeader>,
+    tls: Option<&TlsConnector>,
 ) -> Result<(), CheckError> {
-    let status = tokio::time::timeout(timeout, head(upstream, path, proxy_header))
+    let status = tokio::time::timeout(timeout, head(upstream, path, proxy_header, tls))
         .await
         .map_err(|_| CheckError::Timeout(timeout))??;
     if status.is_success() || status.is_redirection() {
@@ -141,18 +152,15 @@ async fn head(
     upstream: &Upstream,
     path: &PathAndQuery,
     proxy_header: Option<ProxyHeader>,
+    tls: Option<&TlsConnector>,
 ) -> Result<StatusCode, CheckError> {
     let authority = &upstream.authority;
-    let mut stream = Stream::connect(upstream)
+    // The check's connection is scb's own, not a client's.
+    let preface =
+        proxy_header.map(|version| scb_core::server::proxy_protocol::header(version, None));
+    let stream = Stream::connect(upstream, tls, preface.as_deref())
         .await
         .map_err(CheckError::Connect)?;
-    if let Some(version) = proxy_header {
-        // The check's connection is scb's own, not a client's.
-        stream
-            .write_all(&scb_core::server::proxy_protocol::header(version, None))
-            .await
-            .map_err(CheckError::Connect)?;
-    }
     let mut request = Request::builder()
         .method(Method::GET)
         .uri(path.clone())
