@@ -28,6 +28,10 @@ pub(crate) enum Scenario {
     /// `GET /proxy/hello` forwarded to a local nginx that answers 13 bytes.
     #[value(name = "proxy")]
     Proxy,
+    /// `GET /proxy-tls/hello` forwarded over TLS (verified, sessions resumed, keep-alive)
+    /// to the same nginx on an HTTPS port.
+    #[value(name = "proxy-tls")]
+    ProxyTls,
     /// The 13-byte file over TLS 1.3 + HTTP/2 (h2load).
     #[value(name = "tls-h2-static-small")]
     TlsH2StaticSmall,
@@ -43,6 +47,8 @@ pub(crate) enum Feature {
     StaticFiles,
     /// A reverse proxy with keep-alive upstream connections.
     Proxy,
+    /// The same to an HTTPS upstream.
+    ProxyTls,
     /// TLS 1.3 with ALPN h2.
     TlsH2,
 }
@@ -59,6 +65,9 @@ pub(crate) enum Protocol {
 /// The path requested by the `proxy` scenario; the upstream answers every path.
 pub(crate) const PROXY_PATH: &str = "/proxy/hello";
 
+/// The path requested by the `proxy-tls` scenario.
+pub(crate) const PROXY_TLS_PATH: &str = "/proxy-tls/hello";
+
 /// How many `static-many` paths are verified besides the first and the last: enough to
 /// catch a server that serves one file for all, without 10,000 requests before each run.
 const MANY_SAMPLE: usize = 20;
@@ -74,12 +83,13 @@ pub(crate) struct Expected {
 
 impl Scenario {
     /// Every scenario, in the report's order.
-    pub(crate) const ALL: [Scenario; 6] = [
+    pub(crate) const ALL: [Scenario; 7] = [
         Scenario::Respond,
         Scenario::StaticSmall,
         Scenario::Static1m,
         Scenario::StaticMany,
         Scenario::Proxy,
+        Scenario::ProxyTls,
         Scenario::TlsH2StaticSmall,
     ];
 
@@ -91,6 +101,7 @@ impl Scenario {
             Scenario::Static1m => "static-1m",
             Scenario::StaticMany => "static-many",
             Scenario::Proxy => "proxy",
+            Scenario::ProxyTls => "proxy-tls",
             Scenario::TlsH2StaticSmall => "tls-h2-static-small",
         }
     }
@@ -103,6 +114,7 @@ impl Scenario {
                 &[Feature::StaticFiles]
             }
             Scenario::Proxy => &[Feature::Proxy],
+            Scenario::ProxyTls => &[Feature::ProxyTls],
             Scenario::TlsH2StaticSmall => &[Feature::StaticFiles, Feature::TlsH2],
         }
     }
@@ -117,7 +129,7 @@ impl Scenario {
 
     /// Whether the upstream nginx must run.
     pub(crate) const fn needs_upstream(self) -> bool {
-        matches!(self, Scenario::Proxy)
+        matches!(self, Scenario::Proxy | Scenario::ProxyTls)
     }
 
     /// The paths the load requests: one, or for `static-many` all 10,000 in the fixed
@@ -131,6 +143,7 @@ impl Scenario {
             Scenario::Static1m => vec![Fixtures::ONE_MIB_PATH.to_owned()],
             Scenario::StaticMany => fixtures.many_paths_shuffled(),
             Scenario::Proxy => vec![PROXY_PATH.to_owned()],
+            Scenario::ProxyTls => vec![PROXY_TLS_PATH.to_owned()],
         }
     }
 
@@ -160,6 +173,10 @@ impl Scenario {
                 .collect(),
             Scenario::Proxy => vec![Expected {
                 path: PROXY_PATH.to_owned(),
+                body: hello(),
+            }],
+            Scenario::ProxyTls => vec![Expected {
+                path: PROXY_TLS_PATH.to_owned(),
                 body: hello(),
             }],
         }

@@ -44,6 +44,8 @@ pub(crate) struct Capabilities {
     pub(crate) static_files: bool,
     /// Reverse proxy to the upstream.
     pub(crate) proxy: bool,
+    /// Reverse proxy to the upstream over TLS.
+    pub(crate) proxy_tls: bool,
     /// TLS 1.3 + ALPN h2.
     pub(crate) tls_h2: bool,
 }
@@ -53,13 +55,20 @@ impl Capabilities {
         respond: true,
         static_files: true,
         proxy: true,
+        proxy_tls: true,
         tls_h2: true,
     };
     const NONE: Capabilities = Capabilities {
         respond: false,
         static_files: false,
         proxy: false,
+        proxy_tls: false,
         tls_h2: false,
+    };
+    /// Everything but the HTTPS upstream: not configured for these peers yet.
+    const ALL_BUT_PROXY_TLS: Capabilities = Capabilities {
+        proxy_tls: false,
+        ..Capabilities::ALL
     };
 
     /// Whether every feature the scenario requires is here.
@@ -68,6 +77,7 @@ impl Capabilities {
             Feature::Respond => self.respond,
             Feature::StaticFiles => self.static_files,
             Feature::Proxy => self.proxy,
+            Feature::ProxyTls => self.proxy_tls,
             Feature::TlsH2 => self.tls_h2,
         })
     }
@@ -82,13 +92,14 @@ const CAPABILITIES: [(Server, Capabilities); 5] = [
             respond: true,
             static_files: true, // issue 4: scb-static
             proxy: true,        // issue 5: scb-proxy
+            proxy_tls: true,    // issue 16: https upstreams
             tls_h2: true,       // issue 6: scb-tls
         },
     ),
     (Server::Nginx, Capabilities::ALL),
     (Server::NginxTuned, Capabilities::ALL),
-    (Server::Caddy, Capabilities::ALL),
-    (Server::AxumServedir, Capabilities::ALL),
+    (Server::Caddy, Capabilities::ALL_BUT_PROXY_TLS),
+    (Server::AxumServedir, Capabilities::ALL_BUT_PROXY_TLS),
 ];
 
 /// Everything a server's command line and config template are made from.
@@ -280,14 +291,16 @@ mod tests {
     }
 
     #[test]
-    fn peers_serve_every_scenario() {
-        for server in [
-            Server::Nginx,
-            Server::NginxTuned,
-            Server::Caddy,
-            Server::AxumServedir,
-        ] {
+    fn peers_serve_every_scenario_but_caddy_and_axum_the_https_upstream() {
+        for server in [Server::Nginx, Server::NginxTuned] {
             assert!(Scenario::ALL.into_iter().all(|s| server.supports(s)));
+        }
+        for server in [Server::Caddy, Server::AxumServedir] {
+            let served: Vec<_> = Scenario::ALL
+                .into_iter()
+                .filter(|s| !server.supports(*s))
+                .collect();
+            assert_eq!(served, [Scenario::ProxyTls], "{server}");
         }
     }
 
@@ -297,6 +310,7 @@ mod tests {
             respond: true,
             static_files: false,
             proxy: false,
+            proxy_tls: false,
             tls_h2: true,
         };
         assert!(!only_tls.serves(Scenario::TlsH2StaticSmall));

@@ -188,6 +188,7 @@ impl Settings {
         self.servers.contains(&Server::Nginx)
             || self.servers.contains(&Server::NginxTuned)
             || self.runs(Scenario::Proxy)
+            || self.runs(Scenario::ProxyTls)
     }
 
     /// Whether any HTTP/1.1 scenario runs.
