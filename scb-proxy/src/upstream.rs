@@ -44,14 +44,16 @@ impl InvalidUpstream {
 }
 
 impl Upstream {
-    /// An upstream at `host:port` (`127.0.0.1:8081`, `[::1]:8081`, `app.internal:80`), or
-    /// at an `http://` URL with nothing after the authority but an optional `/`
-    /// (`http://127.0.0.1:8081`, `http://app.internal` for port 80), with weight 1.
+    /// An upstream at `host:port` (`127.0.0.1:8081`, `[::1]:8081`, `app.internal:80`), at
+    /// an `http://` or `https://` URL with nothing after the authority but an optional
+    /// `/` (`http://app.internal` for port 80, `https://api.internal` for 443: TLS, see
+    /// [`UpstreamTls`](crate::UpstreamTls)), or on a Unix socket (`unix:/run/app.sock`),
+    /// with weight 1.
     ///
     /// # Errors
     ///
-    /// When `addr` is neither, saying why: no port, a user name, a path, or an `https://`
-    /// URL (TLS to upstreams is not supported).
+    /// When `addr` is none of these, saying why: no port, a user name, a path, a relative
+    /// socket path.
     pub fn new(addr: &str) -> Result<Self, InvalidUpstream> {
         const EXPECTED: &str = "is not host:port, http[s]://host[:port] or unix:/path";
         if let Some(path) = addr.strip_prefix("unix:") {

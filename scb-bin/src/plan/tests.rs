@@ -358,12 +358,16 @@ fn proxy_route_errors_name_their_key() {
     let cases = [
         (
             route("{ upstreams = [\"nohost\"] }"),
-            "scb.toml:5:24: route[0].proxy.upstreams[0]: upstream \"nohost\" is not host:port, http://host[:port] or unix:/path",
+            "scb.toml:5:24: route[0].proxy.upstreams[0]: upstream \"nohost\" is not host:port, http[s]://host[:port] or unix:/path",
         ),
         (
-            // http:// URLs are upstreams (`http://a:1` is `a:1`); https:// ones are not yet.
-            route("{ upstreams = [\"127.0.0.1:1\", { addr = \"https://a:1\" }] }"),
-            "scb.toml:5:48: route[0].proxy.upstreams[1].addr: upstream \"https://a:1\" is https",
+            // An https:// URL is an upstream; one with a path is not.
+            route("{ upstreams = [\"127.0.0.1:1\", { addr = \"https://a:1/x\" }] }"),
+            "scb.toml:5:48: route[0].proxy.upstreams[1].addr: upstream \"https://a:1/x\" has a path",
+        ),
+        (
+            route("{ upstreams = [\"https://a:1\"], client_cert = \"/c.pem\" }"),
+            "route[0].proxy.client_key: `client_cert` needs its `client_key`",
         ),
         (
             route("{ upstreams = [{ addr = \"a:1\", weight = 0 }] }"),
