@@ -369,7 +369,7 @@ fn client_certificates_are_verified_and_forwarded_and_never_forged() {
 }
 
 #[test]
-fn https_upstreams_are_verified_and_can_present_a_certificate() {
+fn https_upstreams_are_verified_pooled_and_can_present_a_certificate() {
     let dir = temp_dir("https-upstream");
     let good = make_cert(&dir, "good", false);
     let expired = make_cert(&dir, "expired", false);
@@ -401,7 +401,9 @@ fn https_upstreams_are_verified_and_can_present_a_certificate() {
         key = good.key.display().to_string(),
         ca = ca.display().to_string(),
     ));
-    let port = back.addr().port();
+    // Between the two, a TCP relay that counts the connections the front opens.
+    let (relay, opened) = counting_relay(back.addr());
+    let port = relay.port();
     let front = |keys: &str| {
         Server::start(&format!(
             "[server]\nworkers = 1\n[[listen]]\naddr = \"127.0.0.1:0\"\n\
@@ -422,11 +424,14 @@ fn https_upstreams_are_verified_and_can_present_a_certificate() {
         ", ca_file = {:?}",
         good.cert.display().to_string()
     )));
+    let before = opened.load(std::sync::atomic::Ordering::SeqCst);
     for _ in 0..3 {
         let res = get(verified.addr(), "/x");
         assert_eq!(res.status, 200);
         assert_eq!(res.text(), "subject=cn=front san=front.clients.test");
     }
+    // One TLS connection carried the three requests: pooled like a plain one.
+    assert_eq!(opened.load(std::sync::atomic::Ordering::SeqCst) - before, 1);
     // The system's roots do not know the back's self-signed certificate, another CA file
     // does not either: 502, and the handshake's refusal is logged.
     let untrusted = front(&files(""));
@@ -461,6 +466,32 @@ fn https_upstreams_are_verified_and_can_present_a_certificate() {
         "{stderr}"
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A TCP relay to `target`, and how many connections it has accepted.
+fn counting_relay(target: SocketAddr) -> (SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let opened = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = Arc::clone(&opened);
+    std::thread::spawn(move || {
+        for client in listener.incoming() {
+            let Ok(client) = client else { continue };
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let Ok(server) = TcpStream::connect(target) else {
+                continue;
+            };
+            let pipe = |mut from: TcpStream, mut to: TcpStream| {
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut from, &mut to);
+                    let _ = to.shutdown(std::net::Shutdown::Write);
+                })
+            };
+            pipe(client.try_clone().unwrap(), server.try_clone().unwrap());
+            pipe(server, client);
+        }
+    });
+    (addr, opened)
 }
 
 fn base64_encode(bytes: &[u8]) -> String {
