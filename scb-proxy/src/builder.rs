@@ -9,7 +9,7 @@ use crate::forward::TrustedProxies;
 use crate::health::{ActiveHealth, PassiveHealth};
 use crate::pool::Pool;
 use crate::service::{ReverseProxy, Shared};
-use crate::settings::{MAX_TRIES, ProxyHeader, ProxySettings};
+use crate::settings::{MAX_TRIES, ProxyHeader, ProxySettings, UpstreamProtocol};
 use crate::tls::UpstreamTls;
 use crate::upstream::{Upstream, UpstreamState};
 
@@ -44,6 +44,10 @@ pub enum BuildError {
     /// not PEM, no usable root).
     #[error("upstream TLS: {0}")]
     Tls(String),
+    /// The protocol does not fit the upstreams or another setting: `h2` to an upstream
+    /// that is not `https://`, `h2c` to one that is, PROXY headers on HTTP/2.
+    #[error("{0}")]
+    Protocol(String),
 }
 
 /// Builds a [`ReverseProxy`]; see [`ReverseProxy::builder`].
@@ -79,6 +83,7 @@ impl ReverseProxyBuilder {
                 send_proxy_protocol: None,
                 forward_client_cert: false,
                 upstream_tls: None,
+                protocol: UpstreamProtocol::Http1,
             },
         }
     }
@@ -210,6 +215,17 @@ impl ReverseProxyBuilder {
         self
     }
 
+    /// The HTTP version spoken to the upstreams: HTTP/1.1, or HTTP/2 over TLS (`H2`,
+    /// every upstream `https://`) or in the clear (`H2c`). HTTP/2 is what gRPC services
+    /// need: trailers pass both ways, and a failure the proxy answers reaches a gRPC client
+    /// as a `grpc-status` (UNAVAILABLE, DEADLINE_EXCEEDED) instead of an HTTP error page.
+    /// WebSocket upgrades are not carried over HTTP/2. Defaults to
+    /// [`UpstreamProtocol::Http1`].
+    pub fn protocol(mut self, protocol: UpstreamProtocol) -> Self {
+        self.settings.protocol = protocol;
+        self
+    }
+
     /// Sends the client certificate a mutual-TLS listener verified (scb-core's
     /// `ClientCertificate`) as `X-Client-Cert-Subject` (RFC 4514) and `X-Client-Cert-San`
     /// (comma-separated names). Those fields are removed from every client's request
@@ -233,9 +249,14 @@ impl ReverseProxyBuilder {
         {
             return Err(BuildError::HealthPath(active.path.clone()));
         }
+        self.check_protocol()?;
         let tls = if self.upstreams.iter().any(|u| u.tls) {
             let config = self.settings.upstream_tls.clone().unwrap_or_default();
-            Some(config.connector().map_err(BuildError::Tls)?)
+            let alpn: &[u8] = match self.settings.protocol {
+                UpstreamProtocol::H2 => b"h2",
+                _ => b"http/1.1",
+            };
+            Some(config.connector(alpn).map_err(BuildError::Tls)?)
         } else {
             None
         };
@@ -255,5 +276,32 @@ impl ReverseProxyBuilder {
             }),
             Arc::new(pool),
         ))
+    }
+
+    fn check_protocol(&self) -> Result<(), BuildError> {
+        let protocol = self.settings.protocol;
+        if protocol.is_h2() && self.settings.send_proxy_protocol.is_some() {
+            return Err(BuildError::Protocol(
+                "PROXY protocol headers cannot be sent to HTTP/2 upstreams: one connection \
+                 carries many clients"
+                    .into(),
+            ));
+        }
+        let misfit = self.upstreams.iter().find(|u| match protocol {
+            UpstreamProtocol::H2 => !u.tls,
+            UpstreamProtocol::H2c => u.tls,
+            UpstreamProtocol::Http1 => false,
+        });
+        match (misfit, protocol) {
+            (Some(u), UpstreamProtocol::H2) => Err(BuildError::Protocol(format!(
+                "protocol \"h2\" is HTTP/2 over TLS, and upstream {u} is not https://; \
+                 \"h2c\" is HTTP/2 in the clear"
+            ))),
+            (Some(u), _) => Err(BuildError::Protocol(format!(
+                "protocol \"h2c\" is HTTP/2 in the clear, and upstream {u} is https://; \
+                 \"h2\" is HTTP/2 over TLS"
+            ))),
+            (None, _) => Ok(()),
+        }
     }
 }

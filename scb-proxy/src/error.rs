@@ -99,4 +99,78 @@ impl ProxyError {
         }
         res
     }
+
+    /// The gRPC status code a gRPC client gets for this error: UNAVAILABLE (14) when no
+    /// upstream answered, DEADLINE_EXCEEDED (4) for timeouts, RESOURCE_EXHAUSTED (8) for a
+    /// body over the limit, INTERNAL (13) for a broken request (gRPC's own mapping of
+    /// 400).
+    pub fn grpc_status(&self) -> u8 {
+        match self {
+            Self::ConnectTimeout | Self::ResponseTimeout | Self::TryTimeout => 4,
+            Self::BodyTooLarge => 8,
+            Self::RequestBody | Self::InvalidHost => 13,
+            Self::NoUpstream | Self::Connect(_) | Self::Reset(_) | Self::Protocol(_) => 14,
+        }
+    }
+
+    /// The response for this error to a gRPC client: what gRPC calls trailers-only, HTTP
+    /// 200 with `grpc-status` and `grpc-message` in the head and no body. A gRPC client
+    /// given an HTTP error page reports a bare protocol failure instead of the cause.
+    pub fn into_grpc_response(self) -> Response<Body> {
+        let mut res = Response::new(Body::empty());
+        let headers = res.headers_mut();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/grpc"),
+        );
+        headers.insert(
+            "grpc-status",
+            HeaderValue::from(u16::from(self.grpc_status())),
+        );
+        if let Ok(message) = HeaderValue::try_from(grpc_message(&self.to_string())) {
+            headers.insert("grpc-message", message);
+        }
+        res
+    }
+}
+
+/// `message` percent-encoded as gRPC's `grpc-message` wants it: bytes outside visible
+/// ASCII and space, and `%` itself, as `%XX`.
+fn grpc_message(message: &str) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::with_capacity(message.len());
+    for &b in message.as_bytes() {
+        if (0x20..0x7f).contains(&b) && b != b'%' {
+            out.push(char::from(b));
+        } else {
+            let _ = write!(out, "%{b:02X}");
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grpc_clients_get_a_status_and_an_encoded_message() {
+        let res = ProxyError::ConnectTimeout.into_grpc_response();
+        assert_eq!(res.status(), StatusCode::OK);
+        assert_eq!(res.headers()["content-type"], "application/grpc");
+        assert_eq!(res.headers()["grpc-status"], "4");
+        assert_eq!(
+            res.headers()["grpc-message"],
+            "connecting to the upstream timed out"
+        );
+        assert_eq!(
+            ProxyError::NoUpstream.into_grpc_response().headers()["grpc-status"],
+            "14"
+        );
+        assert_eq!(ProxyError::BodyTooLarge.grpc_status(), 8);
+        assert_eq!(
+            grpc_message("50% d\u{e9}j\u{e0}\n"),
+            "50%25 d%C3%A9j%C3%A0%0A"
+        );
+    }
 }

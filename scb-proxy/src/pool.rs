@@ -23,6 +23,7 @@ use scb_core::server::proxy_protocol;
 
 use crate::client::{Connection, Stream};
 use crate::error::ProxyError;
+use crate::h2::Multiplexed;
 use crate::upstream::Upstream;
 
 /// Settings of a pool.
@@ -34,6 +35,8 @@ pub(crate) struct PoolConfig {
     pub(crate) max_response_head: usize,
     /// The PROXY header each new connection begins with, if any.
     pub(crate) proxy_header: Option<proxy_protocol::Version>,
+    /// HTTP/2 upstreams: one multiplexed connection each instead of a stack.
+    pub(crate) multiplexed: bool,
 }
 
 /// Whose a connection is: with PROXY headers sent, the client connection (its address and
@@ -83,6 +86,8 @@ impl Home {
 pub(crate) struct Pool {
     slots: Box<[Mutex<Vec<Pooled>>]>,
     config: PoolConfig,
+    /// With an HTTP/2 protocol, the connections (and `slots` stay empty).
+    pub(crate) multiplexed: Option<Multiplexed>,
 }
 
 impl Pool {
@@ -90,6 +95,9 @@ impl Pool {
         Self {
             slots: (0..upstreams).map(|_| Mutex::new(Vec::new())).collect(),
             config,
+            multiplexed: config
+                .multiplexed
+                .then(|| Multiplexed::new(upstreams, config.connect_timeout)),
         }
     }
 

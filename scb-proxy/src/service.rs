@@ -3,6 +3,7 @@
 use std::convert::Infallible;
 use std::fmt;
 use std::future::Future;
+use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,6 +13,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::request::Parts;
+use http::uri::Scheme;
 use http::{Method, Request, Response, Uri, Version};
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
@@ -25,6 +27,7 @@ use crate::body::{Guarded, TooLarge};
 use crate::client::{Connection, Framing, ResponseHead, SendError, Start};
 use crate::error::{InvalidResponse, ProxyError};
 use crate::forward::{self, Hop};
+use crate::h2;
 use crate::health::{self, ActiveHealth};
 use crate::pool::{Conn, Home, Owner, Pool};
 use crate::settings::{MAX_TRIES, ProxySettings};
@@ -136,6 +139,7 @@ impl ReverseProxy {
             active.clone(),
             self.shared.settings.send_proxy_protocol,
             self.shared.tls.clone(),
+            self.shared.settings.protocol,
         ));
         let _ = self.shared.active_task.set(task.abort_handle());
     }
@@ -188,6 +192,7 @@ impl ReverseProxy {
             .map(|info| info.remote.ip())
             .or_else(|| parts.extensions.get::<ClientIp>().map(|ip| ip.0));
         let key = shared.balancer.key(&parts.headers, client);
+        let upgrade = upgrade.filter(|_| !config.protocol.is_h2());
         prepare(&mut parts, config, client, secure, upgrade);
         let body_empty = body.is_end_stream();
         let body = if body_empty {
@@ -197,9 +202,13 @@ impl ReverseProxy {
         };
         let replayable = body_empty && is_idempotent(&parts.method);
         let keep_host = config.preserve_host && parts.headers.contains_key(header::HOST);
+        // HTTP/2 names the host in the target; the client's, kept across tries.
+        let client_host = keep_host
+            .then(|| parts.headers.get(header::HOST).cloned())
+            .flatten();
         // Stays here across tries: a failed send leaves it whole unless its body went out,
         // and only bodiless requests are sent again.
-        let mut request = Request::from_parts(parts, body);
+        let mut request = Some(Request::from_parts(parts, body));
         let mut replayed = false;
 
         let deadline = tokio::time::Instant::now() + config.try_timeout;
@@ -223,6 +232,84 @@ impl ReverseProxy {
             tried[tries] = index;
             tries += 1;
             let state = &shared.upstreams[index];
+
+            if let Some(multiplexed) = &self.pool.multiplexed {
+                let Some(mut req) = request.take() else {
+                    break;
+                };
+                let sender = tokio::time::timeout_at(
+                    deadline,
+                    multiplexed.sender(index, &state.upstream, shared.tls.as_ref()),
+                )
+                .await;
+                let h2::Sender { mut send, reused } = match sender {
+                    Err(_) => return Err(ProxyError::TryTimeout),
+                    Ok(Ok(sender)) => sender,
+                    Ok(Err(e)) => {
+                        self.failed(state, &e);
+                        last = e;
+                        request = Some(req);
+                        continue;
+                    }
+                };
+                let authority = match &client_host {
+                    Some(host) => host.clone(),
+                    None => HeaderValue::from_str(state.upstream.authority().as_str())
+                        .unwrap_or_else(|_| HeaderValue::from_static("localhost")),
+                };
+                let scheme = if state.upstream.tls {
+                    Scheme::HTTPS
+                } else {
+                    Scheme::HTTP
+                };
+                h2::address(&mut req, scheme, &authority);
+                state.metrics.request();
+                let in_flight = InFlight::start(state);
+                let sent = Instant::now();
+                let limit = deadline.min(tokio::time::Instant::now() + config.response_timeout);
+                let answer = tokio::time::timeout_at(limit, h2::send(&mut send, req)).await;
+                drop(in_flight);
+                match answer {
+                    Err(_) => return Err(self.timed_out(state, limit == deadline)),
+                    Ok(Ok(response)) => {
+                        state.metrics.response(sent.elapsed());
+                        state.health.record_success(&state.metrics);
+                        let mut response = self.h2_response(index, response);
+                        if name_upstream {
+                            response
+                                .extensions_mut()
+                                .insert(scb_core::access_log::UpstreamAddr(
+                                    state.upstream.authority().clone(),
+                                ));
+                        }
+                        return Ok(response);
+                    }
+                    Ok(Err((Some(req), e))) => {
+                        // Nothing went out: the connection had closed under it.
+                        request = Some(req);
+                        if reused {
+                            // As for a stale HTTP/1.1 connection: the next try makes a
+                            // new one, and this one does not count.
+                            tries -= 1;
+                            continue;
+                        }
+                        let e = ProxyError::Reset(io::Error::other(e));
+                        self.failed(state, &e);
+                        last = e;
+                        continue;
+                    }
+                    Ok(Err((None, e))) => {
+                        let e = h2_error(e);
+                        if e.kind().is_some() {
+                            self.failed(state, &e);
+                        }
+                        return Err(e);
+                    }
+                }
+            }
+            let Some(request) = request.as_mut() else {
+                break;
+            };
 
             let Conn {
                 mut connection,
@@ -251,18 +338,10 @@ impl ReverseProxy {
             let in_flight = InFlight::start(state);
             let sent = Instant::now();
             let limit = deadline.min(tokio::time::Instant::now() + config.response_timeout);
-            let answer = tokio::time::timeout_at(limit, connection.send(&mut request)).await;
+            let answer = tokio::time::timeout_at(limit, connection.send(request)).await;
             drop(in_flight);
             match answer {
-                Err(_) if limit == deadline => {
-                    self.failed(state, &ProxyError::ResponseTimeout);
-                    return Err(ProxyError::TryTimeout);
-                }
-                Err(_) => {
-                    let e = ProxyError::ResponseTimeout;
-                    self.failed(state, &e);
-                    return Err(e);
-                }
+                Err(_) => return Err(self.timed_out(state, limit == deadline)),
                 Ok(Ok(head)) => {
                     state.metrics.response(sent.elapsed());
                     state.health.record_success(&state.metrics);
@@ -318,6 +397,38 @@ impl ReverseProxy {
             }
         }
         Err(last)
+    }
+
+    /// A try that got no response head in time, counted against `state`: the error for the
+    /// client, 504 either way (`TryTimeout` when the whole budget ran out).
+    fn timed_out(&self, state: &UpstreamState, budget_spent: bool) -> ProxyError {
+        self.failed(state, &ProxyError::ResponseTimeout);
+        if budget_spent {
+            ProxyError::TryTimeout
+        } else {
+            ProxyError::ResponseTimeout
+        }
+    }
+
+    /// The client's response from an HTTP/2 upstream's: connection fields removed, the
+    /// body (and its trailers) streamed with the idle timeout.
+    fn h2_response(
+        &self,
+        index: usize,
+        response: Response<hyper::body::Incoming>,
+    ) -> Response<Body> {
+        let (mut parts, body) = response.into_parts();
+        forward::strip_hop_by_hop(&mut parts.headers);
+        parts.version = Version::HTTP_11;
+        let body = if http_body::Body::is_end_stream(&body) {
+            Body::empty()
+        } else {
+            Body::new(
+                Guarded::new(body, self.shared.settings.idle_timeout, None)
+                    .counted(&self.shared.upstreams, index),
+            )
+        };
+        Response::from_parts(parts, body)
     }
 
     /// Counts a failed try against `state`'s health and metrics.
@@ -397,12 +508,32 @@ fn prepare(
     secure: bool,
     upgrade: Option<HeaderValue>,
 ) {
+    // An HTTP/2 client names the host in `:authority`, which the origin-form target below
+    // drops: it becomes the `Host` every upstream reads.
+    if !parts.headers.contains_key(header::HOST)
+        && let Some(authority) = parts.uri.authority()
+        && let Ok(host) = HeaderValue::from_str(authority.as_str())
+    {
+        parts.headers.insert(header::HOST, host);
+    }
+    // gRPC needs it to reach an HTTP/2 upstream; it is the one `TE` HTTP/2 allows.
+    let te_trailers = config.protocol.is_h2()
+        && parts
+            .headers
+            .get_all(header::TE)
+            .iter()
+            .any(|v| v.as_bytes().eq_ignore_ascii_case(b"trailers"));
     parts.uri = Uri::from(forward::target(
         parts.uri.path_and_query(),
         config.strip_prefix.as_deref(),
     ));
     parts.version = Version::HTTP_11;
     forward::strip_hop_by_hop(&mut parts.headers);
+    if te_trailers {
+        parts
+            .headers
+            .insert(header::TE, HeaderValue::from_static("trailers"));
+    }
     if let Some(upgrade) = upgrade {
         parts.headers.insert(header::UPGRADE, upgrade);
         parts
@@ -440,6 +571,23 @@ pub const CLIENT_CERT_SUBJECT: HeaderName = HeaderName::from_static("x-client-ce
 /// Its subject alternative names, comma-separated.
 pub const CLIENT_CERT_SAN: HeaderName = HeaderName::from_static("x-client-cert-san");
 
+/// Whether a request is gRPC (`application/grpc`, `application/grpc+proto`, ...), whose
+/// client reads errors from `grpc-status`. gRPC-Web (`application/grpc-web`) is not: it
+/// reads its status from the body.
+fn is_grpc(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| {
+            v.as_bytes()
+                .get(..16)
+                .map(|head| (head, &v.as_bytes()[16..]))
+        })
+        .is_some_and(|(head, rest)| {
+            head.eq_ignore_ascii_case(b"application/grpc")
+                && matches!(rest.first(), None | Some(b'+' | b';'))
+        })
+}
+
 /// RFC 9110 §9.2.2.
 fn is_idempotent(method: &Method) -> bool {
     matches!(
@@ -458,20 +606,41 @@ fn declared_length(headers: &HeaderMap) -> Option<u64> {
 
 /// The error the client gets when its own request body failed the send.
 fn client_body_error(e: &BoxError) -> ProxyError {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&**e);
+    if too_large(Some(&**e)) {
+        ProxyError::BodyTooLarge
+    } else {
+        ProxyError::RequestBody
+    }
+}
+
+/// Whether the proxy's own `max_body`, or the server's `max_body_bytes`, is in the chain
+/// of `source`.
+fn too_large(mut source: Option<&(dyn std::error::Error + 'static)>) -> bool {
     while let Some(err) = source {
-        // The proxy's own `max_body`, or the server's `max_body_bytes`.
         if err.is::<TooLarge>()
             || matches!(
                 err.downcast_ref::<scb_core::server::BodyError>(),
                 Some(scb_core::server::BodyError::TooLarge)
             )
         {
-            return ProxyError::BodyTooLarge;
+            return true;
         }
         source = err.source();
     }
-    ProxyError::RequestBody
+    false
+}
+
+/// The error for an HTTP/2 exchange that failed after the request went out: the client's
+/// own body (which hyper sends from its own task, and reports here), or the upstream.
+fn h2_error(e: hyper::Error) -> ProxyError {
+    use std::error::Error as _;
+    if too_large(e.source()) {
+        ProxyError::BodyTooLarge
+    } else if e.is_user() {
+        ProxyError::RequestBody
+    } else {
+        ProxyError::Reset(io::Error::other(e))
+    }
 }
 
 /// Copies bytes both ways between an upgraded client connection and the upstream's until
@@ -511,12 +680,18 @@ where
 
     fn call(&mut self, req: Request<B>) -> ResponseFuture {
         let proxy = self.clone();
+        // Only HTTP/2 upstreams carry gRPC (it needs trailers): HTTP/1.1 proxies skip the
+        // lookup.
+        let grpc = self.shared.settings.protocol.is_h2() && is_grpc(req.headers());
         ResponseFuture {
             inner: Box::pin(async move {
-                Ok(proxy
-                    .forward(req)
-                    .await
-                    .unwrap_or_else(ProxyError::into_response))
+                Ok(proxy.forward(req).await.unwrap_or_else(|e| {
+                    if grpc {
+                        e.into_grpc_response()
+                    } else {
+                        e.into_response()
+                    }
+                }))
             }),
         }
     }

@@ -50,6 +50,32 @@ pub struct ProxySettings {
     pub forward_client_cert: bool,
     /// See [`ReverseProxyBuilder::upstream_tls`](crate::ReverseProxyBuilder::upstream_tls).
     pub upstream_tls: Option<crate::UpstreamTls>,
+    /// See [`ReverseProxyBuilder::protocol`](crate::ReverseProxyBuilder::protocol).
+    pub protocol: UpstreamProtocol,
+}
+
+/// The HTTP version a proxy speaks to its upstreams.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum UpstreamProtocol {
+    /// HTTP/1.1 over TCP, TLS (`https://`) or a Unix socket, with keep-alive connections
+    /// pooled per worker. The default.
+    #[default]
+    Http1,
+    /// HTTP/2 over TLS, agreed by ALPN: every upstream is `https://`. One multiplexed
+    /// connection per upstream and worker.
+    H2,
+    /// HTTP/2 in the clear with prior knowledge (RFC 9113 §3.3), over TCP or a Unix
+    /// socket: what gRPC servers inside a network usually speak. One multiplexed
+    /// connection per upstream and worker.
+    H2c,
+}
+
+impl UpstreamProtocol {
+    /// Whether this is HTTP/2, over TLS or not.
+    pub fn is_h2(self) -> bool {
+        matches!(self, Self::H2 | Self::H2c)
+    }
 }
 
 impl ProxySettings {
@@ -61,6 +87,7 @@ impl ProxySettings {
             connect_timeout: self.connect_timeout,
             max_response_head: self.max_response_head,
             proxy_header: self.send_proxy_protocol,
+            multiplexed: self.protocol.is_h2(),
         }
     }
 }

@@ -1,6 +1,6 @@
 //! TLS to `https://` upstreams: which roots verify them, what the proxy presents.
 //!
-//! rustls with the aws-lc-rs provider (the one scb-tls serves with), HTTP/1.1 in ALPN,
+//! rustls with the aws-lc-rs provider (the one scb-tls serves with), HTTP/1.1 or h2 in ALPN,
 //! the upstream's host name as SNI and as the name its certificate must carry. Roots are
 //! the operating system's store (`rustls-native-certs`) unless a CA file is given, as for
 //! a private CA. Sessions are resumed from rustls' in-memory cache, and connections are
@@ -61,8 +61,10 @@ impl UpstreamTls {
         self.insecure_skip_verify
     }
 
-    /// The connector, files read now.
-    pub(crate) fn connector(&self) -> Result<TlsConnector, String> {
+    /// The connector, files read now, offering `alpn` (`http/1.1`, or `h2` alone for an
+    /// HTTP/2 proxy: an upstream that cannot speak it should fail the handshake, not
+    /// answer in HTTP/1.1 to frames).
+    pub(crate) fn connector(&self, alpn: &[u8]) -> Result<TlsConnector, String> {
         let provider = Arc::new(aws_lc_rs::default_provider());
         let builder = ClientConfig::builder_with_provider(Arc::clone(&provider))
             .with_safe_default_protocol_versions()
@@ -84,7 +86,7 @@ impl UpstreamTls {
                 .with_client_auth_cert(read_certs(cert)?, read_key(key)?)
                 .map_err(|e| format!("{}: {e}", cert.display()))?,
         };
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        config.alpn_protocols = vec![alpn.to_vec()];
         Ok(TlsConnector::from(Arc::new(config)))
     }
 

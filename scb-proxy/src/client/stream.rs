@@ -63,6 +63,14 @@ impl Stream {
         Ok(Self::Tls(Box::new(tls.connect(name, stream).await?)))
     }
 
+    /// The protocol the upstream agreed to in the TLS handshake (ALPN), if any.
+    pub(crate) fn alpn(&self) -> Option<&[u8]> {
+        match self {
+            Self::Tls(tls) => tls.get_ref().1.alpn_protocol(),
+            Self::Tcp(_) | Self::Unix(_) => None,
+        }
+    }
+
     /// Whether an idle connection is no use any more: the upstream closed it, or sent
     /// bytes nobody asked for.
     ///

@@ -330,6 +330,7 @@ fn test_pool() -> Arc<Pool> {
             connect_timeout: Duration::from_secs(1),
             max_response_head: MAX_HEAD,
             proxy_header: None,
+            multiplexed: false,
         },
     ))
 }

@@ -12,7 +12,8 @@ use tokio_rustls::TlsConnector;
 
 use super::ActiveHealth;
 use crate::client::{Connection, SendError, Stream};
-use crate::settings::ProxyHeader;
+use crate::error::ProxyError;
+use crate::settings::{ProxyHeader, UpstreamProtocol};
 use crate::upstream::{Upstream, UpstreamState};
 
 /// Shortest active check interval: `tokio::time::interval` panics on zero, and checking more
@@ -32,6 +33,7 @@ pub(crate) async fn run_active(
     config: ActiveHealth,
     proxy_header: Option<ProxyHeader>,
     tls: Option<TlsConnector>,
+    protocol: UpstreamProtocol,
 ) {
     let path = config
         .path
@@ -53,6 +55,7 @@ pub(crate) async fn run_active(
             Arc::clone(&config),
             proxy_header,
             tls.clone(),
+            protocol,
         ));
     }
     while let Some(done) = checkers.join_next().await {
@@ -69,6 +72,7 @@ async fn check_forever(
     config: Arc<ActiveHealth>,
     proxy_header: Option<ProxyHeader>,
     tls: Option<TlsConnector>,
+    protocol: UpstreamProtocol,
 ) {
     let state = &upstreams[index];
     let mut ticks = tokio::time::interval(config.interval.max(MIN_INTERVAL));
@@ -83,6 +87,7 @@ async fn check_forever(
             config.timeout,
             proxy_header,
             tls.as_ref(),
+            protocol,
         )
         .await;
         let now = Instant::now();
@@ -124,6 +129,10 @@ enum CheckError {
     Connect(std::io::Error),
     #[error("request failed: {0}")]
     Http(SendError),
+    #[error("{0}")]
+    H2Connect(ProxyError),
+    #[error("request failed: {0}")]
+    H2(hyper::Error),
     #[error("request could not be built: {0}")]
     Request(http::Error),
     #[error("status {0}")]
@@ -137,10 +146,14 @@ async fn check(
     timeout: Duration,
     proxy_header: Option<ProxyHeader>,
     tls: Option<&TlsConnector>,
+    protocol: UpstreamProtocol,
 ) -> Result<(), CheckError> {
-    let status = tokio::time::timeout(timeout, head(upstream, path, proxy_header, tls))
-        .await
-        .map_err(|_| CheckError::Timeout(timeout))??;
+    let status = if protocol.is_h2() {
+        tokio::time::timeout(timeout, head_h2(upstream, path, tls)).await
+    } else {
+        tokio::time::timeout(timeout, head(upstream, path, proxy_header, tls)).await
+    };
+    let status = status.map_err(|_| CheckError::Timeout(timeout))??;
     if status.is_success() || status.is_redirection() {
         Ok(())
     } else {
@@ -175,4 +188,32 @@ async fn head(
         .await
         .map_err(CheckError::Http)?;
     Ok(head.parts.status)
+}
+
+/// The check over HTTP/2, on a connection of its own (closed when the head is in): a
+/// worker's shared connection could pass while new ones fail.
+async fn head_h2(
+    upstream: &Upstream,
+    path: &PathAndQuery,
+    tls: Option<&TlsConnector>,
+) -> Result<StatusCode, CheckError> {
+    let mut send = crate::h2::connect(upstream, tls)
+        .await
+        .map_err(CheckError::H2Connect)?;
+    let mut request = Request::builder()
+        .method(Method::GET)
+        .uri(path.clone())
+        .header(header::USER_AGENT, "scb-health-check")
+        .body(Body::empty())
+        .map_err(CheckError::Request)?;
+    let authority = http::HeaderValue::from_str(upstream.authority.as_str())
+        .map_err(|e| CheckError::Request(e.into()))?;
+    let scheme = if upstream.tls {
+        http::uri::Scheme::HTTPS
+    } else {
+        http::uri::Scheme::HTTP
+    };
+    crate::h2::address(&mut request, scheme, &authority);
+    let response = send.send_request(request).await.map_err(CheckError::H2)?;
+    Ok(response.status())
 }

@@ -10,6 +10,7 @@ use tokio::net::TcpListener;
 use super::state::{AT_BASE, BASE, nanos};
 use super::*;
 use crate::metrics::UPSTREAM_HEALTHY;
+use crate::settings::UpstreamProtocol;
 use crate::upstream::{Upstream, UpstreamState};
 
 fn state(addr: &str) -> UpstreamState {
@@ -336,6 +337,7 @@ async fn active_checks_keep_a_healthy_upstream_up() {
         fast_checks(),
         None,
         None,
+        UpstreamProtocol::Http1,
     ));
     wait_until("5 checks passed", || {
         assert!(available(&upstreams));
@@ -367,6 +369,7 @@ async fn active_checks_take_a_failing_upstream_down_and_bring_it_back() {
         fast_checks(),
         None,
         None,
+        UpstreamProtocol::Http1,
     ));
     wait_until("a check passed", || upstream.ok.load(Ordering::SeqCst) >= 1).await;
 
@@ -396,6 +399,7 @@ async fn active_checks_take_a_closed_port_down() {
         fast_checks(),
         None,
         None,
+        UpstreamProtocol::Http1,
     ));
     wait_until("the upstream is down", || !available(&upstreams)).await;
     checker.abort();
@@ -422,6 +426,7 @@ async fn active_checks_time_out_a_silent_upstream_without_delaying_the_others() 
         fast_checks(),
         None,
         None,
+        UpstreamProtocol::Http1,
     ));
     wait_until("the silent upstream is down", || !available(&upstreams)).await;
     // Two 1 s timeouts took it down; meanwhile the healthy upstream was checked every
@@ -441,7 +446,7 @@ async fn active_checks_with_a_relative_path_are_off() {
     };
     let ran = tokio::time::timeout(
         Duration::from_secs(5),
-        run_active(upstreams, config, None, None),
+        run_active(upstreams, config, None, None, UpstreamProtocol::Http1),
     );
     assert!(ran.await.is_ok(), "run_active returns at once");
 }

@@ -1,0 +1,296 @@
+//! The proxy to HTTP/2 upstreams (`UpstreamProtocol::H2c`) against a real hyper HTTP/2
+//! server on loopback, driven straight through the tower service: multiplexing, trailers
+//! both ways, gRPC-shaped errors, resets, and an upstream that goes away and comes back.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
+use http_body_util::{BodyExt as _, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use scb_core::Body;
+use scb_proxy::{BuildError, ReverseProxy, Upstream, UpstreamProtocol};
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tower::ServiceExt as _;
+
+/// An HTTP/2 (prior knowledge) upstream: echoes the request body, and answers with a
+/// `x-sum` trailer (the body's length) and, when the request had trailers, `x-got` naming
+/// their value. `/reset` resets the stream instead of answering.
+struct H2Upstream {
+    addr: SocketAddr,
+    connections: Arc<AtomicUsize>,
+    task: JoinHandle<()>,
+}
+
+impl H2Upstream {
+    async fn spawn() -> Self {
+        Self::on(TcpListener::bind("127.0.0.1:0").await.unwrap())
+    }
+
+    fn on(listener: TcpListener) -> Self {
+        let addr = listener.local_addr().unwrap();
+        let connections = Arc::new(AtomicUsize::new(0));
+        let counted = Arc::clone(&connections);
+        let task = tokio::spawn(async move {
+            let mut conns = tokio::task::JoinSet::new();
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    return;
+                };
+                counted.fetch_add(1, Ordering::SeqCst);
+                conns.spawn(
+                    hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                        .serve_connection(TokioIo::new(stream), hyper::service::service_fn(answer)),
+                );
+            }
+        });
+        Self {
+            addr,
+            connections,
+            task,
+        }
+    }
+
+    fn connections(&self) -> usize {
+        self.connections.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for H2Upstream {
+    fn drop(&mut self) {
+        // Aborting the accept loop drops its JoinSet, which aborts every connection.
+        self.task.abort();
+    }
+}
+
+type Answer =
+    StreamBody<futures_util::stream::Iter<std::vec::IntoIter<Result<Frame<Bytes>, Infallible>>>>;
+
+async fn answer(req: Request<Incoming>) -> Result<Response<Answer>, std::io::Error> {
+    if req.uri().path() == "/reset" {
+        return Err(std::io::Error::other("reset on purpose"));
+    }
+    let authority = req.uri().authority().map(ToString::to_string);
+    let te = req.headers().get("te").cloned();
+    let collected = req
+        .into_body()
+        .collect()
+        .await
+        .map_err(std::io::Error::other)?;
+    let got = collected
+        .trailers()
+        .and_then(|t| t.get("x-client-trailer"))
+        .cloned();
+    let body = collected.to_bytes();
+    let mut trailers = HeaderMap::new();
+    trailers.insert("x-sum", HeaderValue::from(body.len()));
+    if let Some(got) = got {
+        trailers.insert("x-got", got);
+    }
+    let frames = vec![Ok(Frame::data(body)), Ok(Frame::trailers(trailers))];
+    let mut res = Response::new(StreamBody::new(futures_util::stream::iter(frames)));
+    if let Some(authority) = authority.and_then(|a| HeaderValue::try_from(a).ok()) {
+        res.headers_mut().insert("x-authority", authority);
+    }
+    if let Some(te) = te {
+        res.headers_mut().insert("x-te", te);
+    }
+    Ok(res)
+}
+
+fn h2c_proxy(addr: SocketAddr) -> ReverseProxy {
+    ReverseProxy::builder([Upstream::new(&addr.to_string()).unwrap()])
+        .protocol(UpstreamProtocol::H2c)
+        .build()
+        .unwrap()
+}
+
+fn post(path: &str, body: &'static str) -> Request<Body> {
+    Request::post(path)
+        .header("host", "site.example")
+        .body(Body::from(body))
+        .unwrap()
+}
+
+fn grpc(path: &str) -> Request<Body> {
+    Request::post(path)
+        .header("host", "site.example")
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(Body::empty())
+        .unwrap()
+}
+
+/// The response's body and trailers.
+async fn read(res: Response<Body>) -> (Bytes, Option<HeaderMap>) {
+    let collected = res.into_body().collect().await.unwrap();
+    let trailers = collected.trailers().cloned();
+    (collected.to_bytes(), trailers)
+}
+
+#[tokio::test]
+async fn concurrent_requests_share_one_connection_and_keep_their_trailers() {
+    let up = H2Upstream::spawn().await;
+    let proxy = h2c_proxy(up.addr);
+    let mut requests = tokio::task::JoinSet::new();
+    for i in 0..32 {
+        let proxy = proxy.clone();
+        requests.spawn(async move {
+            let body: &'static str = if i % 2 == 0 { "even" } else { "odd!!" };
+            let res = proxy.oneshot(post("/echo", body)).await.unwrap();
+            assert_eq!(res.status(), StatusCode::OK);
+            // The client's Host reached the upstream as `:authority`.
+            assert_eq!(res.headers()["x-authority"], "site.example");
+            let (bytes, trailers) = read(res).await;
+            assert_eq!(bytes, body.as_bytes());
+            assert_eq!(
+                trailers.expect("trailers passed down")["x-sum"],
+                body.len().to_string().as_str()
+            );
+        });
+    }
+    while let Some(done) = requests.join_next().await {
+        done.unwrap();
+    }
+    assert_eq!(up.connections(), 1, "one multiplexed connection per worker");
+}
+
+#[tokio::test]
+async fn request_trailers_and_te_trailers_reach_the_upstream() {
+    let up = H2Upstream::spawn().await;
+    let proxy = h2c_proxy(up.addr);
+    let mut trailers = HeaderMap::new();
+    trailers.insert("x-client-trailer", HeaderValue::from_static("seen"));
+    let frames: Vec<Result<Frame<Bytes>, Infallible>> = vec![
+        Ok(Frame::data(Bytes::from_static(b"part one, "))),
+        Ok(Frame::data(Bytes::from_static(b"part two"))),
+        Ok(Frame::trailers(trailers)),
+    ];
+    let req = Request::post("/echo")
+        .header("host", "site.example")
+        .header("te", "trailers")
+        .body(Body::new(StreamBody::new(futures_util::stream::iter(
+            frames,
+        ))))
+        .unwrap();
+    let res = proxy.oneshot(req).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(res.headers()["x-te"], "trailers");
+    let (bytes, trailers) = read(res).await;
+    assert_eq!(bytes, "part one, part two");
+    let trailers = trailers.unwrap();
+    assert_eq!(trailers["x-got"], "seen");
+    assert_eq!(trailers["x-sum"], "18");
+}
+
+#[tokio::test]
+async fn a_reset_stream_fails_that_request_only() {
+    let up = H2Upstream::spawn().await;
+    let proxy = h2c_proxy(up.addr);
+    for _ in 0..3 {
+        let res = proxy.clone().oneshot(grpc("/reset")).await.unwrap();
+        assert_eq!(
+            res.status(),
+            StatusCode::OK,
+            "gRPC errors are trailers-only"
+        );
+        assert_eq!(res.headers()["grpc-status"], "14");
+        let res = proxy.clone().oneshot(post("/reset", "x")).await.unwrap();
+        assert_eq!(res.status(), StatusCode::BAD_GATEWAY);
+        let res = proxy.clone().oneshot(post("/echo", "fine")).await.unwrap();
+        assert_eq!(res.status(), StatusCode::OK);
+        assert_eq!(read(res).await.0, "fine");
+    }
+    assert_eq!(up.connections(), 1, "resets do not cost the connection");
+}
+
+#[tokio::test]
+async fn an_upstream_that_goes_away_is_reconnected_when_it_comes_back() {
+    let up = H2Upstream::spawn().await;
+    let addr = up.addr;
+    let proxy = h2c_proxy(addr);
+    let res = proxy
+        .clone()
+        .oneshot(post("/echo", "before"))
+        .await
+        .unwrap();
+    assert_eq!(read(res).await.0, "before");
+
+    // Down: every connection closed, nothing listening. Three requests in a row fail the
+    // gRPC way or the HTTP way, none hangs.
+    drop(up);
+    for _ in 0..3 {
+        let res = proxy.clone().oneshot(grpc("/echo")).await.unwrap();
+        assert_eq!(res.headers()["grpc-status"], "14");
+        assert!(res.headers().contains_key("grpc-message"));
+        let res = proxy.clone().oneshot(post("/echo", "x")).await.unwrap();
+        assert_eq!(res.status(), StatusCode::BAD_GATEWAY);
+    }
+
+    // Back on the same port: the next request makes a new connection.
+    let listener = TcpListener::bind(addr).await.unwrap();
+    let up = H2Upstream::on(listener);
+    let res = proxy.clone().oneshot(post("/echo", "after")).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(read(res).await.0, "after");
+    assert_eq!(up.connections(), 1);
+}
+
+#[tokio::test]
+async fn an_http1_only_upstream_fails_cleanly() {
+    // Something that answers HTTP/1.1 to the HTTP/2 preface, then closes.
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move {
+        loop {
+            let Ok((mut stream, _)) = listener.accept().await else {
+                return;
+            };
+            use tokio::io::AsyncWriteExt as _;
+            let _ = stream
+                .write_all(
+                    b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+                )
+                .await;
+        }
+    });
+    let proxy = h2c_proxy(addr);
+    for _ in 0..3 {
+        let res = tokio::time::timeout(
+            Duration::from_secs(10),
+            proxy.clone().oneshot(post("/", "x")),
+        )
+        .await
+        .expect("answered, not hung")
+        .unwrap();
+        assert_eq!(res.status(), StatusCode::BAD_GATEWAY);
+    }
+    server.abort();
+}
+
+#[test]
+fn the_protocol_must_fit_the_upstreams() {
+    let build = |protocol, addr: &str| {
+        ReverseProxy::builder([Upstream::new(addr).unwrap()])
+            .protocol(protocol)
+            .build()
+    };
+    let e = build(UpstreamProtocol::H2, "127.0.0.1:1").unwrap_err();
+    assert!(matches!(e, BuildError::Protocol(_)), "{e}");
+    assert!(e.to_string().contains("is not https://"), "{e}");
+    let e = build(UpstreamProtocol::H2c, "https://127.0.0.1:1").unwrap_err();
+    assert!(e.to_string().contains("\"h2\" is HTTP/2 over TLS"), "{e}");
+    assert!(build(UpstreamProtocol::H2c, "unix:/run/app.sock").is_ok());
+    let e = ReverseProxy::builder([Upstream::new("127.0.0.1:1").unwrap()])
+        .protocol(UpstreamProtocol::H2c)
+        .send_proxy_protocol(scb_proxy::ProxyHeader::V2)
+        .build()
+        .unwrap_err();
+    assert!(e.to_string().contains("PROXY protocol"), "{e}");
+}
