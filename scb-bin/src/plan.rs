@@ -1316,6 +1316,9 @@ fn proxy_handler(config: &ProxyConfig, matcher: &PathMatch) -> Result<Handler, L
                 }
             }
         }
+        if let (scb_proxy::BuildError::Protocol(_), Some(protocol)) = (&e, &config.protocol) {
+            return Located::at(protocol, "protocol", e);
+        }
         Located::at(&config.upstreams, "upstreams", e)
     })?;
     Ok(Handler::Proxy(proxy))

@@ -429,6 +429,20 @@ impl TryFrom<&ProxyConfig> for scb_proxy::ReverseProxyBuilder {
         if let Some(forward) = config.forward_client_cert {
             b = b.forward_client_cert(forward);
         }
+        if let Some(protocol) = &config.protocol {
+            b = b.protocol(match protocol.get_ref().as_str() {
+                "http1" => scb_proxy::UpstreamProtocol::Http1,
+                "h2" => scb_proxy::UpstreamProtocol::H2,
+                "h2c" => scb_proxy::UpstreamProtocol::H2c,
+                _ => {
+                    return Err(Located::at(
+                        protocol,
+                        "protocol",
+                        "expected \"http1\", \"h2\" (HTTP/2 over TLS) or \"h2c\" (HTTP/2 in the clear)",
+                    ));
+                }
+            });
+        }
         if let Some(version) = &config.proxy_protocol {
             b = b.send_proxy_protocol(match version.get_ref().as_str() {
                 "v1" => scb_proxy::ProxyHeader::V1,

@@ -540,6 +540,8 @@ pub(crate) struct ProxyConfig {
     pub(crate) client_key: Option<Spanned<std::path::PathBuf>>,
     /// Accept any upstream certificate; logged as a warning.
     pub(crate) insecure_skip_verify: Option<bool>,
+    /// `"http1"` (absent), `"h2"` (HTTP/2 over TLS) or `"h2c"` (HTTP/2 in the clear).
+    pub(crate) protocol: Option<Spanned<String>>,
 }
 
 /// One entry of `upstreams`: a bare `"host:port"`, or a table with a weight.

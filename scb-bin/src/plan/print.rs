@@ -158,7 +158,12 @@ fn handler(handler: &Handler) -> String {
                 }
                 balance.push(c.to_ascii_lowercase());
             }
-            format!("proxy {} ({balance})", upstreams.join(", "))
+            let protocol = match proxy.settings().protocol {
+                scb_proxy::UpstreamProtocol::H2 => ", h2",
+                scb_proxy::UpstreamProtocol::H2c => ", h2c",
+                _ => "",
+            };
+            format!("proxy {} ({balance}{protocol})", upstreams.join(", "))
         }
     }
 }
