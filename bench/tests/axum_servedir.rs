@@ -26,13 +26,14 @@ const RETRY: Duration = Duration::from_millis(5);
 const HELLO: &[u8] = b"Hello, world!";
 
 /// The placeholders the harness replaces in every template.
-const PLACEHOLDERS: [&str; 12] = [
+const PLACEHOLDERS: [&str; 13] = [
     "HTTP_PORT",
     "TLS_PORT",
     "UPSTREAM",
     "UPSTREAM_PORT",
     "UPSTREAM_TLS",
-    "UPSTREAM_SSL",
+    "UPSTREAM_H2C",
+    "UPSTREAM_LISTEN",
     "DOCROOT",
     "CERT",
     "KEY",
@@ -580,7 +581,8 @@ fn render(name: &str, workdir: &Path, docroot: &Path, cert: &Path, key: &Path) -
         ("UPSTREAM", "127.0.0.1:18090".to_owned()),
         ("UPSTREAM_PORT", "18090".to_owned()),
         ("UPSTREAM_TLS", "127.0.0.1:18091".to_owned()),
-        ("UPSTREAM_SSL", " ssl".to_owned()),
+        ("UPSTREAM_H2C", "127.0.0.1:18092".to_owned()),
+        ("UPSTREAM_LISTEN", " ssl".to_owned()),
         ("DOCROOT", docroot.display().to_string()),
         ("CERT", cert.display().to_string()),
         ("KEY", key.display().to_string()),

@@ -63,7 +63,7 @@ pub(crate) fn run(args: ProfileArgs, argv: &[String]) -> anyhow::Result<bool> {
     )?;
     let expected = scenario.expected(&fixtures);
     let mut upstream = if scenario.needs_upstream() {
-        Some(start_upstream(&ctx, &dir, scenario == Scenario::ProxyTls)?)
+        Some(start_upstream(&ctx, &dir, scenario)?)
     } else {
         None
     };

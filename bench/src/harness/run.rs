@@ -144,10 +144,11 @@ fn vars(ctx: &Ctx<'_>, http: u16, tls: u16, upstream: u16, workers: usize, dir: 
         .set("TLS_PORT", tls.to_string())
         .set("UPSTREAM", format!("127.0.0.1:{upstream}"))
         .set("UPSTREAM_PORT", upstream.to_string())
-        // The proxy-tls scenario's upstream: the same nginx, listening with TLS on its
-        // port then (`UPSTREAM_SSL`); in every other scenario nobody uses it.
+        // The proxy-tls and proxy-h2c scenarios' upstream: the same nginx, listening with
+        // TLS or h2c on its port then (`UPSTREAM_LISTEN`); elsewhere nobody uses them.
         .set("UPSTREAM_TLS", format!("127.0.0.1:{upstream}"))
-        .set("UPSTREAM_SSL", "")
+        .set("UPSTREAM_H2C", format!("127.0.0.1:{upstream}"))
+        .set("UPSTREAM_LISTEN", "")
         .set("DOCROOT", path(ctx.fixtures.docroot()))
         .set("CERT", path(&ctx.cert.cert))
         .set("KEY", path(&ctx.cert.key))
@@ -166,16 +167,27 @@ fn render_config(ctx: &Ctx<'_>, name: &str, vars: &Vars, dir: &Path) -> anyhow::
     Ok(target)
 }
 
-/// Starts the upstream nginx; with `tls`, its listener speaks TLS with the run's
-/// certificate (the `proxy-tls` scenario).
-pub(crate) fn start_upstream(ctx: &Ctx<'_>, dir: &Path, tls: bool) -> anyhow::Result<Upstream> {
+/// Starts the upstream nginx for `scenario`: its listener speaks TLS with the run's
+/// certificate for `proxy-tls`, HTTP/2 with prior knowledge for `proxy-h2c`, HTTP/1.1
+/// otherwise.
+pub(crate) fn start_upstream(
+    ctx: &Ctx<'_>,
+    dir: &Path,
+    scenario: Scenario,
+) -> anyhow::Result<Upstream> {
+    let listen = match scenario {
+        Scenario::ProxyTls => " ssl",
+        // nginx 1.22: `http2` on a listener without `ssl` is h2c with prior knowledge only.
+        Scenario::ProxyH2c => " http2",
+        _ => "",
+    };
     let dir = dir.join("upstream");
     fs::create_dir_all(&dir)?;
     let [port, unused_http, unused_tls] = free_ports::<3>()?;
     // The upstream gets one worker per load CPU: it shares them with the load generator.
     let workers = ctx.settings.load.cpus.count();
-    let vars = vars(ctx, unused_http, unused_tls, port, workers, &dir)
-        .set("UPSTREAM_SSL", if tls { " ssl" } else { "" });
+    let vars =
+        vars(ctx, unused_http, unused_tls, port, workers, &dir).set("UPSTREAM_LISTEN", listen);
     let config = render_config(ctx, "nginx-upstream.conf", &vars, &dir)?;
     let launch = nginx_launch(&config);
     let cpus = &ctx.settings.load.cpus;
@@ -186,8 +198,9 @@ pub(crate) fn start_upstream(ctx: &Ctx<'_>, dir: &Path, tls: bool) -> anyhow::Re
     let mut process =
         ServerProcess::start("upstream nginx", cpus, &launch, &dir.join("server.log"))?;
     wait_until_accepting(&mut process, local(port))?;
-    // Over TLS, the servers' own verification of the scenario's URL checks it end to end.
-    if !tls {
+    // Over TLS or h2c, the servers' own verification of the scenario's URL checks it end
+    // to end.
+    if listen.is_empty() {
         verify::plain(
             port,
             &[Expected {
@@ -215,7 +228,7 @@ fn run_scenario(ctx: &Ctx<'_>, scenario: Scenario) -> anyhow::Result<Vec<Row>> {
     let anyone = settings.servers.iter().any(|s| s.supports(scenario));
     let upstream = if scenario.needs_upstream() && anyone {
         progress(&format!("[{scenario}] starting the upstream nginx"));
-        start_upstream(ctx, &dir, scenario == Scenario::ProxyTls)
+        start_upstream(ctx, &dir, scenario)
             .map(Some)
             .map_err(|e| format!("{e:#}"))
     } else {

@@ -32,6 +32,11 @@ pub(crate) enum Scenario {
     /// to the same nginx on an HTTPS port.
     #[value(name = "proxy-tls")]
     ProxyTls,
+    /// `GET /proxy-h2c/hello` forwarded over HTTP/2 in the clear (prior knowledge, one
+    /// multiplexed connection) to the same nginx on an h2c port; nginx proxies with
+    /// `grpc_pass`, its HTTP/2 upstream module.
+    #[value(name = "proxy-h2c")]
+    ProxyH2c,
     /// The 13-byte file over TLS 1.3 + HTTP/2 (h2load).
     #[value(name = "tls-h2-static-small")]
     TlsH2StaticSmall,
@@ -49,6 +54,8 @@ pub(crate) enum Feature {
     Proxy,
     /// The same to an HTTPS upstream.
     ProxyTls,
+    /// The same to an HTTP/2 upstream in the clear.
+    ProxyH2c,
     /// TLS 1.3 with ALPN h2.
     TlsH2,
 }
@@ -68,6 +75,9 @@ pub(crate) const PROXY_PATH: &str = "/proxy/hello";
 /// The path requested by the `proxy-tls` scenario.
 pub(crate) const PROXY_TLS_PATH: &str = "/proxy-tls/hello";
 
+/// The path requested by the `proxy-h2c` scenario.
+pub(crate) const PROXY_H2C_PATH: &str = "/proxy-h2c/hello";
+
 /// How many `static-many` paths are verified besides the first and the last: enough to
 /// catch a server that serves one file for all, without 10,000 requests before each run.
 const MANY_SAMPLE: usize = 20;
@@ -83,13 +93,14 @@ pub(crate) struct Expected {
 
 impl Scenario {
     /// Every scenario, in the report's order.
-    pub(crate) const ALL: [Scenario; 7] = [
+    pub(crate) const ALL: [Scenario; 8] = [
         Scenario::Respond,
         Scenario::StaticSmall,
         Scenario::Static1m,
         Scenario::StaticMany,
         Scenario::Proxy,
         Scenario::ProxyTls,
+        Scenario::ProxyH2c,
         Scenario::TlsH2StaticSmall,
     ];
 
@@ -102,6 +113,7 @@ impl Scenario {
             Scenario::StaticMany => "static-many",
             Scenario::Proxy => "proxy",
             Scenario::ProxyTls => "proxy-tls",
+            Scenario::ProxyH2c => "proxy-h2c",
             Scenario::TlsH2StaticSmall => "tls-h2-static-small",
         }
     }
@@ -115,6 +127,7 @@ impl Scenario {
             }
             Scenario::Proxy => &[Feature::Proxy],
             Scenario::ProxyTls => &[Feature::ProxyTls],
+            Scenario::ProxyH2c => &[Feature::ProxyH2c],
             Scenario::TlsH2StaticSmall => &[Feature::StaticFiles, Feature::TlsH2],
         }
     }
@@ -129,7 +142,10 @@ impl Scenario {
 
     /// Whether the upstream nginx must run.
     pub(crate) const fn needs_upstream(self) -> bool {
-        matches!(self, Scenario::Proxy | Scenario::ProxyTls)
+        matches!(
+            self,
+            Scenario::Proxy | Scenario::ProxyTls | Scenario::ProxyH2c
+        )
     }
 
     /// The paths the load requests: one, or for `static-many` all 10,000 in the fixed
@@ -144,6 +160,7 @@ impl Scenario {
             Scenario::StaticMany => fixtures.many_paths_shuffled(),
             Scenario::Proxy => vec![PROXY_PATH.to_owned()],
             Scenario::ProxyTls => vec![PROXY_TLS_PATH.to_owned()],
+            Scenario::ProxyH2c => vec![PROXY_H2C_PATH.to_owned()],
         }
     }
 
@@ -177,6 +194,10 @@ impl Scenario {
             }],
             Scenario::ProxyTls => vec![Expected {
                 path: PROXY_TLS_PATH.to_owned(),
+                body: hello(),
+            }],
+            Scenario::ProxyH2c => vec![Expected {
+                path: PROXY_H2C_PATH.to_owned(),
                 body: hello(),
             }],
         }

@@ -46,6 +46,8 @@ pub(crate) struct Capabilities {
     pub(crate) proxy: bool,
     /// Reverse proxy to the upstream over TLS.
     pub(crate) proxy_tls: bool,
+    /// Reverse proxy to the upstream over HTTP/2 in the clear.
+    pub(crate) proxy_h2c: bool,
     /// TLS 1.3 + ALPN h2.
     pub(crate) tls_h2: bool,
 }
@@ -56,6 +58,7 @@ impl Capabilities {
         static_files: true,
         proxy: true,
         proxy_tls: true,
+        proxy_h2c: true,
         tls_h2: true,
     };
     const NONE: Capabilities = Capabilities {
@@ -63,11 +66,13 @@ impl Capabilities {
         static_files: false,
         proxy: false,
         proxy_tls: false,
+        proxy_h2c: false,
         tls_h2: false,
     };
-    /// Everything but the HTTPS upstream: not configured for these peers yet.
-    const ALL_BUT_PROXY_TLS: Capabilities = Capabilities {
+    /// Everything but the HTTPS and h2c upstreams: not configured for these peers yet.
+    const ALL_BUT_PROXY_TLS_H2C: Capabilities = Capabilities {
         proxy_tls: false,
+        proxy_h2c: false,
         ..Capabilities::ALL
     };
 
@@ -78,6 +83,7 @@ impl Capabilities {
             Feature::StaticFiles => self.static_files,
             Feature::Proxy => self.proxy,
             Feature::ProxyTls => self.proxy_tls,
+            Feature::ProxyH2c => self.proxy_h2c,
             Feature::TlsH2 => self.tls_h2,
         })
     }
@@ -93,13 +99,14 @@ const CAPABILITIES: [(Server, Capabilities); 5] = [
             static_files: true, // issue 4: scb-static
             proxy: true,        // issue 5: scb-proxy
             proxy_tls: true,    // issue 16: https upstreams
+            proxy_h2c: true,    // issue 16: HTTP/2 upstreams
             tls_h2: true,       // issue 6: scb-tls
         },
     ),
     (Server::Nginx, Capabilities::ALL),
     (Server::NginxTuned, Capabilities::ALL),
-    (Server::Caddy, Capabilities::ALL_BUT_PROXY_TLS),
-    (Server::AxumServedir, Capabilities::ALL_BUT_PROXY_TLS),
+    (Server::Caddy, Capabilities::ALL_BUT_PROXY_TLS_H2C),
+    (Server::AxumServedir, Capabilities::ALL_BUT_PROXY_TLS_H2C),
 ];
 
 /// Everything a server's command line and config template are made from.
@@ -291,7 +298,7 @@ mod tests {
     }
 
     #[test]
-    fn peers_serve_every_scenario_but_caddy_and_axum_the_https_upstream() {
+    fn peers_serve_every_scenario_but_caddy_and_axum_the_https_and_h2c_upstreams() {
         for server in [Server::Nginx, Server::NginxTuned] {
             assert!(Scenario::ALL.into_iter().all(|s| server.supports(s)));
         }
@@ -300,7 +307,7 @@ mod tests {
                 .into_iter()
                 .filter(|s| !server.supports(*s))
                 .collect();
-            assert_eq!(served, [Scenario::ProxyTls], "{server}");
+            assert_eq!(served, [Scenario::ProxyTls, Scenario::ProxyH2c], "{server}");
         }
     }
 
@@ -311,6 +318,7 @@ mod tests {
             static_files: false,
             proxy: false,
             proxy_tls: false,
+            proxy_h2c: false,
             tls_h2: true,
         };
         assert!(!only_tls.serves(Scenario::TlsH2StaticSmall));

@@ -189,6 +189,7 @@ impl Settings {
             || self.servers.contains(&Server::NginxTuned)
             || self.runs(Scenario::Proxy)
             || self.runs(Scenario::ProxyTls)
+            || self.runs(Scenario::ProxyH2c)
     }
 
     /// Whether any HTTP/1.1 scenario runs.
