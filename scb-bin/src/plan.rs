@@ -98,6 +98,10 @@ pub(crate) struct HttpsPlan {
     pub(crate) https_listener: Option<usize>,
     /// The `Strict-Transport-Security` value, and the TLS listeners that send it.
     pub(crate) hsts: Option<(http::HeaderValue, Vec<usize>)>,
+    /// The listeners whose certificates ACME obtains (one acceptor per certificate, shared
+    /// by the listeners that serve it): each runs one renewal task, and their HTTP-01
+    /// answers are served on every listener.
+    pub(crate) acme: Vec<scb_tls::TlsAcceptor>,
 }
 
 /// The route label of requests no route matched; no route may take the name.
@@ -320,6 +324,9 @@ impl Plan {
                 .iter()
                 .map(|l| {
                     let kind = match (&l.tls, l.redirect_https.as_ref().map(|r| *r.get_ref())) {
+                        (Some(tls), _) if tls.get_ref().acme.is_some() => {
+                            "tls (h2, http/1.1), acme"
+                        }
                         (Some(_), _) => "tls (h2, http/1.1)",
                         (None, Some(true)) => "plain, redirects to https",
                         (None, _) => "plain",
@@ -398,8 +405,28 @@ fn listeners(config: &Config, mut server: Server) -> Result<(Server, HttpsPlan),
                         "is for plain listeners; this one has `tls`",
                     ));
                 }
-                let acceptor =
+                let mut acceptor =
                     tls_acceptor(config_tls).map_err(|e| e.within(&format!("listen[{i}]")))?;
+                if acceptor.settings().acme_settings().is_some() {
+                    // Two listeners of one certificate (IPv4 and IPv6, say) share its
+                    // acceptor: one renewal task, one set of files.
+                    match https.acme.iter().find(|a| {
+                        a.settings().acme_settings() == acceptor.settings().acme_settings()
+                    }) {
+                        Some(same) if same.settings() == acceptor.settings() => {
+                            acceptor = same.clone();
+                        }
+                        Some(_) => {
+                            return Err(Located::at(
+                                config_tls,
+                                format!("listen[{i}].tls"),
+                                "an earlier listener has the same acme certificate with other \
+                                 tls settings; give both the same",
+                            ));
+                        }
+                        None => https.acme.push(acceptor.clone()),
+                    }
+                }
                 server = server.listen_with(addr, options.secure(Arc::new(acceptor)));
                 https.https_listener.get_or_insert(i);
                 if let Some(hsts) = &config_tls.get_ref().hsts {
@@ -452,14 +479,24 @@ fn tls_acceptor(
         let c = cert.get_ref();
         files.push(scb_tls::CertFiles::new(c.cert.clone(), c.key.clone()));
     }
-    if files.is_empty() {
+    let mut settings = match &tls.acme {
+        Some(acme) if !files.is_empty() => {
+            return Err(Located::at(
+                acme,
+                "tls.acme",
+                "certificates come from files or from ACME, not both",
+            ));
+        }
+        Some(acme) => scb_tls::TlsSettings::acme(acme_settings(acme)?),
+        None => scb_tls::TlsSettings::new(files),
+    };
+    if settings.certs().is_empty() && settings.acme_settings().is_none() {
         return Err(Located::at(
             config,
             "tls",
-            "needs `cert` and `key`, or `certs = [{ cert, key }, ...]`",
+            "needs `cert` and `key`, `certs = [{ cert, key }, ...]`, or `acme = { domains, state_dir }`",
         ));
     }
-    let mut settings = scb_tls::TlsSettings::new(files);
     match (&tls.client_ca, &tls.client_auth) {
         (None, None) => {}
         (None, Some(auth)) => {
@@ -487,6 +524,94 @@ fn tls_acceptor(
         }
     }
     scb_tls::TlsAcceptor::new(settings).map_err(|e| Located::at(config, "tls", e))
+}
+
+/// A listener's `acme` table, checked: names a CA can validate, an `https` directory.
+fn acme_settings(
+    config: &Spanned<crate::config::AcmeConfig>,
+) -> Result<scb_tls::AcmeSettings, Located> {
+    let acme = config.get_ref();
+    let domains = acme.domains.get_ref();
+    if domains.is_empty() {
+        return Err(Located::at(
+            &acme.domains,
+            "tls.acme.domains",
+            "name at least one domain",
+        ));
+    }
+    for (i, domain) in domains.iter().enumerate() {
+        let name = domain.get_ref();
+        let ip = name.parse::<std::net::IpAddr>().is_ok();
+        let dns = !name.is_empty()
+            && name.len() <= 253
+            && name.split('.').all(|label| {
+                !label.is_empty()
+                    && label.len() <= 63
+                    && label
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                    && !label.starts_with('-')
+                    && !label.ends_with('-')
+            });
+        if !ip && !dns {
+            return Err(Located::at(
+                domain,
+                format!("tls.acme.domains[{i}]"),
+                "is not a DNS name or an IP address (wildcards need the DNS-01 challenge, \
+                 which scb does not answer)",
+            ));
+        }
+    }
+    let mut settings = scb_tls::AcmeSettings::new(
+        domains.iter().map(|d| d.get_ref().clone()),
+        acme.state_dir.get_ref().clone(),
+    );
+    if let Some(email) = &acme.email {
+        if !email.get_ref().contains('@') {
+            return Err(Located::at(
+                email,
+                "tls.acme.email",
+                "is not an email address",
+            ));
+        }
+        settings = settings.email(email.get_ref().clone());
+    }
+    if let Some(directory) = &acme.directory {
+        let url = directory.get_ref();
+        if url
+            .parse::<http::Uri>()
+            .ok()
+            .and_then(|u| u.scheme_str().map(str::to_owned))
+            != Some("https".to_owned())
+        {
+            return Err(Located::at(
+                directory,
+                "tls.acme.directory",
+                "is not an https:// URL",
+            ));
+        }
+        settings = settings.directory(url.clone());
+    }
+    if let Some(root) = &acme.ca_root {
+        settings = settings.ca_root(root.get_ref().clone());
+    }
+    if let Some(challenge) = &acme.challenge {
+        settings = settings.challenge(match challenge.get_ref().as_str() {
+            "tls-alpn-01" => scb_tls::AcmeChallenge::TlsAlpn01,
+            "http-01" => scb_tls::AcmeChallenge::Http01,
+            _ => {
+                return Err(Located::at(
+                    challenge,
+                    "tls.acme.challenge",
+                    "expected \"tls-alpn-01\" or \"http-01\"",
+                ));
+            }
+        });
+    }
+    if let Some(retry) = &acme.retry {
+        settings = settings.retry(retry.get_ref().0);
+    }
+    Ok(settings)
 }
 
 /// Whether two listen addresses would share connections. With `SO_REUSEPORT` on every

@@ -228,6 +228,33 @@ struct Running {
     /// What a reload cannot change, to warn when it tries.
     workers: Option<usize>,
     pid_file: Option<std::path::PathBuf>,
+    /// The ACME listeners' renewal tasks, on this (the main) thread's runtime.
+    acme: AcmeTasks,
+}
+
+/// One task per ACME certificate, aborted when dropped (a reload replaces them).
+struct AcmeTasks(Vec<tokio::task::AbortHandle>);
+
+impl AcmeTasks {
+    /// Starts the renewal task of every ACME acceptor of `plan`.
+    fn start(plan: &Plan) -> Self {
+        Self(
+            plan.https
+                .acme
+                .iter()
+                .filter_map(scb_tls::TlsAcceptor::acme_task)
+                .map(|task| tokio::spawn(task).abort_handle())
+                .collect(),
+        )
+    }
+}
+
+impl Drop for AcmeTasks {
+    fn drop(&mut self) {
+        for task in &self.0 {
+            task.abort();
+        }
+    }
 }
 
 /// The metrics listener's server and stack.
@@ -305,6 +332,7 @@ impl Running {
             }
             _ => None,
         };
+        let acme = AcmeTasks::start(&plan);
         Ok(Self {
             file,
             app,
@@ -318,6 +346,7 @@ impl Running {
             upgrade_socket: plan.upgrade_socket,
             workers: plan.workers,
             pid_file: plan.pid_file,
+            acme,
         })
     }
 
@@ -414,6 +443,9 @@ impl Running {
         // listener meets the new routes.
         self.app_stack.replace(make_app);
         self.app.apply(app).await;
+        // The old tasks stop before the new start: two would race for the same files.
+        self.acme = AcmeTasks(Vec::new());
+        self.acme = AcmeTasks::start(&plan);
         match (metrics, make_metrics) {
             (Metrics::Keep(prepared), Some(make)) => {
                 if let Some(running) = &mut self.metrics {
@@ -492,6 +524,8 @@ fn app_maker(
     let sites: Arc<[SitePlan]> = Arc::clone(&plan.sites);
     let header = plan.request_id_header.clone();
     let https = stack::Https::new(&plan.https, addrs);
+    let acme =
+        (!plan.https.acme.is_empty()).then(|| scb_tls::Http01Layer::new(plan.https.acme.iter()));
     let mut access_log = AccessLogLayer::new()
         .trusted_proxies(plan.trusted_proxies.clone())
         .route_names(stack::route_names(&sites)?);
@@ -499,7 +533,13 @@ fn app_maker(
         access_log = access_log.writer(writer.clone());
     }
     Ok(Arc::new(move || {
-        Ok(stack::app(&sites, &header, &https, &access_log)?)
+        Ok(stack::app(
+            &sites,
+            &header,
+            &https,
+            &access_log,
+            acme.as_ref(),
+        )?)
     }))
 }
 

@@ -37,6 +37,7 @@ use scb_core::metrics::{Metrics, MetricsLayer};
 use scb_core::request_id::{RequestId, RequestIdLayer};
 use scb_core::router::{BoxRoute, NotFound, PathMatch, Router, RouterError};
 use scb_core::virtual_hosts::{VirtualHosts, VirtualHostsError};
+use scb_tls::acme::Http01;
 use tower::util::Either;
 use tower::{Layer, Service, ServiceBuilder};
 
@@ -52,7 +53,7 @@ type Sites = OneOf<Site, VirtualHosts<Site>>;
 type Site = Router<Metrics<RouteService>, Metrics<RouteService>>;
 
 /// The main server's stack on one worker.
-pub(crate) type AppService = RequestId<AccessLog<CatchPanic<Routed>>>;
+pub(crate) type AppService = RequestId<AccessLog<CatchPanic<Either<Http01<Routed>, Routed>>>>;
 
 /// [`HttpsPlan`](crate::plan::HttpsPlan) with listener indexes turned into the bound
 /// addresses the requests' `ConnectInfo` carries.
@@ -101,6 +102,7 @@ pub(crate) fn app(
     header: &HeaderName,
     https: &Https,
     access_log: &AccessLogLayer,
+    acme: Option<&scb_tls::Http01Layer>,
 ) -> Result<AppService, StackError> {
     let site = |plan: &SitePlan| -> Result<Site, RouterError> {
         let mut router = Router::new();
@@ -147,6 +149,8 @@ pub(crate) fn app(
         .layer(RequestIdLayer::new().header(header.clone()))
         .layer(access_log.clone())
         .layer(CatchPanicLayer::new())
+        // ACME's HTTP-01 answers, before any redirect to https.
+        .option_layer(acme.cloned())
         .option_layer(https.redirect.as_ref().map(|(listeners, port)| {
             RedirectHttpsLayer::new()
                 .port(*port)
@@ -297,6 +301,7 @@ mod tests {
             &plan.request_id_header,
             &Https::default(),
             &AccessLogLayer::new(),
+            None,
         )
         .unwrap();
 
@@ -324,6 +329,7 @@ mod tests {
             &plan.request_id_header,
             &Https::default(),
             &AccessLogLayer::new(),
+            None,
         )
         .unwrap();
         let req = Request::get("/respond")

@@ -10,6 +10,7 @@ use tokio::net::TcpStream;
 use tokio_rustls::Accept;
 use tokio_rustls::server::TlsStream;
 
+use crate::acme::{ACME_TLS_ALPN, Challenges};
 use crate::certs::{self, CertInfo};
 use crate::config;
 use crate::error::TlsError;
@@ -33,6 +34,8 @@ struct Inner {
     acceptor: tokio_rustls::TlsAcceptor,
     /// Serialises reloads, so that two racing ones cannot install an older read last.
     reloading: Mutex<()>,
+    /// An ACME listener's pending challenge answers.
+    challenges: Option<Arc<Challenges>>,
 }
 
 impl fmt::Debug for TlsAcceptor {
@@ -56,7 +59,11 @@ impl TlsAcceptor {
     pub fn new(settings: TlsSettings) -> Result<Self, TlsError> {
         let provider = Arc::new(config::provider());
         let set = CertSet::new(certs::load_all(&settings, &provider)?);
-        let resolver = Arc::new(Resolver::new(set));
+        let challenges = settings
+            .acme
+            .as_ref()
+            .map(|_| Arc::new(Challenges::default()));
+        let resolver = Arc::new(Resolver::new(set, challenges.clone()));
         let config = Arc::new(config::server_config(
             provider,
             Arc::clone(&resolver),
@@ -69,8 +76,23 @@ impl TlsAcceptor {
                 resolver,
                 config,
                 reloading: Mutex::new(()),
+                challenges,
             }),
         })
+    }
+
+    /// For an ACME listener ([`TlsSettings::acme`]), the task that obtains its
+    /// certificate and renews it, forever: spawn it once per process (on any runtime),
+    /// and abort it when the acceptor is replaced. `None` for other listeners.
+    pub fn acme_task(&self) -> Option<impl std::future::Future<Output = ()> + Send + 'static> {
+        let settings = self.inner.settings.acme.clone()?;
+        let challenges = self.inner.challenges.clone()?;
+        Some(crate::acme::run(self.clone(), settings, challenges))
+    }
+
+    /// An ACME listener's pending challenge answers.
+    pub(crate) fn challenges(&self) -> Option<Arc<Challenges>> {
+        self.inner.challenges.clone()
     }
 
     /// Re-reads every certificate and key file of the settings and, if all of them are
@@ -137,6 +159,13 @@ impl Handshake for TlsAcceptor {
         let accept = self.accept(tcp);
         Box::pin(async move {
             let stream: TlsStream<TcpStream> = accept.await?;
+            if stream.get_ref().1.alpn_protocol() == Some(ACME_TLS_ALPN) {
+                // A CA validating a TLS-ALPN-01 challenge: the handshake was the answer,
+                // and no HTTP follows (RFC 8737 §3).
+                return Err(std::io::Error::other(
+                    "ACME TLS-ALPN-01 validation answered",
+                ));
+            }
             let protocol = protocol(&stream);
             let client = stream
                 .get_ref()

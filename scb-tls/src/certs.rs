@@ -45,10 +45,25 @@ pub(crate) fn load_all(
     settings: &TlsSettings,
     provider: &CryptoProvider,
 ) -> Result<Vec<Loaded>, TlsError> {
+    let now = unix_now();
+    if let Some(acme) = &settings.acme {
+        // What ACME stored, if it still loads: an expired, broken or missing certificate is
+        // the same as none (the renewal task orders one), never an error at start-up.
+        let store = acme.store();
+        if !store.has_certificate() {
+            return Ok(Vec::new());
+        }
+        return match load(&store.files(), provider, now) {
+            Ok(loaded) => Ok(vec![loaded]),
+            Err(e) => {
+                tracing::warn!(error = %e, "ACME: the stored certificate is not usable; a new one will be ordered");
+                Ok(Vec::new())
+            }
+        };
+    }
     if settings.certs().is_empty() {
         return Err(TlsError::NoCertificates);
     }
-    let now = unix_now();
     settings
         .certs()
         .iter()

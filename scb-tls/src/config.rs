@@ -101,6 +101,13 @@ pub(crate) fn server_config(
         Alpn::H2AndHttp1 => vec![b"h2".to_vec(), b"http/1.1".to_vec()],
         Alpn::Http1Only => vec![b"http/1.1".to_vec()],
     };
+    if settings.acme.is_some() {
+        // Last, so that no ordinary client picks it; without it in the list rustls would
+        // refuse a validation's handshake (no protocol in common).
+        config
+            .alpn_protocols
+            .push(crate::acme::ACME_TLS_ALPN.to_vec());
+    }
     // Stateless resumption: tickets (AES-256 + HMAC-SHA256) under a random key replaced every
     // 6 hours; the previous key still decrypts, so a ticket lives 12 hours. The keys live in
     // this process only: a restart invalidates every ticket, a reload none.

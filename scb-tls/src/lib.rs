@@ -83,6 +83,7 @@
 //! already accepted.
 
 mod acceptor;
+pub mod acme;
 mod certs;
 mod config;
 mod der;
@@ -91,6 +92,7 @@ mod resolver;
 mod settings;
 
 pub use acceptor::{TlsAcceptor, protocol};
+pub use acme::{AcmeChallenge, AcmeError, AcmeSettings, Http01Layer};
 pub use certs::CertInfo;
 pub use error::TlsError;
 pub use settings::{Alpn, CertFiles, ClientAuth, TlsSettings};

@@ -7,6 +7,7 @@ use rustls::SignatureScheme;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 
+use crate::acme::{ACME_TLS_ALPN, Challenges};
 use crate::certs::{CertInfo, Loaded};
 
 /// The certificates being served: what every handshake reads, what a reload replaces.
@@ -18,12 +19,15 @@ use crate::certs::{CertInfo, Loaded};
 #[derive(Debug)]
 pub(crate) struct Resolver {
     current: RwLock<Arc<CertSet>>,
+    /// An ACME listener's pending TLS-ALPN-01 answers.
+    challenges: Option<Arc<Challenges>>,
 }
 
 impl Resolver {
-    pub(crate) fn new(set: CertSet) -> Self {
+    pub(crate) fn new(set: CertSet, challenges: Option<Arc<Challenges>>) -> Self {
         Self {
             current: RwLock::new(Arc::new(set)),
+            challenges,
         }
     }
 
@@ -42,14 +46,28 @@ impl Resolver {
 
 impl ResolvesServerCert for Resolver {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        if let Some(challenges) = &self.challenges
+            && hello
+                .alpn()
+                .is_some_and(|mut offered| offered.any(|p| p == ACME_TLS_ALPN))
+        {
+            // A validation: the challenge's certificate or nothing, never a real one.
+            return challenges.alpn(hello.server_name()?);
+        }
         let set = self.current.read().unwrap_or_else(PoisonError::into_inner);
-        Some(Arc::clone(
-            set.choose(hello.server_name(), hello.signature_schemes()),
-        ))
+        let chosen = set.choose(hello.server_name(), hello.signature_schemes());
+        if chosen.is_none() {
+            tracing::debug!(
+                sni = hello.server_name().unwrap_or(""),
+                "TLS handshake refused: no certificate yet (ACME has not issued one)"
+            );
+        }
+        chosen.map(Arc::clone)
     }
 }
 
-/// A loaded set of certificates (never empty) and the index of their names.
+/// A loaded set of certificates and the index of their names. Empty only for an ACME
+/// listener before its first certificate.
 #[derive(Debug)]
 pub(crate) struct CertSet {
     certs: Vec<Loaded>,
@@ -57,9 +75,7 @@ pub(crate) struct CertSet {
 }
 
 impl CertSet {
-    /// `certs` must not be empty (`certs::load_all` never returns an empty set).
     pub(crate) fn new(certs: Vec<Loaded>) -> Self {
-        assert!(!certs.is_empty(), "a certificate set needs a default");
         let names = NameIndex::new(certs.iter().map(|cert| cert.info.names.as_slice()));
         Self { certs, names }
     }
@@ -69,22 +85,24 @@ impl CertSet {
     }
 
     /// The certificate for a client that sent `sni` and accepts signatures `schemes`.
-    fn choose(&self, sni: Option<&str>, schemes: &[SignatureScheme]) -> &Arc<CertifiedKey> {
+    fn choose(&self, sni: Option<&str>, schemes: &[SignatureScheme]) -> Option<&Arc<CertifiedKey>> {
         let candidates = sni.and_then(|name| self.names.lookup(name));
         let Some(candidates) = candidates else {
-            return &self.certs[0].key;
+            return self.certs.first().map(|cert| &cert.key);
         };
         let key = |i: &usize| &self.certs[*i].key;
         if let [only] = candidates {
-            return key(only);
+            return Some(key(only));
         }
         // Several certificates for the name (typically ECDSA and RSA): the first the
         // client can verify, else the first (the handshake then fails as it would anyway).
-        candidates
-            .iter()
-            .map(key)
-            .find(|cert| cert.key.choose_scheme(schemes).is_some())
-            .unwrap_or_else(|| key(&candidates[0]))
+        Some(
+            candidates
+                .iter()
+                .map(key)
+                .find(|cert| cert.key.choose_scheme(schemes).is_some())
+                .unwrap_or_else(|| key(&candidates[0])),
+        )
     }
 }
 

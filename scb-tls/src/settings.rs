@@ -55,12 +55,13 @@ const SESSION_CACHE: usize = 4096;
 /// .alpn(Alpn::Http1Only);
 /// assert_eq!(settings.certs().len(), 3);
 /// ```
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TlsSettings {
     certs: Vec<CertFiles>,
     pub(crate) alpn: Alpn,
     pub(crate) session_cache: usize,
     pub(crate) client_auth: Option<ClientAuth>,
+    pub(crate) acme: Option<crate::AcmeSettings>,
 }
 
 /// Client certificates (mutual TLS): which CA signs them and whether one is required.
@@ -110,7 +111,24 @@ impl TlsSettings {
             alpn: Alpn::default(),
             session_cache: SESSION_CACHE,
             client_auth: None,
+            acme: None,
         }
+    }
+
+    /// Settings serving the certificate ACME obtains for `acme` (see [`crate::acme`]):
+    /// the one stored in its state directory, if any and still valid; until then no
+    /// certificate, and handshakes fail. [`TlsAcceptor::acme_task`](crate::TlsAcceptor::acme_task)
+    /// obtains and renews it.
+    pub fn acme(acme: crate::AcmeSettings) -> Self {
+        Self {
+            acme: Some(acme),
+            ..Self::new([])
+        }
+    }
+
+    /// The ACME settings, for a listener whose certificate ACME obtains.
+    pub fn acme_settings(&self) -> Option<&crate::AcmeSettings> {
+        self.acme.as_ref()
     }
 
     /// Adds a certificate after those already listed.

@@ -285,6 +285,28 @@ pub(crate) struct TlsConfig {
     pub(crate) client_ca: Option<Spanned<std::path::PathBuf>>,
     /// `required` (the default with `client_ca`) or `optional`.
     pub(crate) client_auth: Option<Spanned<String>>,
+    /// Certificates from an ACME CA instead of files.
+    pub(crate) acme: Option<Spanned<AcmeConfig>>,
+}
+
+/// `tls = { acme = { domains, email, directory, ca_root, state_dir, challenge, retry } }`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct AcmeConfig {
+    /// The names the certificate covers (DNS names or IP addresses).
+    pub(crate) domains: Spanned<Vec<Spanned<String>>>,
+    /// The account's contact address.
+    pub(crate) email: Option<Spanned<String>>,
+    /// The CA's directory URL; absent means Let's Encrypt's.
+    pub(crate) directory: Option<Spanned<String>>,
+    /// Extra roots (PEM) for the directory's own TLS, for a private CA.
+    pub(crate) ca_root: Option<Spanned<std::path::PathBuf>>,
+    /// Where the account key and the certificate are kept.
+    pub(crate) state_dir: Spanned<std::path::PathBuf>,
+    /// `tls-alpn-01` (absent) or `http-01`.
+    pub(crate) challenge: Option<Spanned<String>>,
+    /// The wait after a first failure, doubling up to an hour.
+    pub(crate) retry: Option<Spanned<HumanDuration>>,
 }
 
 /// One certificate chain and its key, PEM files.
@@ -669,6 +691,13 @@ impl Config {
                 .flatten()
             {
                 resolve(path.get_mut());
+            }
+            if let Some(acme) = &mut tls.acme {
+                let acme = acme.get_mut();
+                resolve(acme.state_dir.get_mut());
+                if let Some(root) = &mut acme.ca_root {
+                    resolve(root.get_mut());
+                }
             }
             for cert in &mut tls.certs {
                 let cert = cert.get_mut();

@@ -1,0 +1,448 @@
+//! Automatic HTTPS against Let's Encrypt's test CA, `pebble` (Debian's package; `.ci/run`
+//! installs it): a certificate issued through TLS-ALPN-01 and through HTTP-01, served from
+//! the state directory after a restart with the CA gone, renewed while a connection stays
+//! open, and the failures (a challenge the CA cannot verify, a CA that is down) logged,
+//! counted and answered by clean handshake failures.
+//!
+//! Without `pebble` on PATH the tests are skipped, unless SCB_REQUIRE_TOOLS says they must
+//! run.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use scb_tls::rustls;
+use support::{Server, TIMEOUT, check, get, metric};
+
+/// A free port on 127.0.0.1, for a listener the CA must be told about before it starts.
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("scb-bin-acme-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A running pebble, killed on drop.
+struct Pebble {
+    child: Child,
+    /// The ACME directory URL.
+    directory: String,
+    management: SocketAddr,
+    /// The CA of pebble's own HTTPS certificate (for `ca_root`).
+    ca_root: PathBuf,
+    ca_der: Vec<u8>,
+}
+
+impl Pebble {
+    /// Starts pebble validating TLS-ALPN-01 on `tls_port` and HTTP-01 on `http_port` of
+    /// 127.0.0.1, issuing certificates valid for `validity` (seconds). `None` when pebble
+    /// is not installed (and the test may be skipped).
+    fn start(dir: &Path, tls_port: u16, http_port: u16, validity: u64) -> Option<Self> {
+        // Pebble's HTTPS certificate: a CA and a leaf (webpki refuses a CA as a leaf).
+        let ca_key = rcgen::KeyPair::generate().unwrap();
+        let mut ca = rcgen::CertificateParams::default();
+        ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let ca = rcgen::CertifiedIssuer::self_signed(ca, ca_key).unwrap();
+        let leaf_key = rcgen::KeyPair::generate().unwrap();
+        let mut leaf =
+            rcgen::CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])
+                .unwrap();
+        leaf.distinguished_name = rcgen::DistinguishedName::new();
+        let leaf = leaf.signed_by(&leaf_key, &ca).unwrap();
+        let ca_root = dir.join("pebble-ca.pem");
+        std::fs::write(&ca_root, ca.pem()).unwrap();
+        std::fs::write(dir.join("pebble.pem"), leaf.pem()).unwrap();
+        std::fs::write(dir.join("pebble.key"), leaf_key.serialize_pem()).unwrap();
+
+        let (api, management) = (free_port(), free_port());
+        let config = dir.join("pebble.json");
+        std::fs::write(
+            &config,
+            format!(
+                r#"{{"pebble": {{
+                    "listenAddress": "127.0.0.1:{api}",
+                    "managementListenAddress": "127.0.0.1:{management}",
+                    "certificate": "{}",
+                    "privateKey": "{}",
+                    "httpPort": {http_port},
+                    "tlsPort": {tls_port},
+                    "ocspResponderURL": "",
+                    "externalAccountBindingRequired": false,
+                    "certificateValidityPeriod": {validity}
+                }}}}"#,
+                dir.join("pebble.pem").display(),
+                dir.join("pebble.key").display(),
+            ),
+        )
+        .unwrap();
+        let child = match Command::new("pebble")
+            .arg("-config")
+            .arg(&config)
+            // No random sleep before validating, no nonces refused on purpose, no reused
+            // authorizations: every run takes the same path.
+            .env("PEBBLE_VA_NOSLEEP", "1")
+            .env("PEBBLE_WFE_NONCEREJECT", "0")
+            .env("PEBBLE_AUTHZREUSE", "0")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("pebble.log")).unwrap())
+            .spawn()
+        {
+            Ok(child) => child,
+            Err(e) => {
+                assert!(
+                    std::env::var_os("SCB_REQUIRE_TOOLS").is_none(),
+                    "`pebble` is not on PATH ({e}), and SCB_REQUIRE_TOOLS says these tests must run"
+                );
+                return None;
+            }
+        };
+        let pebble = Self {
+            child,
+            directory: format!("https://127.0.0.1:{api}/dir"),
+            management: SocketAddr::from(([127, 0, 0, 1], management)),
+            ca_root,
+            ca_der: ca.der().to_vec(),
+        };
+        let deadline = Instant::now() + TIMEOUT;
+        while TcpStream::connect(("127.0.0.1", api)).is_err() {
+            assert!(Instant::now() < deadline, "pebble did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Some(pebble)
+    }
+
+    /// The root pebble issues under (made anew at each start), from its management API.
+    fn issuing_root(&self) -> Vec<u8> {
+        let config = client(&[&self.ca_der]);
+        let mut tls = connect(self.management, "localhost", &config).unwrap();
+        write!(
+            tls,
+            "GET /roots/0 HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut answer = String::new();
+        let _ = tls.read_to_string(&mut answer);
+        let pem = &answer[answer.find("-----BEGIN").expect("a PEM root")..];
+        use rustls::pki_types::pem::PemObject as _;
+        rustls::pki_types::CertificateDer::from_pem_slice(pem.as_bytes())
+            .unwrap()
+            .to_vec()
+    }
+}
+
+impl Drop for Pebble {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A TLS client that trusts exactly `ders`.
+fn client(ders: &[&[u8]]) -> Arc<rustls::ClientConfig> {
+    let mut roots = rustls::RootCertStore::empty();
+    for der in ders {
+        roots
+            .add(rustls::pki_types::CertificateDer::from(der.to_vec()))
+            .unwrap();
+    }
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    Arc::new(
+        rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth(),
+    )
+}
+
+type Tls = rustls::StreamOwned<rustls::ClientConnection, TcpStream>;
+
+/// A TLS connection to `addr` for `name`, the handshake done (or its error).
+fn connect(
+    addr: SocketAddr,
+    name: &str,
+    config: &Arc<rustls::ClientConfig>,
+) -> std::io::Result<Tls> {
+    let tcp = TcpStream::connect_timeout(&addr, TIMEOUT)?;
+    tcp.set_read_timeout(Some(TIMEOUT))?;
+    let name = rustls::pki_types::ServerName::try_from(name.to_owned()).unwrap();
+    let conn = rustls::ClientConnection::new(Arc::clone(config), name).unwrap();
+    let mut tls = rustls::StreamOwned::new(conn, tcp);
+    while tls.conn.is_handshaking() {
+        tls.conn.complete_io(&mut tls.sock)?;
+    }
+    Ok(tls)
+}
+
+/// A keep-alive GET on `tls`: the response body (Content-Length framed).
+fn request(tls: &mut Tls, path: &str) -> String {
+    write!(tls, "GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+    tls.flush().unwrap();
+    let mut buf = Vec::new();
+    let mut byte = [0u8; 1];
+    while !buf.ends_with(b"\r\n\r\n") {
+        tls.read_exact(&mut byte).unwrap();
+        buf.push(byte[0]);
+    }
+    let head = String::from_utf8(buf).unwrap();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let len: usize = head
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("content-length:")
+                .map(|v| v.trim().parse().unwrap())
+        })
+        .unwrap();
+    let mut body = vec![0; len];
+    tls.read_exact(&mut body).unwrap();
+    String::from_utf8(body).unwrap()
+}
+
+fn peer_der(tls: &Tls) -> Vec<u8> {
+    tls.conn.peer_certificates().unwrap()[0].to_vec()
+}
+
+/// The config: an ACME listener on `tls_port` for the CA at `directory` (with
+/// `acme_keys` added to its `acme` table), `extra` after it, and a route answering "hello".
+fn config(
+    tls_port: u16,
+    (directory, ca_root): (&str, &Path),
+    state: &Path,
+    acme_keys: &str,
+    extra: &str,
+) -> String {
+    format!(
+        "[server]\nworkers = 1\n\
+         [[listen]]\naddr = \"127.0.0.1:{tls_port}\"\n\
+         tls = {{ acme = {{ domains = [\"localhost\"], email = \"ops@example.com\", \
+         directory = \"{directory}\", ca_root = {ca_root:?}, state_dir = {state:?}{acme_keys} }} }}\n\
+         {extra}\
+         [[route]]\npath = \"/\"\nrespond = {{ body = \"hello\" }}\n"
+    )
+}
+
+impl Pebble {
+    fn ca(&self) -> (&str, &Path) {
+        (&self.directory, &self.ca_root)
+    }
+}
+
+fn issued(line: &str) -> bool {
+    line.contains("ACME: certificate issued and serving")
+}
+
+#[test]
+fn tls_alpn_01_issues_and_a_restart_serves_the_stored_certificate_with_the_ca_down() {
+    let dir = temp_dir("alpn");
+    let tls_port = free_port();
+    let Some(pebble) = Pebble::start(&dir, tls_port, free_port(), 3600) else {
+        return;
+    };
+    let state = dir.join("state");
+    let config = config(tls_port, pebble.ca(), &state, "", "");
+    let mut scb = Server::start(&config);
+    scb.wait_for_line(issued);
+    let root = pebble.issuing_root();
+    let trusting = client(&[&root]);
+    let addr = SocketAddr::from(([127, 0, 0, 1], tls_port));
+    let mut tls = connect(addr, "localhost", &trusting).expect("the issued certificate verifies");
+    assert_eq!(request(&mut tls, "/"), "hello");
+    let served = peer_der(&tls);
+    drop(tls);
+
+    // The account and the certificate are on disk, readable by their owner only.
+    use std::os::unix::fs::PermissionsExt as _;
+    for file in ["account.json", "localhost.crt.pem", "localhost.key.pem"] {
+        let mode = std::fs::metadata(state.join(file))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600, "{file}");
+    }
+
+    // Restart with the CA gone: the stored certificate is served at once, nothing ordered.
+    scb.terminate();
+    scb.wait();
+    drop(pebble);
+    let mut scb = Server::start(&config);
+    scb.wait_for_line(|l| l.contains("ACME: certificate valid; renewal scheduled"));
+    let mut tls = connect(addr, "localhost", &trusting).expect("the stored certificate");
+    assert_eq!(request(&mut tls, "/"), "hello");
+    assert_eq!(peer_der(&tls), served);
+    assert!(
+        !scb.log.iter().any(|l| l.contains("requesting one")),
+        "{:?}",
+        scb.log
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn http_01_issues_and_renewal_swaps_the_certificate_without_dropping_a_connection() {
+    let dir = temp_dir("http01");
+    let (tls_port, http_port) = (free_port(), free_port());
+    // Short-lived certificates: renewal is due after two thirds of 9 s.
+    let Some(pebble) = Pebble::start(&dir, free_port(), http_port, 9) else {
+        return;
+    };
+    let state = dir.join("state");
+    let plain = format!("[[listen]]\naddr = \"127.0.0.1:{http_port}\"\n");
+    let mut scb = Server::start(&config(
+        tls_port,
+        pebble.ca(),
+        &state,
+        ", challenge = \"http-01\"",
+        &plain,
+    ));
+    scb.wait_for_line(issued);
+    let trusting = client(&[&pebble.issuing_root()]);
+    let addr = SocketAddr::from(([127, 0, 0, 1], tls_port));
+    let mut open = connect(addr, "localhost", &trusting).unwrap();
+    assert_eq!(request(&mut open, "/"), "hello");
+    let first = peer_der(&open);
+
+    // Renewed in place: new handshakes get the new certificate, the open connection
+    // carries on with its own.
+    scb.wait_for_line(issued);
+    // A client of its own: a resumed session would report the certificate it began with.
+    let root = pebble.issuing_root();
+    let mut fresh = connect(addr, "localhost", &client(&[&root])).unwrap();
+    assert_eq!(request(&mut fresh, "/"), "hello");
+    assert_ne!(peer_der(&fresh), first, "a new certificate after renewal");
+    assert_eq!(
+        request(&mut open, "/"),
+        "hello",
+        "the open connection survived"
+    );
+    // The plain listener still serves the site; the challenge answers are gone.
+    assert_eq!(get(scb.addrs[1], "/").body, b"hello");
+    assert_eq!(
+        get(scb.addrs[1], "/.well-known/acme-challenge/anything").status,
+        404
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_failed_challenge_and_a_ca_that_is_down_fail_handshakes_cleanly_and_are_counted() {
+    let dir = temp_dir("fail");
+    let tls_port = free_port();
+    // The CA validates TLS-ALPN-01 on a port where nothing listens.
+    let Some(pebble) = Pebble::start(&dir, free_port(), free_port(), 3600) else {
+        return;
+    };
+    let state = dir.join("state");
+    let metrics = "[metrics]\nlisten = \"127.0.0.1:0\"\n";
+    let mut scb = Server::start(&config(
+        tls_port,
+        pebble.ca(),
+        &state,
+        ", retry = \"100ms\"",
+        metrics,
+    ));
+    // Three failures in a row: each logged with the CA's reason, each counted.
+    for _ in 0..3 {
+        let line = scb.wait_for_line(|l| l.contains("ACME: could not obtain a certificate"));
+        assert!(
+            line.contains("could not verify the tls-alpn-01 challenge"),
+            "{line}"
+        );
+        assert!(line.contains("until one is issued"), "{line}");
+    }
+    let scrape = String::from_utf8(get(scb.metrics.unwrap(), "/metrics").body).unwrap();
+    assert!(
+        metric(&scrape, "scb_acme_failures_total").is_some_and(|n| n >= 3.0),
+        "{scrape}"
+    );
+    // No certificate: the handshake fails, at once, with an alert; the server lives on.
+    let addr = SocketAddr::from(([127, 0, 0, 1], tls_port));
+    let anyone = client(&[&pebble.ca_der]);
+    for _ in 0..3 {
+        assert!(connect(addr, "localhost", &anyone).is_err());
+    }
+    assert!(!state.join("localhost.crt.pem").exists());
+
+    // The CA down altogether: the same, with the connection error as the reason.
+    scb.terminate();
+    scb.wait();
+    drop(pebble);
+    let down = format!("https://127.0.0.1:{}/dir", free_port());
+    let ca_root = dir.join("pebble-ca.pem");
+    let mut scb = Server::start(&config(
+        tls_port,
+        (&down, &ca_root),
+        &state,
+        ", retry = \"100ms\"",
+        "",
+    ));
+    for _ in 0..2 {
+        scb.wait_for_line(|l| l.contains("ACME: could not obtain a certificate"));
+    }
+    assert!(connect(addr, "localhost", &anyone).is_err());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn acme_settings_are_checked_with_their_keys() {
+    let listen = |acme: &str| {
+        format!(
+            "[[listen]]\naddr = \"127.0.0.1:0\"\ntls = {{ acme = {{ {acme} }} }}\n\
+             [[route]]\npath = \"/\"\nrespond = {{ body = \"x\" }}\n"
+        )
+    };
+    for (acme, key, why) in [
+        (
+            "domains = [], state_dir = \"/tmp/x\"",
+            "tls.acme.domains",
+            "at least one",
+        ),
+        (
+            "domains = [\"*.example.com\"], state_dir = \"/tmp/x\"",
+            "tls.acme.domains[0]",
+            "wildcards",
+        ),
+        (
+            "domains = [\"example.com\"], state_dir = \"/tmp/x\", directory = \"http://ca/dir\"",
+            "tls.acme.directory",
+            "https://",
+        ),
+        (
+            "domains = [\"example.com\"], state_dir = \"/tmp/x\", challenge = \"dns-01\"",
+            "tls.acme.challenge",
+            "tls-alpn-01",
+        ),
+        ("domains = [\"example.com\"]", "state_dir", "missing"),
+    ] {
+        let out = check(&listen(acme));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{acme}");
+        assert!(stderr.contains(key), "{key}: {stderr}");
+        assert!(stderr.contains(why), "{why}: {stderr}");
+    }
+    let both = "[[listen]]\naddr = \"127.0.0.1:0\"\n\
+                tls = { cert = \"a.pem\", key = \"a.key\", acme = { domains = [\"a.test\"], state_dir = \"/tmp/x\" } }\n\
+                [[route]]\npath = \"/\"\nrespond = { body = \"x\" }\n";
+    let out = check(both);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not both"));
+    let fine = listen("domains = [\"example.com\", \"www.example.com\"], state_dir = \"/tmp/x\"");
+    let out = check(&fine);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -1,0 +1,185 @@
+//! One certificate order, from the account to the stored files.
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use instant_acme::{
+    Account, AccountCredentials, AuthorizationStatus, ChallengeType, Identifier, NewAccount,
+    NewOrder, Order, OrderStatus, RetryPolicy,
+};
+
+use super::{AcmeChallenge, AcmeError, AcmeSettings, Challenges, client};
+
+/// How long the CA may take to verify the challenges and to issue, polled with backoff.
+fn polling() -> RetryPolicy {
+    RetryPolicy::new()
+        .initial_delay(Duration::from_millis(250))
+        .backoff(1.5)
+        .timeout(Duration::from_secs(90))
+}
+
+/// Orders a certificate for `settings.domains`, answers its challenges through
+/// `challenges`, and stores the certificate and its key in the state directory.
+pub(crate) async fn obtain(
+    settings: &AcmeSettings,
+    challenges: &Challenges,
+) -> Result<(), AcmeError> {
+    let account = account(settings).await?;
+    let identifiers: Vec<Identifier> = settings
+        .domains
+        .iter()
+        .map(|name| match name.parse::<IpAddr>() {
+            Ok(ip) => Identifier::Ip(ip),
+            Err(_) => Identifier::Dns(name.clone()),
+        })
+        .collect();
+    let mut order = account.new_order(&NewOrder::new(&identifiers)).await?;
+    // Whatever happens from here, the answers go when the order is done with them.
+    let _answers = Cleared(challenges);
+    let (kind, name) = match settings.challenge {
+        AcmeChallenge::TlsAlpn01 => (ChallengeType::TlsAlpn01, "tls-alpn-01"),
+        AcmeChallenge::Http01 => (ChallengeType::Http01, "http-01"),
+    };
+    let provider = crate::config::provider();
+    let mut authorizations = order.authorizations();
+    while let Some(authorization) = authorizations.next().await {
+        let mut authorization = authorization?;
+        match authorization.status {
+            AuthorizationStatus::Pending => {}
+            // Reused from an earlier order of the same account.
+            AuthorizationStatus::Valid => continue,
+            status => {
+                return Err(AcmeError::Other(format!(
+                    "authorization for {} is {status:?}",
+                    identifier_text(authorization.identifier().identifier)
+                )));
+            }
+        }
+        let identifier = identifier_text(authorization.identifier().identifier);
+        let mut challenge =
+            authorization
+                .challenge(kind.clone())
+                .ok_or_else(|| AcmeError::NotOffered {
+                    challenge: name,
+                    name: identifier.clone(),
+                })?;
+        let key_authorization = challenge.key_authorization();
+        match settings.challenge {
+            AcmeChallenge::Http01 => challenges.put_http01(
+                challenge.token.clone(),
+                key_authorization.as_str().to_owned(),
+            ),
+            AcmeChallenge::TlsAlpn01 => {
+                challenges.put_alpn(&identifier, key_authorization.digest().as_ref(), &provider)?;
+            }
+        }
+        challenge.set_ready().await?;
+    }
+    let status = match order.poll_ready(&polling()).await {
+        Ok(status) => status,
+        // The CA's verdict on a challenge comes back as an error of the order.
+        Err(instant_acme::Error::Api(problem)) => {
+            return Err(AcmeError::Challenge {
+                challenge: name,
+                name: settings.domains.join(", "),
+                reason: problem
+                    .detail
+                    .or(problem.r#type)
+                    .unwrap_or_else(|| "no reason given".into()),
+            });
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if status != OrderStatus::Ready {
+        return Err(why_invalid(&mut order, name).await);
+    }
+    let key_pem = order.finalize().await?;
+    let chain_pem = order.poll_certificate(&polling()).await?;
+    settings.store().write_certificate(&chain_pem, &key_pem)
+}
+
+/// Clears the challenge answers when dropped.
+struct Cleared<'a>(&'a Challenges);
+
+impl Drop for Cleared<'_> {
+    fn drop(&mut self) {
+        self.0.clear();
+    }
+}
+
+fn identifier_text(identifier: &Identifier) -> String {
+    match identifier {
+        Identifier::Dns(name) => name.clone(),
+        Identifier::Ip(ip) => ip.to_string(),
+        other => format!("{other:?}"),
+    }
+}
+
+/// The CA's reason an order went invalid: the first failed challenge's error.
+async fn why_invalid(order: &mut Order, challenge: &'static str) -> AcmeError {
+    let mut authorizations = order.authorizations();
+    while let Some(Ok(authorization)) = authorizations.next().await {
+        let name = identifier_text(authorization.identifier().identifier);
+        for c in &authorization.challenges {
+            if let Some(problem) = &c.error {
+                return AcmeError::Challenge {
+                    challenge,
+                    name,
+                    reason: problem
+                        .detail
+                        .clone()
+                        .or_else(|| problem.r#type.clone())
+                        .unwrap_or_else(|| "no reason given".into()),
+                };
+            }
+        }
+    }
+    AcmeError::Other("the order became invalid; the CA gave no reason".into())
+}
+
+/// The account: the stored one when it still works with this directory, else a new one
+/// (stored for the next time).
+async fn account(settings: &AcmeSettings) -> Result<Account, AcmeError> {
+    let store = settings.store();
+    let http = || client::directory_client(settings.ca_root.as_deref());
+    if let Some(json) = store.read_account()? {
+        let same_directory = serde_json::from_slice::<serde_json::Value>(&json)
+            .ok()
+            .and_then(|v| {
+                v.get("directory")
+                    .and_then(|d| d.as_str().map(str::to_owned))
+            })
+            .is_some_and(|d| d == settings.directory);
+        if same_directory
+            && let Ok(credentials) = serde_json::from_slice::<AccountCredentials>(&json)
+        {
+            match Account::builder_with_http(http()?)
+                .from_credentials(credentials)
+                .await
+            {
+                Ok(account) => return Ok(account),
+                Err(e) => tracing::warn!(
+                    error = %e,
+                    "ACME: the stored account does not work with the CA; registering a new one"
+                ),
+            }
+        }
+    }
+    let contact = settings.email.as_ref().map(|e| format!("mailto:{e}"));
+    let contacts: Vec<&str> = contact.iter().map(String::as_str).collect();
+    let (account, credentials) = Account::builder_with_http(http()?)
+        .create(
+            &NewAccount {
+                contact: &contacts,
+                terms_of_service_agreed: true,
+                only_return_existing: false,
+            },
+            settings.directory.clone(),
+            None,
+        )
+        .await?;
+    let json =
+        serde_json::to_vec_pretty(&credentials).map_err(|e| AcmeError::Other(e.to_string()))?;
+    store.write_account(&json)?;
+    Ok(account)
+}
