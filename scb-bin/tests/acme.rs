@@ -338,7 +338,8 @@ fn http_01_issues_and_renewal_swaps_the_certificate_without_dropping_a_connectio
 }
 
 #[test]
-fn a_failed_challenge_and_a_ca_that_is_down_fail_handshakes_cleanly_and_are_counted() {
+fn failed_challenges_a_ca_down_and_a_ca_answering_garbage_fail_handshakes_cleanly_until_a_reload_fixes_it()
+ {
     let dir = temp_dir("fail");
     let tls_port = free_port();
     // The CA validates TLS-ALPN-01 on a port where nothing listens.
@@ -393,6 +394,39 @@ fn a_failed_challenge_and_a_ca_that_is_down_fail_handshakes_cleanly_and_are_coun
         scb.wait_for_line(|l| l.contains("ACME: could not obtain a certificate"));
     }
     assert!(connect(addr, "localhost", &anyone).is_err());
+
+    // A CA answering garbage: pebble's management API, which is no ACME directory.
+    let Some(pebble) = Pebble::start(&dir, tls_port, free_port(), 3600) else {
+        return;
+    };
+    let garbage = format!("https://{}/roots/0", pebble.management);
+    scb.rewrite_config(&config(
+        tls_port,
+        (&garbage, &pebble.ca_root),
+        &state,
+        ", retry = \"100ms\"",
+        "",
+    ));
+    scb.signal(rustix::process::Signal::HUP);
+    scb.wait_for_line(|l| l.contains("reloaded"));
+    for _ in 0..2 {
+        scb.wait_for_line(|l| l.contains("ACME: could not obtain a certificate"));
+    }
+    assert!(connect(addr, "localhost", &anyone).is_err());
+
+    // Fixed by a reload, with no restart: the next try is issued and served.
+    scb.rewrite_config(&config(
+        tls_port,
+        pebble.ca(),
+        &state,
+        ", retry = \"100ms\"",
+        "",
+    ));
+    scb.signal(rustix::process::Signal::HUP);
+    scb.wait_for_line(issued);
+    let root = pebble.issuing_root();
+    let mut tls = connect(addr, "localhost", &client(&[&root])).expect("issued after the reload");
+    assert_eq!(request(&mut tls, "/"), "hello");
     let _ = std::fs::remove_dir_all(dir);
 }
 
