@@ -95,6 +95,8 @@ impl Transport for tokio::net::TcpStream {
 
 impl Transport for Box<dyn super::SecureIo> {}
 
+impl Transport for tokio::net::UnixStream {}
+
 /// Writes all of `buf`, failing with `TimedOut` when the transport stays unwritable for
 /// `send_timeout`: a slow reader is given as long as it keeps reading, a stalled one is not.
 pub(crate) async fn write_all_progress<T: Transport>(

@@ -38,6 +38,7 @@ mod limits;
 pub mod proxy_protocol;
 pub(crate) mod shutdown;
 mod sys;
+mod unix;
 mod worker;
 
 use std::fmt;
@@ -54,6 +55,7 @@ pub use handshake::{Handshake, HandshakeFuture, Protocol, SecureIo, Secured};
 pub use limits::Limits;
 pub use proxy_protocol::ProxyProtocol;
 pub use shutdown::shutdown_signal;
+pub use unix::UnixListen;
 
 use crate::{Body, BoxError};
 
@@ -69,6 +71,20 @@ pub struct ConnectInfo {
     /// Whether the connection is secured (a listener added with
     /// [`Server::listen_secure`]): `https` rather than `http`.
     pub secure: bool,
+}
+
+impl ConnectInfo {
+    /// The `remote` of a connection to a Unix-socket listener: `127.0.0.1` port 0. A
+    /// Unix-socket peer is on this machine, as a loopback one is, and the layers that key
+    /// on the client's address (access log, `X-Forwarded-For`, rate limits, allow and
+    /// deny) treat it as such; behind a local front proxy, trusting `127.0.0.1` takes the
+    /// client from its `X-Forwarded-For`.
+    pub const UNIX_PEER: SocketAddr =
+        SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 0);
+    /// The `local` of a connection to a Unix-socket listener: `0.0.0.0` port 0, which no
+    /// TCP listener has.
+    pub const UNIX_LOCAL: SocketAddr =
+        SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), 0);
 }
 
 /// The certificate a client presented on a listener that asks for one (mutual TLS),
@@ -122,6 +138,8 @@ pub struct Server {
     limits: Limits,
     request_id_header: HeaderName,
     addrs: Vec<(SocketAddr, ListenOptions)>,
+    unix: Vec<UnixListen>,
+    replace_unix: bool,
     inherited: Arc<std::sync::Mutex<Vec<std::net::TcpListener>>>,
 }
 
@@ -182,6 +200,8 @@ impl Server {
             limits: Limits::default(),
             request_id_header: HeaderName::from_static("x-request-id"),
             addrs: Vec::new(),
+            unix: Vec::new(),
+            replace_unix: false,
             inherited: Arc::default(),
         }
     }
@@ -240,6 +260,23 @@ impl Server {
         self
     }
 
+    /// Adds a Unix domain socket to listen on, for plain HTTP (HTTP/1.1, and HTTP/2 with
+    /// prior knowledge). Its peers are [`ConnectInfo::UNIX_PEER`]. The socket file is
+    /// removed when the server ends (unless another process took the path over).
+    pub fn listen_unix(mut self, listen: UnixListen) -> Self {
+        self.unix.push(listen);
+        self
+    }
+
+    /// Whether a Unix socket path where another process still accepts is taken over (the
+    /// new socket renamed over it) instead of refused: for a process upgrade, whose
+    /// predecessor keeps serving what it accepted while new connections come here.
+    /// Defaults to false.
+    pub fn replace_unix_sockets(mut self, replace: bool) -> Self {
+        self.replace_unix = replace;
+        self
+    }
+
     /// Listening sockets opened by someone else (systemd's socket activation, the scb
     /// process being upgraded): a listener whose address one of them has takes it
     /// instead of binding, so connections that waited in its queue are served. Several
@@ -286,7 +323,7 @@ impl Server {
     /// created, bound or listened on; the error names the address (same
     /// [`ErrorKind`](std::io::ErrorKind), e.g. `AddrInUse`).
     pub fn bind(self) -> std::io::Result<BoundServer> {
-        if self.addrs.is_empty() {
+        if self.addrs.is_empty() && self.unix.is_empty() {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,
                 "server has no listen address",
@@ -307,13 +344,27 @@ impl Server {
             for (i, socket) in sockets.into_iter().enumerate() {
                 dups.push((local, socket.try_clone()?));
                 per_worker[i % self.workers].push(worker::Listener {
-                    socket,
+                    socket: worker::ListenSocket::Tcp(socket),
                     options: options.clone(),
                 });
             }
             bound.push(BoundAddr {
                 configured: *addr,
                 local,
+            });
+        }
+        let mut unix = Vec::with_capacity(self.unix.len());
+        for listen in &self.unix {
+            let (socket, id) = unix::bind(listen, self.replace_unix)?;
+            for listeners in &mut per_worker {
+                listeners.push(worker::Listener {
+                    socket: worker::ListenSocket::Unix(socket.try_clone()?),
+                    options: ListenOptions::new(),
+                });
+            }
+            unix.push(BoundUnix {
+                listen: listen.clone(),
+                id,
             });
         }
         // What no listener took: closed here, so that the queues of sockets nobody
@@ -333,6 +384,7 @@ impl Server {
             config: Arc::new(self),
             local_addrs: bound.iter().map(|b| b.local).collect(),
             bound,
+            unix,
             dups,
             per_worker,
         })
@@ -399,12 +451,20 @@ struct BoundAddr {
     local: SocketAddr,
 }
 
+/// A Unix-socket listener as configured, and the socket file bound for it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct BoundUnix {
+    listen: UnixListen,
+    id: unix::FileId,
+}
+
 /// A [`Server`] whose listeners are open; [`start`](BoundServer::start) runs it.
 #[derive(Debug)]
 pub struct BoundServer {
     config: Arc<Server>,
     local_addrs: Vec<SocketAddr>,
     bound: Vec<BoundAddr>,
+    unix: Vec<BoundUnix>,
     /// A duplicate of every worker's socket, by bound address: for handing them over.
     dups: Vec<(SocketAddr, std::net::TcpListener)>,
     per_worker: Vec<Vec<worker::Listener>>,
@@ -414,6 +474,11 @@ impl BoundServer {
     /// The addresses actually bound, in the order they were added (port 0 resolved).
     pub fn local_addrs(&self) -> &[SocketAddr] {
         &self.local_addrs
+    }
+
+    /// The Unix socket paths listened on, in the order they were added.
+    pub fn unix_paths(&self) -> Vec<&std::path::Path> {
+        self.unix.iter().map(|u| u.listen.path()).collect()
     }
 
     /// Starts the workers and returns at once.
@@ -456,6 +521,7 @@ impl BoundServer {
         ServerHandle {
             local_addrs: self.local_addrs,
             bound: self.bound,
+            unix: self.unix,
             dups: std::sync::Mutex::new(self.dups),
             shutdown,
             updates,
@@ -469,6 +535,7 @@ impl BoundServer {
 #[derive(Debug)]
 pub struct Prepared {
     bound: Vec<BoundAddr>,
+    unix: Vec<BoundUnix>,
     dups: Vec<(SocketAddr, std::net::TcpListener)>,
     per_worker: Vec<Vec<worker::ListenerUpdate>>,
     limits: Limits,
@@ -489,6 +556,8 @@ impl Prepared {
 pub struct ServerHandle {
     local_addrs: Vec<SocketAddr>,
     bound: Vec<BoundAddr>,
+    /// The Unix-socket listeners, whose files go when the server ends.
+    unix: Vec<BoundUnix>,
     /// A duplicate of every worker's socket, by bound address, until shutdown: what
     /// [`listening_sockets`](Self::listening_sockets) hands over.
     dups: std::sync::Mutex<Vec<(SocketAddr, std::net::TcpListener)>>,
@@ -512,6 +581,11 @@ impl ServerHandle {
         &self.local_addrs
     }
 
+    /// The Unix socket paths the server listens on.
+    pub fn unix_paths(&self) -> Vec<&std::path::Path> {
+        self.unix.iter().map(|u| u.listen.path()).collect()
+    }
+
     /// Binds what `server` adds to the running server's listeners, without changing
     /// anything yet: [`apply`](Self::apply) the result to switch over, or drop it to
     /// close the new sockets again. Two steps, so that a caller changing several things
@@ -528,7 +602,7 @@ impl ServerHandle {
     /// As [`Server::bind`]: no address, or one that cannot be bound (in use by another
     /// process). Nothing changed then.
     pub fn prepare(&self, server: &Server) -> std::io::Result<Prepared> {
-        if server.addrs.is_empty() {
+        if server.addrs.is_empty() && server.unix.is_empty() {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,
                 "server has no listen address",
@@ -554,7 +628,7 @@ impl ServerHandle {
             if let Some(kept) = kept {
                 for listeners in &mut per_worker {
                     listeners.push(worker::ListenerUpdate::Keep {
-                        local: kept.local,
+                        local: worker::ListenKey::Tcp(kept.local),
                         options: options.clone(),
                     });
                 }
@@ -570,7 +644,7 @@ impl ServerHandle {
             for (i, socket) in sockets.into_iter().enumerate() {
                 dups.push((local, socket.try_clone()?));
                 per_worker[i % workers].push(worker::ListenerUpdate::Open(worker::Listener {
-                    socket,
+                    socket: worker::ListenSocket::Tcp(socket),
                     options: options.clone(),
                 }));
             }
@@ -579,7 +653,38 @@ impl ServerHandle {
                 local,
             });
         }
+        // Unix sockets by path: a path listened on already keeps its socket (its mode and
+        // owner set anew), a new one is bound.
+        let mut unix = Vec::with_capacity(server.unix.len());
+        for listen in &server.unix {
+            if let Some(kept) = self.unix.iter().find(|u| u.listen.path() == listen.path()) {
+                unix::restyle(listen)?;
+                for listeners in &mut per_worker {
+                    listeners.push(worker::ListenerUpdate::Keep {
+                        local: worker::ListenKey::Unix(listen.path().to_owned()),
+                        options: ListenOptions::new(),
+                    });
+                }
+                unix.push(BoundUnix {
+                    listen: listen.clone(),
+                    id: kept.id,
+                });
+                continue;
+            }
+            let (socket, id) = unix::bind(listen, false)?;
+            for listeners in &mut per_worker {
+                listeners.push(worker::ListenerUpdate::Open(worker::Listener {
+                    socket: worker::ListenSocket::Unix(socket.try_clone()?),
+                    options: ListenOptions::new(),
+                }));
+            }
+            unix.push(BoundUnix {
+                listen: listen.clone(),
+                id,
+            });
+        }
         Ok(Prepared {
+            unix,
             bound,
             dups,
             per_worker,
@@ -599,6 +704,7 @@ impl ServerHandle {
     pub async fn apply(&mut self, prepared: Prepared) {
         let Prepared {
             bound,
+            unix,
             dups,
             per_worker,
             limits,
@@ -635,6 +741,13 @@ impl ServerHandle {
             // An error is a worker that exited without switching: nothing to wait for.
             let _ = done.await;
         }
+        // The sockets left out are closed now: their files go too.
+        for gone in &self.unix {
+            if !unix.iter().any(|u| u.listen.path() == gone.listen.path()) {
+                unix::remove(gone.listen.path(), gone.id);
+            }
+        }
+        self.unix = unix;
     }
 
     /// Begins graceful shutdown: every worker stops accepting, closes idle connections,
@@ -673,6 +786,9 @@ impl ServerHandle {
             if thread.join().is_err() {
                 tracing::error!("a worker thread panicked outside a request");
             }
+        }
+        for bound in &self.unix {
+            unix::remove(bound.listen.path(), bound.id);
         }
     }
 }

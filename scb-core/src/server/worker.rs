@@ -63,8 +63,75 @@ pub(super) fn check_unclaimed(addr: SocketAddr) -> std::io::Result<()> {
 /// One of a worker's listening sockets, and how its connections start.
 #[derive(Debug)]
 pub(super) struct Listener {
-    pub(super) socket: std::net::TcpListener,
+    pub(super) socket: ListenSocket,
     pub(super) options: super::ListenOptions,
+}
+
+/// A listening socket: TCP (this worker's own `SO_REUSEPORT` socket, or a shared one), or
+/// a Unix domain socket (one socket, a duplicate per worker: the kernel hands each
+/// connection to one of the workers waiting on it).
+#[derive(Debug)]
+pub(super) enum ListenSocket {
+    Tcp(std::net::TcpListener),
+    Unix(std::os::unix::net::UnixListener),
+}
+
+/// What a worker knows a listener by across updates: its bound address or its path.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(super) enum ListenKey {
+    Tcp(SocketAddr),
+    Unix(std::path::PathBuf),
+}
+
+/// A registered listening socket, as its accept loop uses it.
+enum Acceptor {
+    Tcp(TcpListener, SocketAddr),
+    Unix(tokio::net::UnixListener),
+}
+
+/// An accepted connection.
+enum Accepted {
+    /// The stream, the peer's address and the listener's.
+    Tcp(tokio::net::TcpStream, SocketAddr, SocketAddr),
+    Unix(tokio::net::UnixStream),
+}
+
+impl Acceptor {
+    fn register(socket: ListenSocket) -> std::io::Result<(ListenKey, Self)> {
+        match socket {
+            ListenSocket::Tcp(socket) => {
+                let addr = socket.local_addr()?;
+                Ok((
+                    ListenKey::Tcp(addr),
+                    Self::Tcp(TcpListener::from_std(socket)?, addr),
+                ))
+            }
+            ListenSocket::Unix(socket) => {
+                let path = socket
+                    .local_addr()?
+                    .as_pathname()
+                    .map(std::path::Path::to_owned)
+                    .unwrap_or_default();
+                Ok((
+                    ListenKey::Unix(path),
+                    Self::Unix(tokio::net::UnixListener::from_std(socket)?),
+                ))
+            }
+        }
+    }
+
+    async fn accept(&self) -> std::io::Result<Accepted> {
+        match self {
+            Self::Tcp(listener, local) => {
+                let (stream, remote) = listener.accept().await?;
+                // Responses are written whole, in as few writes as possible: Nagle
+                // would only delay them.
+                let _ = stream.set_nodelay(true);
+                Ok(Accepted::Tcp(stream, remote, *local))
+            }
+            Self::Unix(listener) => Ok(Accepted::Unix(listener.accept().await?.0)),
+        }
+    }
 }
 
 /// A new configuration for a running worker, from [`ServerHandle::apply`]: the
@@ -87,7 +154,7 @@ pub(super) enum ListenerUpdate {
     /// The socket bound to `local` stays open; its connections from now on start as
     /// `options` say.
     Keep {
-        local: SocketAddr,
+        local: ListenKey,
         options: super::ListenOptions,
     },
     /// A socket to start accepting on.
@@ -165,13 +232,10 @@ pub(super) fn run<S, B>(
         let svc = make_service(&info);
         // By bound address: a worker may accept on several sockets of one address (those
         // an upgrade handed over).
-        let mut accepting: HashMap<SocketAddr, Vec<Accepting>> = HashMap::new();
-        let start = |listener: Listener, accepting: &mut HashMap<SocketAddr, Vec<Accepting>>| {
+        let mut accepting: HashMap<ListenKey, Vec<Accepting>> = HashMap::new();
+        let start = |listener: Listener, accepting: &mut HashMap<ListenKey, Vec<Accepting>>| {
             let Listener { socket, options } = listener;
-            let registered = socket
-                .local_addr()
-                .and_then(|addr| Ok((addr, TcpListener::from_std(socket)?)));
-            let (addr, listener) = match registered {
+            let (key, listener) = match Acceptor::register(socket) {
                 Ok(registered) => registered,
                 Err(e) => {
                     tracing::error!(worker = info.index, error = %e, "cannot register listener");
@@ -181,13 +245,12 @@ pub(super) fn run<S, B>(
             let options = Rc::new(RefCell::new(options));
             let task = tokio::task::spawn_local(accept_loop(
                 listener,
-                addr,
                 Rc::clone(&options),
                 svc.clone(),
                 Rc::clone(&current),
             ));
             accepting
-                .entry(addr)
+                .entry(key)
                 .or_default()
                 .push(Accepting { task, options });
         };
@@ -253,8 +316,7 @@ pub(super) fn run<S, B>(
 }
 
 async fn accept_loop<S, B>(
-    listener: TcpListener,
-    local: SocketAddr,
+    listener: Acceptor,
     options: Rc<RefCell<super::ListenOptions>>,
     svc: S,
     current: Rc<Current>,
@@ -283,10 +345,17 @@ async fn accept_loop<S, B>(
             accepted = listener.accept() => accepted,
         };
         match accepted {
-            Ok((stream, remote)) => {
-                // Responses are written whole, in as few writes as possible: Nagle
-                // would only delay them.
-                let _ = stream.set_nodelay(true);
+            Ok(Accepted::Unix(stream)) => {
+                connections.open.set(connections.open.get() + 1);
+                let guard = ConnGuard(Rc::clone(connections));
+                let svc = svc.clone();
+                let ctx = Rc::clone(&current.ctx.borrow());
+                tokio::task::spawn_local(async move {
+                    let _guard = guard;
+                    conn::serve_unix(stream, svc, ctx).await;
+                });
+            }
+            Ok(Accepted::Tcp(stream, remote, local)) => {
                 connections.open.set(connections.open.get() + 1);
                 let guard = ConnGuard(Rc::clone(connections));
                 let svc = svc.clone();

@@ -78,6 +78,25 @@ pub(crate) async fn serve<S, B>(
     serve_h1(stream, true, Peer::plain(info), svc, &ctx).await;
 }
 
+/// Serves one connection of a Unix-socket listener: plain HTTP, the peer named as
+/// [`ConnectInfo::UNIX_PEER`] (the access log, `X-Forwarded-For` and client-address keys
+/// see a local client).
+pub(crate) async fn serve_unix<S, B>(stream: tokio::net::UnixStream, svc: S, ctx: Rc<ConnCtx>)
+where
+    S: Service<Request<Body>, Response = Response<B>> + Clone + 'static,
+    S::Error: Into<BoxError>,
+    S::Future: 'static,
+    B: http_body::Body<Data = Bytes> + 'static,
+    B::Error: Into<BoxError>,
+{
+    let info = ConnectInfo {
+        remote: ConnectInfo::UNIX_PEER,
+        local: ConnectInfo::UNIX_LOCAL,
+        secure: false,
+    };
+    serve_h1(stream, true, Peer::plain(info), svc, &ctx).await;
+}
+
 /// Reads the PROXY header a listener with `config` expects, within the header-read
 /// timeout and giving way to shutdown; the client's address, or `None` (logged and
 /// counted) when the connection is to be closed.
