@@ -21,6 +21,7 @@ mod run;
 mod stack;
 mod switch;
 mod upgrade;
+mod users;
 
 use std::io::IsTerminal as _;
 use std::path::PathBuf;

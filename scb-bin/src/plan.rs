@@ -31,6 +31,7 @@ use scb_core::virtual_hosts::VirtualHosts;
 use scb_static::compress::CompressLayer;
 use toml::Spanned;
 
+use crate::config::ListenAddr;
 use crate::config::{
     BasicAuthConfig, Config, ConfigError, CorsConfig, HeaderRulesConfig, HeadersConfig, Located,
     ProbesConfig, ProxyConfig, RateLimitConfig, RedirectConfig, RewriteConfig, RouteConfig,
@@ -51,7 +52,7 @@ pub(crate) struct Plan {
     /// The metrics endpoint, if configured.
     pub(crate) metrics: Option<MetricsPlan>,
     /// The listeners in config order, described for `scb check --print`.
-    pub(crate) listeners: Vec<(SocketAddr, &'static str)>,
+    pub(crate) listeners: Vec<(String, &'static str)>,
     /// The files the config was read from (the main one first), for `scb check --print`.
     pub(crate) files: Vec<std::path::PathBuf>,
     /// The access log, when on.
@@ -256,7 +257,7 @@ impl Plan {
                 error_pages: ErrorPagesLayer::new(),
             }]),
             metrics: None,
-            listeners: vec![(listen, "plain")],
+            listeners: vec![(listen.to_string(), "plain")],
             files: Vec::new(),
             access_log: Some(AccessPlan {
                 path: None,
@@ -331,7 +332,7 @@ impl Plan {
                         (None, Some(true)) => "plain, redirects to https",
                         (None, _) => "plain",
                     };
-                    (*l.addr.get_ref(), kind)
+                    (listen_text(l.addr.get_ref()), kind)
                 })
                 .collect(),
             files: Vec::new(),
@@ -366,8 +367,32 @@ impl Plan {
 /// so checked: files, key match, validity dates) here.
 fn listeners(config: &Config, mut server: Server) -> Result<(Server, HttpsPlan), Located> {
     let mut https = HttpsPlan::default();
+    // The index of each TCP listener among the TCP listeners: the order of the bound
+    // addresses the stack is built with.
+    let mut tcp = 0;
     for (i, listen) in config.listen.iter().enumerate() {
-        let addr = *listen.addr.get_ref();
+        let addr = match listen.addr.get_ref() {
+            ListenAddr::Unix(path) => {
+                server = server.listen_unix(unix_listen(listen, path, i)?);
+                continue;
+            }
+            ListenAddr::Tcp(addr) => *addr,
+        };
+        for (key, value) in [
+            ("mode", &listen.mode),
+            ("owner", &listen.owner),
+            ("group", &listen.group),
+        ] {
+            if let Some(value) = value {
+                return Err(Located::at(
+                    value,
+                    format!("listen[{i}].{key}"),
+                    "is for unix: listeners",
+                ));
+            }
+        }
+        let t = tcp;
+        tcp += 1;
         let redirect = listen.redirect_https.as_ref();
         let mut options = ListenOptions::new();
         if let Some(proxy) = &listen.proxy_protocol {
@@ -394,7 +419,7 @@ fn listeners(config: &Config, mut server: Server) -> Result<(Server, HttpsPlan),
             None => {
                 server = server.listen_with(addr, options);
                 if redirect.is_some_and(|r| *r.get_ref()) {
-                    https.redirect.push(i);
+                    https.redirect.push(t);
                 }
             }
             Some(config_tls) => {
@@ -428,7 +453,7 @@ fn listeners(config: &Config, mut server: Server) -> Result<(Server, HttpsPlan),
                     }
                 }
                 server = server.listen_with(addr, options.secure(Arc::new(acceptor)));
-                https.https_listener.get_or_insert(i);
+                https.https_listener.get_or_insert(t);
                 if let Some(hsts) = &config_tls.get_ref().hsts {
                     let value = http::HeaderValue::from_str(hsts.get_ref()).map_err(|_| {
                         Located::at(
@@ -438,8 +463,8 @@ fn listeners(config: &Config, mut server: Server) -> Result<(Server, HttpsPlan),
                         )
                     })?;
                     match &mut https.hsts {
-                        None => https.hsts = Some((value, vec![i])),
-                        Some((first, listeners)) if *first == value => listeners.push(i),
+                        None => https.hsts = Some((value, vec![t])),
+                        Some((first, listeners)) if *first == value => listeners.push(t),
                         Some(_) => {
                             return Err(Located::at(
                                 hsts,
@@ -454,6 +479,55 @@ fn listeners(config: &Config, mut server: Server) -> Result<(Server, HttpsPlan),
         }
     }
     Ok((server, https))
+}
+
+/// A `unix:` listener: plain HTTP only, its file's mode and owner checked.
+fn unix_listen(
+    listen: &crate::config::ListenConfig,
+    path: &std::path::Path,
+    i: usize,
+) -> Result<scb_core::server::UnixListen, Located> {
+    let refuse = |span: std::ops::Range<usize>, key: &str| Located {
+        span: Some(span),
+        key: format!("listen[{i}].{key}"),
+        message: "is not for unix: listeners (plain HTTP only; TLS and PROXY headers are \
+                  for TCP)"
+            .to_owned(),
+    };
+    if let Some(tls) = &listen.tls {
+        return Err(refuse(tls.span(), "tls"));
+    }
+    if let Some(redirect) = &listen.redirect_https {
+        return Err(refuse(redirect.span(), "redirect_https"));
+    }
+    if let Some(proxy) = &listen.proxy_protocol {
+        return Err(refuse(proxy.span(), "proxy_protocol"));
+    }
+    let mut unix = scb_core::server::UnixListen::new(path);
+    if let Some(mode) = &listen.mode {
+        let bits = u32::from_str_radix(mode.get_ref().trim_start_matches("0o"), 8)
+            .ok()
+            .filter(|m| *m <= 0o777)
+            .ok_or_else(|| {
+                Located::at(
+                    mode,
+                    format!("listen[{i}].mode"),
+                    "expected octal permission bits, such as \"0660\"",
+                )
+            })?;
+        unix = unix.mode(bits);
+    }
+    if let Some(owner) = &listen.owner {
+        let uid = crate::users::uid(owner.get_ref())
+            .map_err(|e| Located::at(owner, format!("listen[{i}].owner"), e))?;
+        unix = unix.owner(uid);
+    }
+    if let Some(group) = &listen.group {
+        let gid = crate::users::gid(group.get_ref())
+            .map_err(|e| Located::at(group, format!("listen[{i}].group"), e))?;
+        unix = unix.group(gid);
+    }
+    Ok(unix)
 }
 
 /// Loads a listener's certificates.
@@ -625,32 +699,55 @@ fn clash(a: SocketAddr, b: SocketAddr) -> bool {
         && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified())
 }
 
-fn listen_addrs(config: &Config) -> Result<Vec<&Spanned<SocketAddr>>, Located> {
+/// The TCP listen addresses, checked for clashes (and the Unix paths for repeats).
+fn listen_addrs(config: &Config) -> Result<Vec<Spanned<SocketAddr>>, Located> {
     if config.listen.is_empty() {
         return Err(Located::nowhere(
             "listen",
             "at least one [[listen]] with an `addr` is required",
         ));
     }
-    let addrs: Vec<_> = config.listen.iter().map(|l| &l.addr).collect();
-    for (i, addr) in addrs.iter().enumerate() {
-        if let Some(other) = addrs[..i]
-            .iter()
-            .find(|a| clash(*a.get_ref(), *addr.get_ref()))
-        {
+    let all: Vec<_> = config.listen.iter().map(|l| &l.addr).collect();
+    for (i, addr) in all.iter().enumerate() {
+        let earlier = &all[..i];
+        let other = match addr.get_ref() {
+            ListenAddr::Tcp(a) => earlier.iter().find_map(|e| match e.get_ref() {
+                ListenAddr::Tcp(b) if clash(*a, *b) => Some(b.to_string()),
+                _ => None,
+            }),
+            ListenAddr::Unix(p) => earlier.iter().find_map(|e| match e.get_ref() {
+                ListenAddr::Unix(q) if p == q => Some(format!("unix:{}", q.display())),
+                _ => None,
+            }),
+        };
+        if let Some(other) = other {
             return Err(Located::at(
                 addr,
                 format!("listen[{i}].addr"),
-                format_args!("{} clashes with {}", addr.get_ref(), other.get_ref()),
+                format_args!("{} clashes with {other}", listen_text(addr.get_ref())),
             ));
         }
     }
-    Ok(addrs)
+    Ok(all
+        .into_iter()
+        .filter_map(|a| match a.get_ref() {
+            ListenAddr::Tcp(addr) => Some(Spanned::new(a.span(), *addr)),
+            ListenAddr::Unix(_) => None,
+        })
+        .collect())
+}
+
+/// A listen address as the log and `check --print` show it.
+pub(crate) fn listen_text(addr: &ListenAddr) -> String {
+    match addr {
+        ListenAddr::Tcp(addr) => addr.to_string(),
+        ListenAddr::Unix(path) => format!("unix:{}", path.display()),
+    }
 }
 
 fn metrics(
     config: &Config,
-    listen: &[&Spanned<SocketAddr>],
+    listen: &[Spanned<SocketAddr>],
 ) -> Result<Option<MetricsPlan>, Located> {
     let Some(metrics) = &config.metrics else {
         if let Some(health) = &config.health {

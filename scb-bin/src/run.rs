@@ -122,7 +122,7 @@ pub(crate) fn run(
             None
         };
         let (taken, sockets) = taken_over.map_or((None, Vec::new()), |(t, s)| (Some(t), s));
-        let mut running = Running::start(file, plan, recorder, access_format, sockets)?;
+        let mut running = Running::start(file, plan, recorder, access_format, sockets, upgrade)?;
         if let Some(taken) = taken {
             taken.serving()?;
             tracing::info!("upgrade: serving; the old process drains and exits");
@@ -271,6 +271,7 @@ impl Running {
         recorder: Option<PrometheusHandle>,
         access_format: AccessLogFormat,
         handed_over: Vec<std::net::TcpListener>,
+        upgrade: bool,
     ) -> anyhow::Result<Self> {
         let access = open_access_log(plan.access_log.as_ref(), None, access_format)?;
         // Bind everything before starting anything, so that an address in use stops the
@@ -283,7 +284,13 @@ impl Running {
         let (for_metrics, for_app): (Vec<_>, Vec<_>) = inherited
             .into_iter()
             .partition(|s| s.local_addr().ok() == metrics_addr && metrics_addr.is_some());
-        let app = plan.server.clone().inherit(for_app).bind()?;
+        // Unix sockets are not handed over: an upgrade renames its own over the paths.
+        let app = plan
+            .server
+            .clone()
+            .inherit(for_app)
+            .replace_unix_sockets(upgrade)
+            .bind()?;
         let metrics = match &plan.metrics {
             Some(metrics) => Some(
                 metrics_server(&plan, metrics)
@@ -317,6 +324,9 @@ impl Running {
         });
         for addr in &app_addrs {
             tracing::info!("listening on {addr}");
+        }
+        for path in app.unix_paths() {
+            tracing::info!("listening on unix:{}", path.display());
         }
         let metrics = match (metrics, metrics_stack, &plan.metrics) {
             (Some(bound), Some(stack), Some(config)) => {
@@ -375,6 +385,12 @@ impl Running {
                     .local_addrs()
                     .iter()
                     .map(ToString::to_string)
+                    .chain(
+                        self.app
+                            .unix_paths()
+                            .iter()
+                            .map(|p| format!("unix:{}", p.display()))
+                    )
                     .collect::<Vec<_>>()
                     .join(", ")
             ),

@@ -92,12 +92,15 @@ fn unix_listeners_serve_every_worker_reload_and_clean_up() {
         );
     }
 
-    // h2c with prior knowledge.
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let body = runtime.block_on(async {
+    // h2c with prior knowledge, on a runtime of its own: dropped, it closes the
+    // connection (an open one would hold the shutdown below for its grace period).
+    let runtime = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    let body = runtime().block_on(async {
         let io = tokio::net::UnixStream::connect(&path).await.unwrap();
         let (mut send, conn) = hyper::client::conn::http2::handshake(
             hyper_util::rt::TokioExecutor::new(),
@@ -114,6 +117,7 @@ fn unix_listeners_serve_every_worker_reload_and_clean_up() {
         res.into_body().collect().await.unwrap().to_bytes()
     });
     assert_eq!(body, "127.0.0.1:0 0.0.0.0:0");
+    let runtime = runtime();
 
     // A reload: the path kept with a new mode (the open connection carries on), a second
     // path added.
@@ -125,6 +129,13 @@ fn unix_listeners_serve_every_worker_reload_and_clean_up() {
     runtime.block_on(handle.apply(prepared));
     assert_eq!(mode(&path), 0o660);
     assert_eq!(get(&mut stream), "127.0.0.1:0 0.0.0.0:0");
+    for _ in 0..4 {
+        assert_eq!(
+            get(&mut UnixStream::connect(&path).unwrap()),
+            "127.0.0.1:0 0.0.0.0:0",
+            "the kept socket still accepts new connections on every worker"
+        );
+    }
     assert_eq!(
         get(&mut UnixStream::connect(&other).unwrap()),
         "127.0.0.1:0 0.0.0.0:0"

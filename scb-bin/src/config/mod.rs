@@ -23,7 +23,7 @@ use toml::Spanned;
 
 pub(crate) use error::{ConfigError, Located};
 pub(crate) use source::Source;
-pub(crate) use units::{ByteSize, HumanDuration};
+pub(crate) use units::{ByteSize, HumanDuration, ListenAddr};
 
 /// The whole file.
 #[derive(Debug, Default, Deserialize)]
@@ -250,9 +250,15 @@ impl<'de> Deserialize<'de> for AccessConfig {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ListenConfig {
-    /// See [`units::listen_addr`].
-    #[serde(deserialize_with = "units::listen_addr")]
-    pub(crate) addr: Spanned<SocketAddr>,
+    /// See [`units::listen_or_unix`].
+    #[serde(deserialize_with = "units::listen_or_unix")]
+    pub(crate) addr: Spanned<ListenAddr>,
+    /// A Unix socket's file mode, octal (`"0660"`).
+    pub(crate) mode: Option<Spanned<String>>,
+    /// A Unix socket's owner: a user name or id.
+    pub(crate) owner: Option<Spanned<String>>,
+    /// A Unix socket's group: a group name or id.
+    pub(crate) group: Option<Spanned<String>>,
     /// `tls = { cert, key }` or `tls = { certs = [...] }`: a TLS listener.
     pub(crate) tls: Option<Spanned<TlsConfig>>,
     /// On a plain listener: answer every request with a 308 to its `https` URL.
@@ -684,6 +690,9 @@ impl Config {
             resolve(path);
         }
         for listen in &mut self.listen {
+            if let ListenAddr::Unix(path) = listen.addr.get_mut() {
+                resolve(path);
+            }
             let Some(tls) = &mut listen.tls else { continue };
             let tls = tls.get_mut();
             for path in [&mut tls.cert, &mut tls.key, &mut tls.client_ca]

@@ -106,6 +106,27 @@ pub(crate) fn listen_addr<'de, D: Deserializer<'de>>(
     Ok(Spanned::new(text.span(), addr))
 }
 
+/// A `[[listen]]` address: TCP, or a Unix domain socket (`unix:/run/scb/scb.sock`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum ListenAddr {
+    Tcp(SocketAddr),
+    Unix(std::path::PathBuf),
+}
+
+/// For `#[serde(deserialize_with)]` on a `[[listen]]`'s `addr`: `unix:PATH` (relative
+/// paths are relative to the config file, as every path), or what [`listen_addr`] takes.
+pub(crate) fn listen_or_unix<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Spanned<ListenAddr>, D::Error> {
+    let text = Spanned::<String>::deserialize(deserializer)?;
+    let addr = match text.get_ref().strip_prefix("unix:") {
+        Some("") => return Err(de::Error::custom("`unix:` needs a socket path")),
+        Some(path) => ListenAddr::Unix(path.into()),
+        None => ListenAddr::Tcp(parse_listen_addr(text.get_ref()).map_err(de::Error::custom)?),
+    };
+    Ok(Spanned::new(text.span(), addr))
+}
+
 fn parse_listen_addr(s: &str) -> Result<SocketAddr, String> {
     let expected = || {
         format!(

@@ -64,8 +64,10 @@ pub(crate) struct Server {
     lines: Receiver<String>,
     /// Every log line read so far, for assertions and failure messages.
     pub(crate) log: Vec<String>,
-    /// The `[[listen]]` addresses, in config order, as logged.
+    /// The TCP `[[listen]]` addresses, in config order, as logged.
     pub(crate) addrs: Vec<SocketAddr>,
+    /// The `unix:` listeners' paths, in config order, as logged.
+    pub(crate) unix: Vec<PathBuf>,
     /// The metrics address, if `[metrics]` is configured.
     pub(crate) metrics: Option<SocketAddr>,
     config: PathBuf,
@@ -187,12 +189,16 @@ impl Server {
             lines,
             log: Vec::new(),
             addrs: Vec::new(),
+            unix: Vec::new(),
             metrics: None,
             config: path,
         };
-        while server.addrs.len() < listeners {
+        while server.addrs.len() + server.unix.len() < listeners {
             let line = server.wait_for_line(|l| l.contains("listening on "));
-            server.addrs.push(addr_after(&line, "listening on "));
+            match line.split_once("listening on unix:") {
+                Some((_, path)) => server.unix.push(PathBuf::from(path.trim())),
+                None => server.addrs.push(addr_after(&line, "listening on ")),
+            }
         }
         if metrics {
             let line = server.wait_for_line(|l| l.contains("metrics on "));

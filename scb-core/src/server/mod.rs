@@ -358,7 +358,10 @@ impl Server {
             let (socket, id) = unix::bind(listen, self.replace_unix)?;
             for listeners in &mut per_worker {
                 listeners.push(worker::Listener {
-                    socket: worker::ListenSocket::Unix(socket.try_clone()?),
+                    socket: worker::ListenSocket::Unix(
+                        socket.try_clone()?,
+                        listen.path().to_owned(),
+                    ),
                     options: ListenOptions::new(),
                 });
             }
@@ -674,7 +677,10 @@ impl ServerHandle {
             let (socket, id) = unix::bind(listen, false)?;
             for listeners in &mut per_worker {
                 listeners.push(worker::ListenerUpdate::Open(worker::Listener {
-                    socket: worker::ListenSocket::Unix(socket.try_clone()?),
+                    socket: worker::ListenSocket::Unix(
+                        socket.try_clone()?,
+                        listen.path().to_owned(),
+                    ),
                     options: ListenOptions::new(),
                 }));
             }

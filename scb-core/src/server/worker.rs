@@ -73,7 +73,9 @@ pub(super) struct Listener {
 #[derive(Debug)]
 pub(super) enum ListenSocket {
     Tcp(std::net::TcpListener),
-    Unix(std::os::unix::net::UnixListener),
+    /// The socket and its configured path (the socket's own name is the temporary one it
+    /// was bound under before the rename).
+    Unix(std::os::unix::net::UnixListener, std::path::PathBuf),
 }
 
 /// What a worker knows a listener by across updates: its bound address or its path.
@@ -106,17 +108,10 @@ impl Acceptor {
                     Self::Tcp(TcpListener::from_std(socket)?, addr),
                 ))
             }
-            ListenSocket::Unix(socket) => {
-                let path = socket
-                    .local_addr()?
-                    .as_pathname()
-                    .map(std::path::Path::to_owned)
-                    .unwrap_or_default();
-                Ok((
-                    ListenKey::Unix(path),
-                    Self::Unix(tokio::net::UnixListener::from_std(socket)?),
-                ))
-            }
+            ListenSocket::Unix(socket, path) => Ok((
+                ListenKey::Unix(path),
+                Self::Unix(tokio::net::UnixListener::from_std(socket)?),
+            )),
         }
     }
 
