@@ -685,6 +685,9 @@ fn acme_settings(
     if let Some(retry) = &acme.retry {
         settings = settings.retry(retry.get_ref().0);
     }
+    if let Some(timeout) = &acme.timeout {
+        settings = settings.timeout(timeout.get_ref().0);
+    }
     Ok(settings)
 }
 

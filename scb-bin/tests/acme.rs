@@ -1,8 +1,8 @@
 //! Automatic HTTPS against Let's Encrypt's test CA, `pebble` (Debian's package; `.ci/run`
 //! installs it): a certificate issued through TLS-ALPN-01 and through HTTP-01, served from
 //! the state directory after a restart with the CA gone, renewed while a connection stays
-//! open, and the failures (a challenge the CA cannot verify, a CA that is down) logged,
-//! counted and answered by clean handshake failures.
+//! open, and the failures (a challenge the CA cannot verify, a CA that is down, silent or
+//! answering garbage) logged, counted and answered by clean handshake failures.
 //!
 //! Without `pebble` on PATH the tests are skipped, unless SCB_REQUIRE_TOOLS says they must
 //! run.
@@ -394,6 +394,24 @@ fn failed_challenges_a_ca_down_and_a_ca_answering_garbage_fail_handshakes_cleanl
         scb.wait_for_line(|l| l.contains("ACME: could not obtain a certificate"));
     }
     assert!(connect(addr, "localhost", &anyone).is_err());
+
+    // A CA that accepts and never answers: each try gives up after `timeout`.
+    let silent = TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_url = format!("https://{}/dir", silent.local_addr().unwrap());
+    scb.rewrite_config(&config(
+        tls_port,
+        (&silent_url, &ca_root),
+        &state,
+        ", retry = \"100ms\", timeout = \"300ms\"",
+        "",
+    ));
+    scb.signal(rustix::process::Signal::HUP);
+    scb.wait_for_line(|l| l.contains("reloaded"));
+    for _ in 0..2 {
+        let line = scb.wait_for_line(|l| l.contains("ACME: could not obtain a certificate"));
+        assert!(line.contains("did not answer within 300ms"), "{line}");
+    }
+    drop(silent);
 
     // A CA answering garbage: pebble's management API, which is no ACME directory.
     let Some(pebble) = Pebble::start(&dir, tls_port, free_port(), 3600) else {

@@ -313,6 +313,8 @@ pub(crate) struct AcmeConfig {
     pub(crate) challenge: Option<Spanned<String>>,
     /// The wait after a first failure, doubling up to an hour.
     pub(crate) retry: Option<Spanned<HumanDuration>>,
+    /// Longest wait for one answer of the CA.
+    pub(crate) timeout: Option<Spanned<HumanDuration>>,
 }
 
 /// One certificate chain and its key, PEM files.

@@ -5,21 +5,29 @@
 //! ring, as this workspace's bench does. This one names aws-lc-rs, like the listeners, and
 //! trusts the system's roots or the configured `ca_root`.
 
+use std::future::Future;
 use std::path::Path;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use instant_acme::{BodyWrapper, HttpClient};
+use instant_acme::{BodyWrapper, BytesResponse, HttpClient};
 use rustls::RootCertStore;
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject as _;
 
 use super::AcmeError;
 
-/// A client for the directory, trusting `ca_root` (PEM) or the system's roots.
-pub(crate) fn directory_client(ca_root: Option<&Path>) -> Result<Box<dyn HttpClient>, AcmeError> {
+/// A client for the directory, trusting `ca_root` (PEM) or the system's roots, giving up
+/// on a request after `timeout` (hyper's client has no deadline of its own: a CA that
+/// accepts and never answers would hold the renewal task forever).
+pub(crate) fn directory_client(
+    ca_root: Option<&Path>,
+    timeout: Duration,
+) -> Result<Box<dyn HttpClient>, AcmeError> {
     let mut roots = RootCertStore::empty();
     match ca_root {
         Some(path) => {
@@ -60,5 +68,33 @@ pub(crate) fn directory_client(ca_root: Option<&Path>) -> Result<Box<dyn HttpCli
         .enable_http2()
         .build();
     let client: Client<_, BodyWrapper<Bytes>> = Client::builder(TokioExecutor::new()).build(https);
-    Ok(Box::new(client))
+    Ok(Box::new(Timed {
+        inner: Box::new(client),
+        timeout,
+    }))
+}
+
+/// An [`HttpClient`] whose requests fail after `timeout`.
+struct Timed {
+    inner: Box<dyn HttpClient>,
+    timeout: Duration,
+}
+
+impl HttpClient for Timed {
+    fn request(
+        &self,
+        req: http::Request<BodyWrapper<Bytes>>,
+    ) -> Pin<Box<dyn Future<Output = Result<BytesResponse, instant_acme::Error>> + Send>> {
+        let timeout = self.timeout;
+        let answer = self.inner.request(req);
+        Box::pin(async move {
+            tokio::time::timeout(timeout, answer)
+                .await
+                .unwrap_or_else(|_| {
+                    Err(instant_acme::Error::Other(
+                        format!("the CA did not answer within {timeout:?}").into(),
+                    ))
+                })
+        })
+    }
 }

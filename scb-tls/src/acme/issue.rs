@@ -141,7 +141,7 @@ async fn why_invalid(order: &mut Order, challenge: &'static str) -> AcmeError {
 /// (stored for the next time).
 async fn account(settings: &AcmeSettings) -> Result<Account, AcmeError> {
     let store = settings.store();
-    let http = || client::directory_client(settings.ca_root.as_deref());
+    let http = || client::directory_client(settings.ca_root.as_deref(), settings.timeout);
     if let Some(json) = store.read_account()? {
         let same_directory = serde_json::from_slice::<serde_json::Value>(&json)
             .ok()

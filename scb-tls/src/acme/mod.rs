@@ -83,6 +83,7 @@ pub struct AcmeSettings {
     pub(crate) state_dir: PathBuf,
     pub(crate) challenge: AcmeChallenge,
     pub(crate) retry: Duration,
+    pub(crate) timeout: Duration,
 }
 
 impl AcmeSettings {
@@ -103,6 +104,7 @@ impl AcmeSettings {
             state_dir: state_dir.into(),
             challenge: AcmeChallenge::default(),
             retry: Duration::from_secs(60),
+            timeout: Duration::from_secs(30),
         }
     }
 
@@ -141,6 +143,14 @@ impl AcmeSettings {
     #[must_use]
     pub fn retry(mut self, wait: Duration) -> Self {
         self.retry = wait;
+        self
+    }
+
+    /// Longest wait for the CA's answer to one request (connect, TLS and response); past
+    /// it the try fails and is retried like any other failure. Defaults to 30 seconds.
+    #[must_use]
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
         self
     }
 
