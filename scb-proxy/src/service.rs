@@ -203,7 +203,7 @@ impl ReverseProxy {
         let replayable = body_empty && is_idempotent(&parts.method);
         let keep_host = config.preserve_host && parts.headers.contains_key(header::HOST);
         // HTTP/2 names the host in the target; the client's, kept across tries.
-        let client_host = keep_host
+        let client_host = (keep_host && self.pool.multiplexed.is_some())
             .then(|| parts.headers.get(header::HOST).cloned())
             .flatten();
         // Stays here across tries: a failed send leaves it whole unless its body went out,
@@ -233,48 +233,14 @@ impl ReverseProxy {
             tries += 1;
             let state = &shared.upstreams[index];
 
-            if let Some(multiplexed) = &self.pool.multiplexed {
-                let Some(mut req) = request.take() else {
+            if self.pool.multiplexed.is_some() {
+                let Some(req) = request.take() else {
                     break;
                 };
-                let sender = tokio::time::timeout_at(
-                    deadline,
-                    multiplexed.sender(index, &state.upstream, shared.tls.as_ref()),
-                )
-                .await;
-                let h2::Sender { mut send, reused } = match sender {
-                    Err(_) => return Err(ProxyError::TryTimeout),
-                    Ok(Ok(sender)) => sender,
-                    Ok(Err(e)) => {
-                        self.failed(state, &e);
-                        last = e;
-                        request = Some(req);
-                        continue;
-                    }
-                };
-                let authority = match &client_host {
-                    Some(host) => host.clone(),
-                    None => HeaderValue::from_str(state.upstream.authority().as_str())
-                        .unwrap_or_else(|_| HeaderValue::from_static("localhost")),
-                };
-                let scheme = if state.upstream.tls {
-                    Scheme::HTTPS
-                } else {
-                    Scheme::HTTP
-                };
-                h2::address(&mut req, scheme, &authority);
-                state.metrics.request();
-                let in_flight = InFlight::start(state);
-                let sent = Instant::now();
-                let limit = deadline.min(tokio::time::Instant::now() + config.response_timeout);
-                let answer = tokio::time::timeout_at(limit, h2::send(&mut send, req)).await;
-                drop(in_flight);
-                match answer {
-                    Err(_) => return Err(self.timed_out(state, limit == deadline)),
-                    Ok(Ok(response)) => {
-                        state.metrics.response(sent.elapsed());
-                        state.health.record_success(&state.metrics);
-                        let mut response = self.h2_response(index, response);
+                // Boxed: the HTTP/1.1 path's future stays as small as it was.
+                let tried = Box::pin(self.try_h2(index, req, deadline, client_host.as_ref()));
+                match tried.await {
+                    H2Try::Done(Ok(mut response)) => {
                         if name_upstream {
                             response
                                 .extensions_mut()
@@ -284,26 +250,15 @@ impl ReverseProxy {
                         }
                         return Ok(response);
                     }
-                    Ok(Err((Some(req), e))) => {
-                        // Nothing went out: the connection had closed under it.
+                    H2Try::Done(Err(e)) => return Err(e),
+                    H2Try::Again { req, error } => {
                         request = Some(req);
-                        if reused {
-                            // As for a stale HTTP/1.1 connection: the next try makes a
-                            // new one, and this one does not count.
-                            tries -= 1;
-                            continue;
+                        match error {
+                            Some(e) => last = e,
+                            // Not the upstream's failure: the try does not count.
+                            None => tries -= 1,
                         }
-                        let e = ProxyError::Reset(io::Error::other(e));
-                        self.failed(state, &e);
-                        last = e;
                         continue;
-                    }
-                    Ok(Err((None, e))) => {
-                        let e = h2_error(e);
-                        if e.kind().is_some() {
-                            self.failed(state, &e);
-                        }
-                        return Err(e);
                     }
                 }
             }
@@ -397,6 +352,82 @@ impl ReverseProxy {
             }
         }
         Err(last)
+    }
+
+    /// One try on an HTTP/2 upstream: its multiplexed connection (made if there is none),
+    /// the request addressed for HTTP/2, the response head within the timeouts.
+    async fn try_h2(
+        &self,
+        index: usize,
+        mut req: Request<Body>,
+        deadline: tokio::time::Instant,
+        client_host: Option<&HeaderValue>,
+    ) -> H2Try {
+        let shared = &*self.shared;
+        let state = &shared.upstreams[index];
+        let Some(multiplexed) = &self.pool.multiplexed else {
+            return H2Try::Done(Err(ProxyError::NoUpstream));
+        };
+        let sender = tokio::time::timeout_at(
+            deadline,
+            multiplexed.sender(index, &state.upstream, shared.tls.as_ref()),
+        )
+        .await;
+        let h2::Sender { mut send, reused } = match sender {
+            Err(_) => return H2Try::Done(Err(ProxyError::TryTimeout)),
+            Ok(Ok(sender)) => sender,
+            Ok(Err(e)) => {
+                // Nothing was sent: another upstream may take it.
+                self.failed(state, &e);
+                return H2Try::Again {
+                    req,
+                    error: Some(e),
+                };
+            }
+        };
+        let authority = match client_host {
+            Some(host) => host.clone(),
+            None => HeaderValue::from_str(state.upstream.authority().as_str())
+                .unwrap_or_else(|_| HeaderValue::from_static("localhost")),
+        };
+        let scheme = if state.upstream.tls {
+            Scheme::HTTPS
+        } else {
+            Scheme::HTTP
+        };
+        h2::address(&mut req, scheme, &authority);
+        state.metrics.request();
+        let in_flight = InFlight::start(state);
+        let sent = Instant::now();
+        let limit = deadline.min(tokio::time::Instant::now() + shared.settings.response_timeout);
+        let answer = tokio::time::timeout_at(limit, h2::send(&mut send, req)).await;
+        drop(in_flight);
+        match answer {
+            Err(_) => H2Try::Done(Err(self.timed_out(state, limit == deadline))),
+            Ok(Ok(response)) => {
+                state.metrics.response(sent.elapsed());
+                state.health.record_success(&state.metrics);
+                H2Try::Done(Ok(self.h2_response(index, response)))
+            }
+            // Nothing went out: the connection had closed under it. On a reused
+            // connection, as for a stale HTTP/1.1 one, the next try makes a new one.
+            Ok(Err((Some(req), _))) if reused => H2Try::Again { req, error: None },
+            Ok(Err((Some(req), e))) => {
+                let e = ProxyError::Reset(io::Error::other(e));
+                self.failed(state, &e);
+                H2Try::Again {
+                    req,
+                    error: Some(e),
+                }
+            }
+            Ok(Err((None, e))) => {
+                let e = h2_error(e);
+                if e.kind().is_some() {
+                    self.failed(state, &e);
+                }
+                H2Try::Done(Err(e))
+            }
+        }
     }
 
     /// A try that got no response head in time, counted against `state`: the error for the
@@ -499,6 +530,16 @@ impl ReverseProxy {
     }
 }
 
+/// How an HTTP/2 try ended: with the answer for the client, or with the request back for
+/// another try (and the error that try counts, if any).
+enum H2Try {
+    Done(Result<Response<Body>, ProxyError>),
+    Again {
+        req: Request<Body>,
+        error: Option<ProxyError>,
+    },
+}
+
 /// Rewrites a request's head for the upstream: origin-form target, HTTP/1.1, hop-by-hop
 /// fields out (an upgrade's back in), the forwarding fields.
 fn prepare(
@@ -510,8 +551,10 @@ fn prepare(
 ) {
     // An HTTP/2 client names the host in `:authority`, which the origin-form target below
     // drops: it becomes the `Host` every upstream reads.
-    if !parts.headers.contains_key(header::HOST)
-        && let Some(authority) = parts.uri.authority()
+    // (The authority first: HTTP/1.1 requests, which carry `Host`, have none, and skip
+    // the lookup.)
+    if let Some(authority) = parts.uri.authority()
+        && !parts.headers.contains_key(header::HOST)
         && let Ok(host) = HeaderValue::from_str(authority.as_str())
     {
         parts.headers.insert(header::HOST, host);
