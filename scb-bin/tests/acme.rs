@@ -300,7 +300,9 @@ fn http_01_issues_and_renewal_swaps_the_certificate_without_dropping_a_connectio
         return;
     };
     let state = dir.join("state");
-    let plain = format!("[[listen]]\naddr = \"127.0.0.1:{http_port}\"\n");
+    // Port 80 as sites run it: everything redirected to https, but the CA's validations
+    // answered first.
+    let plain = format!("[[listen]]\naddr = \"127.0.0.1:{http_port}\"\nredirect_https = true\n");
     let mut scb = Server::start(&config(
         tls_port,
         pebble.ca(),
@@ -328,11 +330,12 @@ fn http_01_issues_and_renewal_swaps_the_certificate_without_dropping_a_connectio
         "hello",
         "the open connection survived"
     );
-    // The plain listener still serves the site; the challenge answers are gone.
-    assert_eq!(get(scb.addrs[1], "/").body, b"hello");
+    // The plain listener redirects the site; the challenge answers are gone, so their
+    // path is redirected like any other.
+    assert_eq!(get(scb.addrs[1], "/").status, 308);
     assert_eq!(
         get(scb.addrs[1], "/.well-known/acme-challenge/anything").status,
-        404
+        308
     );
     let _ = std::fs::remove_dir_all(dir);
 }
