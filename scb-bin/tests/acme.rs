@@ -13,10 +13,10 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use scb_tls::rustls;
+use support::tls::{Tls, client, handshake as connect, peer_der, request};
 use support::{Server, TIMEOUT, check, get, metric};
 
 /// A free port on 127.0.0.1, for a listener the CA must be told about before it starts.
@@ -150,70 +150,11 @@ impl Drop for Pebble {
     }
 }
 
-/// A TLS client that trusts exactly `ders`.
-fn client(ders: &[&[u8]]) -> Arc<rustls::ClientConfig> {
-    let mut roots = rustls::RootCertStore::empty();
-    for der in ders {
-        roots
-            .add(rustls::pki_types::CertificateDer::from(der.to_vec()))
-            .unwrap();
-    }
-    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-    Arc::new(
-        rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth(),
-    )
-}
-
-type Tls = rustls::StreamOwned<rustls::ClientConnection, TcpStream>;
-
-/// A TLS connection to `addr` for `name`, the handshake done (or its error).
-fn connect(
-    addr: SocketAddr,
-    name: &str,
-    config: &Arc<rustls::ClientConfig>,
-) -> std::io::Result<Tls> {
-    let tcp = TcpStream::connect_timeout(&addr, TIMEOUT)?;
-    tcp.set_read_timeout(Some(TIMEOUT))?;
-    let name = rustls::pki_types::ServerName::try_from(name.to_owned()).unwrap();
-    let conn = rustls::ClientConnection::new(Arc::clone(config), name).unwrap();
-    let mut tls = rustls::StreamOwned::new(conn, tcp);
-    while tls.conn.is_handshaking() {
-        tls.conn.complete_io(&mut tls.sock)?;
-    }
-    Ok(tls)
-}
-
-/// A keep-alive GET on `tls`: the response body (Content-Length framed).
-fn request(tls: &mut Tls, path: &str) -> String {
-    write!(tls, "GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
-    tls.flush().unwrap();
-    let mut buf = Vec::new();
-    let mut byte = [0u8; 1];
-    while !buf.ends_with(b"\r\n\r\n") {
-        tls.read_exact(&mut byte).unwrap();
-        buf.push(byte[0]);
-    }
-    let head = String::from_utf8(buf).unwrap();
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    let len: usize = head
-        .lines()
-        .find_map(|l| {
-            l.to_ascii_lowercase()
-                .strip_prefix("content-length:")
-                .map(|v| v.trim().parse().unwrap())
-        })
-        .unwrap();
-    let mut body = vec![0; len];
-    tls.read_exact(&mut body).unwrap();
-    String::from_utf8(body).unwrap()
-}
-
-fn peer_der(tls: &Tls) -> Vec<u8> {
-    tls.conn.peer_certificates().unwrap()[0].to_vec()
+/// A keep-alive GET on `tls`, answered 200: the body.
+fn body(tls: &mut Tls, path: &str) -> String {
+    let answer = request(tls, path);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    answer.split_once("\r\n\r\n").unwrap().1.to_owned()
 }
 
 /// The config: an ACME listener on `tls_port` for the CA at `directory` (with
@@ -260,7 +201,7 @@ fn tls_alpn_01_issues_and_a_restart_serves_the_stored_certificate_with_the_ca_do
     let trusting = client(&[&root]);
     let addr = SocketAddr::from(([127, 0, 0, 1], tls_port));
     let mut tls = connect(addr, "localhost", &trusting).expect("the issued certificate verifies");
-    assert_eq!(request(&mut tls, "/"), "hello");
+    assert_eq!(body(&mut tls, "/"), "hello");
     let served = peer_der(&tls);
     drop(tls);
 
@@ -281,7 +222,7 @@ fn tls_alpn_01_issues_and_a_restart_serves_the_stored_certificate_with_the_ca_do
     let mut scb = Server::start(&config);
     scb.wait_for_line(|l| l.contains("ACME: certificate valid; renewal scheduled"));
     let mut tls = connect(addr, "localhost", &trusting).expect("the stored certificate");
-    assert_eq!(request(&mut tls, "/"), "hello");
+    assert_eq!(body(&mut tls, "/"), "hello");
     assert_eq!(peer_der(&tls), served);
     assert!(
         !scb.log.iter().any(|l| l.contains("requesting one")),
@@ -314,7 +255,7 @@ fn http_01_issues_and_renewal_swaps_the_certificate_without_dropping_a_connectio
     let trusting = client(&[&pebble.issuing_root()]);
     let addr = SocketAddr::from(([127, 0, 0, 1], tls_port));
     let mut open = connect(addr, "localhost", &trusting).unwrap();
-    assert_eq!(request(&mut open, "/"), "hello");
+    assert_eq!(body(&mut open, "/"), "hello");
     let first = peer_der(&open);
 
     // Renewed in place: new handshakes get the new certificate, the open connection
@@ -323,10 +264,10 @@ fn http_01_issues_and_renewal_swaps_the_certificate_without_dropping_a_connectio
     // A client of its own: a resumed session would report the certificate it began with.
     let root = pebble.issuing_root();
     let mut fresh = connect(addr, "localhost", &client(&[&root])).unwrap();
-    assert_eq!(request(&mut fresh, "/"), "hello");
+    assert_eq!(body(&mut fresh, "/"), "hello");
     assert_ne!(peer_der(&fresh), first, "a new certificate after renewal");
     assert_eq!(
-        request(&mut open, "/"),
+        body(&mut open, "/"),
         "hello",
         "the open connection survived"
     );
@@ -447,7 +388,7 @@ fn failed_challenges_a_ca_down_and_a_ca_answering_garbage_fail_handshakes_cleanl
     scb.wait_for_line(issued);
     let root = pebble.issuing_root();
     let mut tls = connect(addr, "localhost", &client(&[&root])).expect("issued after the reload");
-    assert_eq!(request(&mut tls, "/"), "hello");
+    assert_eq!(body(&mut tls, "/"), "hello");
     let _ = std::fs::remove_dir_all(dir);
 }
 

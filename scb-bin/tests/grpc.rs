@@ -45,6 +45,9 @@ impl GrpcUpstream {
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let mut builder = tonic::transport::Server::builder();
         if let Some(identity) = tls {
+            // tonic builds its rustls config from the process's default provider, which a
+            // workspace build (the bench turns on ring beside aws-lc-rs) cannot pick alone.
+            let _ = scb_tls::rustls::crypto::aws_lc_rs::default_provider().install_default();
             builder = builder
                 .tls_config(ServerTlsConfig::new().identity(identity))
                 .unwrap();

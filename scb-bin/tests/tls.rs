@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use scb_tls::rustls;
-use support::{Server, TIMEOUT, check, get, scb};
+use support::tls::{client, connect, peer_der, request};
+use support::{Server, check, get, scb};
 
 /// A self-signed certificate for `localhost`, written as PEM files under `dir`.
 struct Cert {
@@ -42,62 +43,6 @@ fn temp_dir(name: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
-}
-
-/// A TLS client that trusts exactly `ders`.
-fn client(ders: &[&[u8]]) -> Arc<rustls::ClientConfig> {
-    let mut roots = rustls::RootCertStore::empty();
-    for der in ders {
-        roots
-            .add(rustls::pki_types::CertificateDer::from(der.to_vec()))
-            .unwrap();
-    }
-    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-    Arc::new(
-        rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth(),
-    )
-}
-
-type Tls = rustls::StreamOwned<rustls::ClientConnection, TcpStream>;
-
-fn connect(addr: SocketAddr, config: &Arc<rustls::ClientConfig>) -> Tls {
-    let tcp = TcpStream::connect_timeout(&addr, TIMEOUT).unwrap();
-    tcp.set_read_timeout(Some(TIMEOUT)).unwrap();
-    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
-    let conn = rustls::ClientConnection::new(Arc::clone(config), name).unwrap();
-    rustls::StreamOwned::new(conn, tcp)
-}
-
-/// Sends a keep-alive GET and reads one response with a Content-Length body.
-fn request(tls: &mut Tls, path: &str) -> String {
-    write!(tls, "GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
-    tls.flush().unwrap();
-    let mut buf = Vec::new();
-    let mut byte = [0u8; 1];
-    while !buf.ends_with(b"\r\n\r\n") {
-        tls.read_exact(&mut byte).unwrap();
-        buf.push(byte[0]);
-    }
-    let head = String::from_utf8(buf).unwrap();
-    let len: usize = head
-        .lines()
-        .find_map(|l| {
-            l.to_ascii_lowercase()
-                .strip_prefix("content-length:")
-                .map(|v| v.trim().parse().unwrap())
-        })
-        .unwrap();
-    let mut body = vec![0; len];
-    tls.read_exact(&mut body).unwrap();
-    head + &String::from_utf8(body).unwrap()
-}
-
-fn peer_der(tls: &Tls) -> Vec<u8> {
-    tls.conn.peer_certificates().unwrap()[0].to_vec()
 }
 
 #[test]

@@ -17,6 +17,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::time::{Duration, Instant};
 
+pub(crate) mod tls;
+
 /// How long anything in these tests may take: generous for a loaded CI machine, short
 /// enough that a hang fails the test instead of the job.
 pub(crate) const TIMEOUT: Duration = Duration::from_secs(20);

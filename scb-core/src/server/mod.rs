@@ -355,20 +355,11 @@ impl Server {
         }
         let mut unix = Vec::with_capacity(self.unix.len());
         for listen in &self.unix {
-            let (socket, id) = unix::bind(listen, self.replace_unix)?;
-            for listeners in &mut per_worker {
-                listeners.push(worker::Listener {
-                    socket: worker::ListenSocket::Unix(
-                        socket.try_clone()?,
-                        listen.path().to_owned(),
-                    ),
-                    options: ListenOptions::new(),
-                });
+            let (bound, sockets) = BoundUnix::bind(listen, self.replace_unix, self.workers)?;
+            for (listeners, socket) in per_worker.iter_mut().zip(sockets) {
+                listeners.push(socket);
             }
-            unix.push(BoundUnix {
-                listen: listen.clone(),
-                id,
-            });
+            unix.push(bound);
         }
         // What no listener took: closed here, so that the queues of sockets nobody
         // accepts on do not fill up unseen.
@@ -459,6 +450,33 @@ struct BoundAddr {
 struct BoundUnix {
     listen: UnixListen,
     id: unix::FileId,
+}
+
+impl BoundUnix {
+    /// Binds `listen`, and gives each of `workers` a duplicate of its socket.
+    fn bind(
+        listen: &UnixListen,
+        replace_live: bool,
+        workers: usize,
+    ) -> std::io::Result<(Self, Vec<worker::Listener>)> {
+        let (socket, id) = unix::bind(listen, replace_live)?;
+        let sockets = (0..workers)
+            .map(|_| {
+                Ok(worker::Listener {
+                    socket: worker::ListenSocket::Unix(
+                        socket.try_clone()?,
+                        listen.path().to_owned(),
+                    ),
+                    options: ListenOptions::new(),
+                })
+            })
+            .collect::<std::io::Result<_>>()?;
+        let bound = Self {
+            listen: listen.clone(),
+            id,
+        };
+        Ok((bound, sockets))
+    }
 }
 
 /// A [`Server`] whose listeners are open; [`start`](BoundServer::start) runs it.
@@ -674,20 +692,11 @@ impl ServerHandle {
                 });
                 continue;
             }
-            let (socket, id) = unix::bind(listen, false)?;
-            for listeners in &mut per_worker {
-                listeners.push(worker::ListenerUpdate::Open(worker::Listener {
-                    socket: worker::ListenSocket::Unix(
-                        socket.try_clone()?,
-                        listen.path().to_owned(),
-                    ),
-                    options: ListenOptions::new(),
-                }));
+            let (bound, sockets) = BoundUnix::bind(listen, false, workers)?;
+            for (listeners, socket) in per_worker.iter_mut().zip(sockets) {
+                listeners.push(worker::ListenerUpdate::Open(socket));
             }
-            unix.push(BoundUnix {
-                listen: listen.clone(),
-                id,
-            });
+            unix.push(bound);
         }
         Ok(Prepared {
             unix,

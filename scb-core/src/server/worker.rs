@@ -16,7 +16,7 @@ use tower::Service;
 
 use super::conn::{self, ConnCtx};
 use super::shutdown::Trigger;
-use super::{Server, WorkerInfo};
+use super::{ConnectInfo, Server, WorkerInfo};
 use crate::{Body, BoxError};
 
 /// Listen backlog per worker socket: connections the kernel holds while the worker is busy
@@ -347,7 +347,8 @@ async fn accept_loop<S, B>(
                 let ctx = Rc::clone(&current.ctx.borrow());
                 tokio::task::spawn_local(async move {
                     let _guard = guard;
-                    conn::serve_unix(stream, svc, ctx).await;
+                    let (peer, local) = (ConnectInfo::UNIX_PEER, ConnectInfo::UNIX_LOCAL);
+                    conn::serve(stream, peer, local, svc, ctx).await;
                 });
             }
             Ok(Accepted::Tcp(stream, remote, local)) => {

@@ -56,14 +56,17 @@ pub(crate) struct ConnCtx {
     pub(crate) shutdown: Trigger,
 }
 
-/// Serves one accepted connection until it closes.
-pub(crate) async fn serve<S, B>(
-    stream: TcpStream,
+/// Serves one accepted plain connection until it closes: TCP, or a Unix socket (whose
+/// peer is [`ConnectInfo::UNIX_PEER`], a local client to the access log,
+/// `X-Forwarded-For` and client-address keys).
+pub(crate) async fn serve<T, S, B>(
+    stream: T,
     remote: SocketAddr,
     local: SocketAddr,
     svc: S,
     ctx: Rc<ConnCtx>,
 ) where
+    T: io::Transport + Send + 'static,
     S: Service<Request<Body>, Response = Response<B>> + Clone + 'static,
     S::Error: Into<BoxError>,
     S::Future: 'static,
@@ -73,25 +76,6 @@ pub(crate) async fn serve<S, B>(
     let info = ConnectInfo {
         remote,
         local,
-        secure: false,
-    };
-    serve_h1(stream, true, Peer::plain(info), svc, &ctx).await;
-}
-
-/// Serves one connection of a Unix-socket listener: plain HTTP, the peer named as
-/// [`ConnectInfo::UNIX_PEER`] (the access log, `X-Forwarded-For` and client-address keys
-/// see a local client).
-pub(crate) async fn serve_unix<S, B>(stream: tokio::net::UnixStream, svc: S, ctx: Rc<ConnCtx>)
-where
-    S: Service<Request<Body>, Response = Response<B>> + Clone + 'static,
-    S::Error: Into<BoxError>,
-    S::Future: 'static,
-    B: http_body::Body<Data = Bytes> + 'static,
-    B::Error: Into<BoxError>,
-{
-    let info = ConnectInfo {
-        remote: ConnectInfo::UNIX_PEER,
-        local: ConnectInfo::UNIX_LOCAL,
         secure: false,
     };
     serve_h1(stream, true, Peer::plain(info), svc, &ctx).await;
