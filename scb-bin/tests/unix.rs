@@ -105,6 +105,50 @@ fn unix_listeners_serve_take_their_mode_replace_stale_files_and_clean_up() {
 }
 
 #[test]
+fn static_files_go_out_whole_over_a_unix_socket() {
+    let dir = temp_dir("static");
+    let root = dir.join("www");
+    std::fs::create_dir_all(&root).unwrap();
+    // Large enough for several sendfile calls, and an odd length; and a small cached one.
+    let big: Vec<u8> = (0..(3 << 20) + 7).map(|i: u32| (i % 251) as u8).collect();
+    std::fs::write(root.join("big.bin"), &big).unwrap();
+    std::fs::write(root.join("small.txt"), "small file\n").unwrap();
+    let sock = dir.join("static.sock");
+    let _server = Server::start(&format!(
+        "[server]\nworkers = 1\n[[listen]]\naddr = \"unix:{}\"\n\
+         [[route]]\nprefix = \"/\"\nstatic = {{ root = {root:?} }}\n",
+        sock.display()
+    ));
+    for _ in 0..2 {
+        let mut stream = UnixStream::connect(&sock).unwrap();
+        write!(
+            stream,
+            "GET /big.bin HTTP/1.1\r\nHost: local\r\n\r\n\
+             GET /small.txt HTTP/1.1\r\nHost: local\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut answer = Vec::new();
+        stream.read_to_end(&mut answer).unwrap();
+        let head_end = answer.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+        let head = String::from_utf8_lossy(&answer[..head_end]).to_string();
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        assert!(
+            head.contains(&format!("content-length: {}", big.len())),
+            "{head}"
+        );
+        let body = &answer[head_end..head_end + big.len()];
+        assert!(
+            body == big.as_slice(),
+            "the large file arrived whole and in order"
+        );
+        let rest = String::from_utf8_lossy(&answer[head_end + big.len()..]).to_string();
+        assert!(rest.starts_with("HTTP/1.1 200"), "{rest}");
+        assert!(rest.ends_with("\r\n\r\nsmall file\n"), "{rest}");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
 fn one_scb_proxies_to_another_over_a_unix_socket() {
     let dir = temp_dir("proxy");
     let sock = dir.join("back.sock");

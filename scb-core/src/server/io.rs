@@ -76,26 +76,92 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Rewind<T> {
     }
 }
 
-/// The byte stream a connection driver speaks HTTP/1.1 on: a plain TCP socket, or a
-/// secured stream (TLS) that a [`Handshake`](super::Handshake) produced.
+/// The byte stream a connection driver speaks HTTP/1.1 on: a plain TCP or Unix socket, or
+/// a secured stream (TLS) that a [`Handshake`](super::Handshake) produced.
 pub(crate) trait Transport: AsyncRead + AsyncWrite + Unpin {
-    /// The TCP socket itself when bytes written to the transport go to it unchanged:
-    /// only then can a file region go out with `sendfile` and a socket option such as
-    /// `TCP_CORK` apply. `None` for TLS, whose records are encrypted in user space.
-    fn plain_tcp(&self) -> Option<&tokio::net::TcpStream> {
+    /// The socket itself when bytes written to the transport go to it unchanged: only then
+    /// can a file region go out with `sendfile` and a head with its body in one `writev`.
+    /// `None` for TLS, whose records are encrypted in user space.
+    fn plain_socket(&self) -> Option<PlainSocket<'_>> {
         None
     }
 }
 
 impl Transport for tokio::net::TcpStream {
-    fn plain_tcp(&self) -> Option<&tokio::net::TcpStream> {
-        Some(self)
+    fn plain_socket(&self) -> Option<PlainSocket<'_>> {
+        Some(PlainSocket::Tcp(self))
+    }
+}
+
+impl Transport for tokio::net::UnixStream {
+    fn plain_socket(&self) -> Option<PlainSocket<'_>> {
+        Some(PlainSocket::Unix(self))
     }
 }
 
 impl Transport for Box<dyn super::SecureIo> {}
 
-impl Transport for tokio::net::UnixStream {}
+/// A plain socket under a transport: the same readiness-based writes on TCP and on a Unix
+/// socket, and `TCP_CORK` on TCP only.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum PlainSocket<'a> {
+    Tcp(&'a tokio::net::TcpStream),
+    Unix(&'a tokio::net::UnixStream),
+}
+
+impl PlainSocket<'_> {
+    /// Runs `f` (a non-blocking syscall on the socket) if the socket is ready for
+    /// `interest`, clearing the readiness when it says `WouldBlock`.
+    pub(crate) fn try_io<R>(
+        &self,
+        interest: tokio::io::Interest,
+        f: impl FnOnce() -> io::Result<R>,
+    ) -> io::Result<R> {
+        match self {
+            Self::Tcp(s) => s.try_io(interest, f),
+            Self::Unix(s) => s.try_io(interest, f),
+        }
+    }
+
+    /// Waits until the socket can take more bytes.
+    pub(crate) async fn writable(&self) -> io::Result<()> {
+        match self {
+            Self::Tcp(s) => s.writable().await,
+            Self::Unix(s) => s.writable().await,
+        }
+    }
+
+    pub(crate) fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Self::Tcp(s) => s.try_write(buf),
+            Self::Unix(s) => s.try_write(buf),
+        }
+    }
+
+    fn try_write_vectored(&self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        match self {
+            Self::Tcp(s) => s.try_write_vectored(bufs),
+            Self::Unix(s) => s.try_write_vectored(bufs),
+        }
+    }
+
+    /// Holds partial segments back (`TCP_CORK`) until uncorked: a head and the file
+    /// behind it go out in full segments. Nothing to do on a Unix socket.
+    pub(crate) fn cork(&self, corked: bool) {
+        if let Self::Tcp(s) = self {
+            super::sys::cork(s, corked);
+        }
+    }
+}
+
+impl std::os::fd::AsFd for PlainSocket<'_> {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        match self {
+            Self::Tcp(s) => s.as_fd(),
+            Self::Unix(s) => s.as_fd(),
+        }
+    }
+}
 
 /// Writes all of `buf`, failing with `TimedOut` when the transport stays unwritable for
 /// `send_timeout`: a slow reader is given as long as it keeps reading, a stalled one is not.
@@ -118,8 +184,8 @@ pub(crate) async fn write_all_vectored<T: Transport>(
     data: &[u8],
     send_timeout: Duration,
 ) -> io::Result<()> {
-    if let Some(tcp) = io.plain_tcp() {
-        return write_all_tcp(tcp, head, data, send_timeout).await;
+    if let Some(socket) = io.plain_socket() {
+        return write_all_plain(socket, head, data, send_timeout).await;
     }
     let timed_out = |_| io::Error::new(io::ErrorKind::TimedOut, "send timeout");
     let (mut head, mut data) = (head, data);
@@ -145,10 +211,10 @@ pub(crate) async fn write_all_vectored<T: Transport>(
         .map_err(timed_out)?
 }
 
-/// [`write_all_vectored`] on plain TCP: each write is tried first without waiting (the
-/// socket usually has room), so the timer is only armed when a write would block.
-async fn write_all_tcp(
-    io: &tokio::net::TcpStream,
+/// [`write_all_vectored`] on a plain socket: each write is tried first without waiting
+/// (the socket usually has room), so the timer is only armed when a write would block.
+async fn write_all_plain(
+    io: PlainSocket<'_>,
     mut head: &[u8],
     mut data: &[u8],
     send_timeout: Duration,

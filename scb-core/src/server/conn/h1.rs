@@ -379,16 +379,19 @@ impl<T: Transport> Conn<'_, T> {
             .and_then(|b| b.file_region().cloned());
         if let Some(region) = region.filter(|r| Some(r.len()) == expected) {
             // Head and file in full segments; uncorked at the end, whatever happened.
-            if let Some(tcp) = self.io.plain_tcp() {
-                sys::cork(tcp, true);
+            if let Some(socket) = self.io.plain_socket() {
+                socket.cork(true);
                 let sent = async {
                     self.flush().await?;
-                    let tcp = self.io.plain_tcp().ok_or(std::io::ErrorKind::Unsupported)?;
-                    sys::send_file(tcp, &region, self.ctx.limits.send_timeout).await
+                    let socket = self
+                        .io
+                        .plain_socket()
+                        .ok_or(std::io::ErrorKind::Unsupported)?;
+                    sys::send_file(socket, &region, self.ctx.limits.send_timeout).await
                 }
                 .await;
-                if let Some(tcp) = self.io.plain_tcp() {
-                    sys::cork(tcp, false);
+                if let Some(socket) = self.io.plain_socket() {
+                    socket.cork(false);
                 }
                 sent?;
                 return Ok(encoded.keep_alive);

@@ -8,6 +8,7 @@ use tokio::net::TcpStream;
 
 use crate::FileRegion;
 use crate::body::FileShrunk;
+use crate::server::io::PlainSocket;
 
 /// The most one `sendfile` call is asked to move; the kernel caps it near 2 GiB anyway, and
 /// a bounded count keeps one huge file from starving the worker's other connections.
@@ -49,7 +50,7 @@ pub(crate) fn cork(stream: &TcpStream, corked: bool) {
 /// last byte goes out; either way the caller closes the connection rather than complete
 /// a response that is short or mixes two versions.
 pub(crate) async fn send_file(
-    stream: &TcpStream,
+    stream: PlainSocket<'_>,
     region: &FileRegion,
     send_timeout: Duration,
 ) -> io::Result<()> {
@@ -64,7 +65,7 @@ pub(crate) async fn send_file(
 }
 
 async fn send_range(
-    stream: &TcpStream,
+    stream: PlainSocket<'_>,
     file: &File,
     offset: &mut u64,
     end: u64,
