@@ -435,9 +435,13 @@ fn listeners(config: &Config, mut server: Server) -> Result<(Server, HttpsPlan),
                 if acceptor.settings().acme_settings().is_some() {
                     // Two listeners of one certificate (IPv4 and IPv6, say) share its
                     // acceptor: one renewal task, one set of files.
-                    match https.acme.iter().find(|a| {
-                        a.settings().acme_settings() == acceptor.settings().acme_settings()
-                    }) {
+                    // Same files: the same state directory and first name.
+                    let files = |a: &scb_tls::TlsAcceptor| {
+                        a.settings()
+                            .acme_settings()
+                            .map(|s| (s.state_dir().to_owned(), s.domains().first().cloned()))
+                    };
+                    match https.acme.iter().find(|a| files(a) == files(&acceptor)) {
                         Some(same) if same.settings() == acceptor.settings() => {
                             acceptor = same.clone();
                         }
@@ -445,8 +449,9 @@ fn listeners(config: &Config, mut server: Server) -> Result<(Server, HttpsPlan),
                             return Err(Located::at(
                                 config_tls,
                                 format!("listen[{i}].tls"),
-                                "an earlier listener has the same acme certificate with other \
-                                 tls settings; give both the same",
+                                "an earlier listener keeps its acme certificate in the same files \
+                                 (state_dir and first domain) with other settings; give both \
+                                 the same, or another state_dir",
                             ));
                         }
                         None => https.acme.push(acceptor.clone()),

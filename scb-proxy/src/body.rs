@@ -132,6 +132,75 @@ where
     }
 }
 
+/// Whether a request body failed, and whether by its size: for HTTP/2 upstreams, whose
+/// client sends the body from a task of its own and reports only a reset stream.
+#[derive(Debug, Default)]
+pub(crate) struct BodyFault(std::sync::atomic::AtomicU8);
+
+impl BodyFault {
+    const FAILED: u8 = 1;
+    const TOO_LARGE: u8 = 2;
+
+    /// `Some(true)` when the body went over a size limit, `Some(false)` when it failed
+    /// otherwise, `None` when it did not fail.
+    pub(crate) fn too_large(&self) -> Option<bool> {
+        match self.0.load(std::sync::atomic::Ordering::Relaxed) {
+            0 => None,
+            fault => Some(fault == Self::TOO_LARGE),
+        }
+    }
+}
+
+pin_project! {
+    /// `inner`, its failure recorded in a [`BodyFault`].
+    pub(crate) struct Watched<B> {
+        #[pin]
+        inner: B,
+        fault: Arc<BodyFault>,
+    }
+}
+
+impl<B> Watched<B> {
+    pub(crate) fn new(inner: B, fault: Arc<BodyFault>) -> Self {
+        Self { inner, fault }
+    }
+}
+
+impl<B> http_body::Body for Watched<B>
+where
+    B: http_body::Body<Data = Bytes, Error = BoxError>,
+{
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = self.project();
+        let polled = this.inner.poll_frame(cx);
+        if let Poll::Ready(Some(Err(e))) = &polled {
+            let fault = if crate::service::too_large(Some(&**e)) {
+                BodyFault::TOO_LARGE
+            } else {
+                BodyFault::FAILED
+            };
+            this.fault
+                .0
+                .store(fault, std::sync::atomic::Ordering::Relaxed);
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use http_body_util::{BodyExt as _, StreamBody};

@@ -17,7 +17,7 @@
 //! many clients, and the builder refuses the combination.
 
 use std::io;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use http::header::{self, HeaderValue};
 use http::uri::{Authority, PathAndQuery, Scheme};
@@ -42,8 +42,24 @@ pub(crate) const KEEP_ALIVE: Duration = Duration::from_secs(20);
 /// One worker's connections, indexed like the upstream list.
 #[derive(Debug)]
 pub(crate) struct Multiplexed {
-    slots: Box<[Mutex<Option<SendRequest<Body>>>]>,
+    slots: Box<[Mutex<Slot>]>,
     connect_timeout: Duration,
+}
+
+/// One upstream's connection, and how the last attempt to make one ended.
+#[derive(Debug, Default)]
+struct Slot {
+    send: Option<SendRequest<Body>>,
+    /// When the last connect failed, and why: whoever waited for that attempt gets its
+    /// verdict and moves to another upstream, instead of queueing a connect of its own
+    /// behind the lock (one `connect_timeout` each, against a black hole).
+    failed: Option<(Instant, Failure)>,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Failure {
+    Timeout,
+    Refused(io::ErrorKind),
 }
 
 /// A handle on a connection, and whether the connection carried requests before this one.
@@ -55,7 +71,7 @@ pub(crate) struct Sender {
 impl Multiplexed {
     pub(crate) fn new(upstreams: usize, connect_timeout: Duration) -> Self {
         Self {
-            slots: (0..upstreams).map(|_| Mutex::new(None)).collect(),
+            slots: (0..upstreams).map(|_| Mutex::default()).collect(),
             connect_timeout,
         }
     }
@@ -67,23 +83,51 @@ impl Multiplexed {
         upstream: &Upstream,
         tls: Option<&TlsConnector>,
     ) -> Result<Sender, ProxyError> {
-        // Held across the connect: whoever comes meanwhile gets this connection.
+        let asked = Instant::now();
+        // Held across the connect: whoever comes meanwhile gets this connection, or the
+        // verdict of this attempt.
         let mut slot = self.slots[index].lock().await;
-        if let Some(send) = slot.as_ref().filter(|send| !send.is_closed()) {
+        if let Some(send) = slot.send.as_ref().filter(|send| !send.is_closed()) {
             return Ok(Sender {
                 send: send.clone(),
                 reused: true,
             });
         }
-        *slot = None;
-        let send = tokio::time::timeout(self.connect_timeout, connect(upstream, tls))
+        if let Some((at, failure)) = slot.failed
+            && at >= asked
+        {
+            return Err(match failure {
+                Failure::Timeout => ProxyError::ConnectTimeout,
+                Failure::Refused(kind) => ProxyError::Connect(io::Error::new(
+                    kind,
+                    "connecting failed for the request before this one",
+                )),
+            });
+        }
+        slot.send = None;
+        let made = tokio::time::timeout(self.connect_timeout, connect(upstream, tls))
             .await
-            .map_err(|_| ProxyError::ConnectTimeout)??;
-        *slot = Some(send.clone());
-        Ok(Sender {
-            send,
-            reused: false,
-        })
+            .map_err(|_| ProxyError::ConnectTimeout)
+            .and_then(|made| made);
+        match made {
+            Ok(send) => {
+                slot.send = Some(send.clone());
+                slot.failed = None;
+                Ok(Sender {
+                    send,
+                    reused: false,
+                })
+            }
+            Err(e) => {
+                let failure = match &e {
+                    ProxyError::ConnectTimeout => Failure::Timeout,
+                    ProxyError::Connect(io) => Failure::Refused(io.kind()),
+                    _ => Failure::Refused(io::ErrorKind::Other),
+                };
+                slot.failed = Some((Instant::now(), failure));
+                Err(e)
+            }
+        }
     }
 }
 
@@ -105,6 +149,9 @@ pub(crate) async fn connect(
         .timer(TokioTimer::new())
         .keep_alive_interval(KEEP_ALIVE)
         .keep_alive_timeout(KEEP_ALIVE)
+        // Idle too: a connection to an upstream that vanished is found out before a
+        // request is sent on it.
+        .keep_alive_while_idle(true)
         .handshake(TokioIo::new(stream))
         .await
         .map_err(|e| ProxyError::Connect(io::Error::other(e)))?;
@@ -132,15 +179,30 @@ pub(crate) async fn send(
 /// Turns a request prepared for HTTP/1.1 (origin-form target, a `Host` field) into one for
 /// HTTP/2: the scheme and `authority` in the target (`:scheme`, `:authority`), no `Host`
 /// (RFC 9113 §8.3.1).
-pub(crate) fn address(request: &mut Request<Body>, scheme: Scheme, authority: &HeaderValue) {
+///
+/// `authority` is the client's host; when it is not one (an empty `Host`), `fallback`,
+/// the upstream's own.
+pub(crate) fn address(
+    request: &mut Request<Body>,
+    scheme: Scheme,
+    authority: &HeaderValue,
+    fallback: &Authority,
+) {
     request.headers_mut().remove(header::HOST);
     let mut parts = std::mem::take(request.uri_mut()).into_parts();
     parts.scheme = Some(scheme);
-    parts.authority = Authority::try_from(authority.as_bytes()).ok();
-    if parts.path_and_query.is_none() {
-        parts.path_and_query = Some(PathAndQuery::from_static("/"));
-    }
-    // Every part is one a URI already held, or an authority the server checked.
-    *request.uri_mut() = Uri::from_parts(parts).unwrap_or_default();
+    parts.authority = Some(
+        Authority::try_from(authority.as_bytes())
+            .ok()
+            .filter(|a| !a.host().is_empty())
+            .unwrap_or_else(|| fallback.clone()),
+    );
+    let path = parts
+        .path_and_query
+        .take()
+        .unwrap_or_else(|| PathAndQuery::from_static("/"));
+    parts.path_and_query = Some(path.clone());
+    // A scheme, an authority and a path always make a URI; the fallback keeps the path.
+    *request.uri_mut() = Uri::from_parts(parts).unwrap_or_else(|_| Uri::from(path));
     *request.version_mut() = Version::HTTP_2;
 }

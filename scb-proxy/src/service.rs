@@ -23,7 +23,7 @@ use tokio::io::AsyncWriteExt as _;
 use tower::Service;
 
 use crate::balance::{Balance, Balancer};
-use crate::body::{Guarded, TooLarge};
+use crate::body::{BodyFault, Guarded, TooLarge, Watched};
 use crate::client::{Connection, Framing, ResponseHead, SendError, Start};
 use crate::error::{InvalidResponse, ProxyError};
 use crate::forward::{self, Hop};
@@ -395,7 +395,17 @@ impl ReverseProxy {
         } else {
             Scheme::HTTP
         };
-        h2::address(&mut req, scheme, &authority);
+        h2::address(&mut req, scheme, &authority, state.upstream.authority());
+        // hyper sends the body from its own task and reports a failure of it as a reset
+        // stream: the fault is read here, so that the client's own body is not counted
+        // against the upstream.
+        let fault = Arc::new(BodyFault::default());
+        let req = if http_body::Body::is_end_stream(req.body()) {
+            req
+        } else {
+            let watched = Arc::clone(&fault);
+            req.map(|body| Body::new(Watched::new(body, watched)))
+        };
         state.metrics.request();
         let in_flight = InFlight::start(state);
         let sent = Instant::now();
@@ -421,7 +431,11 @@ impl ReverseProxy {
                 }
             }
             Ok(Err((None, e))) => {
-                let e = h2_error(e);
+                let e = match fault.too_large() {
+                    Some(true) => ProxyError::BodyTooLarge,
+                    Some(false) => ProxyError::RequestBody,
+                    None => h2_error(e),
+                };
                 if e.kind().is_some() {
                     self.failed(state, &e);
                 }
@@ -658,7 +672,7 @@ fn client_body_error(e: &BoxError) -> ProxyError {
 
 /// Whether the proxy's own `max_body`, or the server's `max_body_bytes`, is in the chain
 /// of `source`.
-fn too_large(mut source: Option<&(dyn std::error::Error + 'static)>) -> bool {
+pub(crate) fn too_large(mut source: Option<&(dyn std::error::Error + 'static)>) -> bool {
     while let Some(err) = source {
         if err.is::<TooLarge>()
             || matches!(

@@ -274,6 +274,87 @@ async fn an_http1_only_upstream_fails_cleanly() {
     server.abort();
 }
 
+/// A listener whose accept queue is full and never drained: connects to it hang, as to
+/// an upstream that drops packets. `None` if the kernel will not make one hang.
+fn black_hole() -> Option<(socket2::Socket, Vec<std::net::TcpStream>, SocketAddr)> {
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).ok()?;
+    socket
+        .bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into())
+        .ok()?;
+    socket.listen(0).ok()?;
+    let addr = socket.local_addr().ok()?.as_socket()?;
+    let mut held = Vec::new();
+    for _ in 0..64 {
+        match std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)) {
+            Ok(stream) => held.push(stream),
+            Err(_) => return Some((socket, held, addr)),
+        }
+    }
+    None
+}
+
+#[tokio::test]
+async fn requests_waiting_on_a_connect_that_fails_move_on_together() {
+    let Some((_hole, _held, hole)) = black_hole() else {
+        return;
+    };
+    let up = H2Upstream::spawn().await;
+    let proxy = ReverseProxy::builder([
+        Upstream::new(&hole.to_string()).unwrap(),
+        Upstream::new(&up.addr.to_string()).unwrap(),
+    ])
+    .protocol(UpstreamProtocol::H2c)
+    .connect_timeout(Duration::from_millis(300))
+    .try_timeout(Duration::from_secs(2))
+    .build()
+    .unwrap();
+    // Twenty at once: half start on the black hole, and wait on its one connect. Queued
+    // one connect after another (300 ms each), the last would run out of their 2 s.
+    let mut requests = tokio::task::JoinSet::new();
+    for _ in 0..20 {
+        let proxy = proxy.clone();
+        requests.spawn(async move { proxy.oneshot(post("/echo", "x")).await.unwrap().status() });
+    }
+    while let Some(status) = requests.join_next().await {
+        assert_eq!(status.unwrap(), StatusCode::OK);
+    }
+}
+
+#[tokio::test]
+async fn a_client_body_over_the_limit_is_413_not_the_upstreams_fault() {
+    let up = H2Upstream::spawn().await;
+    let proxy = ReverseProxy::builder([Upstream::new(&up.addr.to_string()).unwrap()])
+        .protocol(UpstreamProtocol::H2c)
+        .max_body(Some(10))
+        .build()
+        .unwrap();
+    // No Content-Length: the limit is found while hyper sends the body.
+    let big = || {
+        let frames: Vec<Result<Frame<Bytes>, Infallible>> = (0..3)
+            .map(|_| Ok(Frame::data(Bytes::from_static(b"12345678"))))
+            .collect();
+        Body::new(StreamBody::new(futures_util::stream::iter(frames)))
+    };
+    for _ in 0..3 {
+        let req = Request::post("/echo")
+            .header("host", "site.example")
+            .body(big())
+            .unwrap();
+        let res = proxy.clone().oneshot(req).await.unwrap();
+        assert_eq!(res.status(), StatusCode::PAYLOAD_TOO_LARGE);
+        let req = Request::post("/echo")
+            .header("host", "site.example")
+            .header("content-type", "application/grpc")
+            .body(big())
+            .unwrap();
+        let res = proxy.clone().oneshot(req).await.unwrap();
+        assert_eq!(res.headers()["grpc-status"], "8", "RESOURCE_EXHAUSTED");
+    }
+    // The upstream was never at fault, and still serves.
+    let res = proxy.clone().oneshot(post("/echo", "fine")).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+}
+
 #[test]
 fn the_protocol_must_fit_the_upstreams() {
     let build = |protocol, addr: &str| {

@@ -71,6 +71,16 @@ pub(crate) fn load_all(
         .collect()
 }
 
+/// Loads what ACME just stored, strictly: unlike at start-up, a certificate that does not
+/// load (not yet valid by this clock, a key that does not match) is an error, so the one
+/// being served stays and the renewal task backs off.
+pub(crate) fn load_issued(
+    files: &CertFiles,
+    provider: &CryptoProvider,
+) -> Result<CertInfo, TlsError> {
+    load(files, provider, unix_now()).map(|loaded| loaded.info)
+}
+
 fn load(files: &CertFiles, provider: &CryptoProvider, now: i64) -> Result<Loaded, TlsError> {
     let cert_path = &files.cert;
     let chain = read_chain(cert_path)?;

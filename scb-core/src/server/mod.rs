@@ -679,7 +679,7 @@ impl ServerHandle {
         let mut unix = Vec::with_capacity(server.unix.len());
         for listen in &server.unix {
             if let Some(kept) = self.unix.iter().find(|u| u.listen.path() == listen.path()) {
-                unix::restyle(listen)?;
+                unix::restyle(listen, kept.id)?;
                 for listeners in &mut per_worker {
                     listeners.push(worker::ListenerUpdate::Keep {
                         local: worker::ListenKey::Unix(listen.path().to_owned()),

@@ -12,7 +12,7 @@
 
 use std::io;
 use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _, PermissionsExt as _};
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 
 use socket2::{Domain, SockAddr, Socket, Type};
@@ -89,13 +89,23 @@ pub(crate) fn bind(listen: &UnixListen, replace_live: bool) -> io::Result<(UnixL
                 "the path exists and is not a socket",
             )));
         }
-        Ok(_) if !replace_live && UnixStream::connect(path).is_ok() => {
-            return Err(named(io::Error::new(
-                io::ErrorKind::AddrInUse,
-                "address already in use (another process accepts on it)",
-            )));
-        }
-        // A stale socket of an earlier run, or nothing: the rename below replaces it.
+        Ok(_) if !replace_live => match probe(path) {
+            Probe::Stale => {}
+            Probe::Live => {
+                return Err(named(io::Error::new(
+                    io::ErrorKind::AddrInUse,
+                    "address already in use (another process accepts on it)",
+                )));
+            }
+            Probe::Unknown(e) => {
+                return Err(named(io::Error::new(
+                    e.kind(),
+                    format!("cannot tell whether another process accepts on it: {e}"),
+                )));
+            }
+        },
+        // A stale socket of an earlier run (or one being taken over), or nothing: the
+        // rename below replaces it.
         Ok(_) => {}
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         Err(e) => return Err(named(e)),
@@ -133,8 +143,52 @@ pub(crate) fn bind(listen: &UnixListen, replace_live: bool) -> io::Result<(UnixL
     }
 }
 
-/// Gives a kept socket file a changed mode or owner (a reload).
-pub(crate) fn restyle(listen: &UnixListen) -> io::Result<()> {
+/// What a socket file found at a listener's path is.
+enum Probe {
+    /// Nobody accepts on it: left by a run that ended.
+    Stale,
+    /// A process accepts on it (or its queue is full).
+    Live,
+    /// The connect failed otherwise (no permission, say): never replaced on a guess.
+    Unknown(io::Error),
+}
+
+/// Connects to the socket at `path` without blocking (a full queue would block a plain
+/// connect).
+fn probe(path: &Path) -> Probe {
+    let connect = || -> io::Result<()> {
+        let socket = Socket::new(Domain::UNIX, Type::STREAM, None)?;
+        socket.set_nonblocking(true)?;
+        socket.connect(&SockAddr::unix(path)?)
+    };
+    match connect() {
+        Ok(()) => Probe::Live,
+        Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => Probe::Stale,
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Probe::Live,
+        Err(e) => Probe::Unknown(e),
+    }
+}
+
+/// Gives a kept socket file a changed mode or owner (a reload), if the path still names
+/// the socket bound as `id`: never through a symlink or onto someone else's file.
+pub(crate) fn restyle(listen: &UnixListen, id: FileId) -> io::Result<()> {
+    let ours = std::fs::symlink_metadata(&listen.path).is_ok_and(|meta| {
+        meta.file_type().is_socket()
+            && FileId {
+                dev: meta.dev(),
+                ino: meta.ino(),
+            } == id
+    });
+    if !ours {
+        return Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!(
+                "unix:{}: the path no longer names the socket scb bound (removed or replaced); \
+                 restart to bind it again",
+                listen.path.display()
+            ),
+        ));
+    }
     if let Some(mode) = listen.mode {
         std::fs::set_permissions(&listen.path, std::fs::Permissions::from_mode(mode))?;
     }
@@ -159,6 +213,8 @@ pub(crate) fn remove(path: &Path, id: FileId) {
 
 #[cfg(test)]
 mod tests {
+    use std::os::unix::net::UnixStream;
+
     use super::*;
 
     fn dir(name: &str) -> PathBuf {
@@ -195,6 +251,30 @@ mod tests {
         let e = bind(&listen, false).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::AlreadyExists, "{e}");
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "data");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn a_reload_never_restyles_through_a_path_that_is_no_longer_ours() {
+        let dir = dir("restyle");
+        let path = dir.join("s.sock");
+        let (_socket, id) = bind(&UnixListen::new(&path), false).unwrap();
+        restyle(&UnixListen::new(&path).mode(0o600), id).unwrap();
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        // Replaced by a symlink to someone's file: refused, and the file untouched.
+        let victim = dir.join("victim");
+        std::fs::write(&victim, "x").unwrap();
+        std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o644)).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        std::os::unix::fs::symlink(&victim, &path).unwrap();
+        assert!(restyle(&UnixListen::new(&path).mode(0o666), id).is_err());
+        assert_eq!(
+            std::fs::metadata(&victim).unwrap().permissions().mode() & 0o777,
+            0o644
+        );
         std::fs::remove_dir_all(dir).unwrap();
     }
 

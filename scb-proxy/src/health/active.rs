@@ -213,7 +213,7 @@ async fn head_h2(
     } else {
         http::uri::Scheme::HTTP
     };
-    crate::h2::address(&mut request, scheme, &authority);
+    crate::h2::address(&mut request, scheme, &authority, &upstream.authority);
     let response = send.send_request(request).await.map_err(CheckError::H2)?;
     Ok(response.status())
 }

@@ -88,7 +88,19 @@ impl HttpClient for Timed {
         let timeout = self.timeout;
         let answer = self.inner.request(req);
         Box::pin(async move {
-            tokio::time::timeout(timeout, answer)
+            // The body too: hyper's response resolves at the head, and a CA (or something
+            // in front of it) that stalls after the head would hold the task forever.
+            let whole = async {
+                let mut res = answer.await?;
+                let body = res
+                    .body
+                    .into_bytes()
+                    .await
+                    .map_err(instant_acme::Error::Other)?;
+                let full = http::Response::from_parts(res.parts, http_body_util::Full::new(body));
+                Ok(BytesResponse::from(full))
+            };
+            tokio::time::timeout(timeout, whole)
                 .await
                 .unwrap_or_else(|_| {
                     Err(instant_acme::Error::Other(

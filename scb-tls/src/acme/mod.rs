@@ -264,7 +264,11 @@ pub(crate) async fn run(
                 "ACME: no certificate yet; requesting one (TLS handshakes for these names fail until it is issued)"
             );
         }
-        match issue::obtain(&settings, &challenges).await {
+        let installed = match issue::obtain(&settings, &challenges).await {
+            Ok(()) => installable(&settings),
+            Err(e) => Err(e),
+        };
+        match installed {
             Ok(()) => match acceptor.reload() {
                 Ok(()) => {
                     failures = 0;
@@ -296,6 +300,36 @@ pub(crate) async fn run(
     }
 }
 
+/// Whether the certificate just stored loads and covers every name: checked before it
+/// replaces the one being served (a reload of ACME files that do not load would leave
+/// none, and the next try would order again at once).
+fn installable(settings: &AcmeSettings) -> Result<(), AcmeError> {
+    let store = settings.store();
+    let checked = check_issued(settings, &store).and_then(|()| store.commit());
+    if checked.is_err() {
+        store.discard();
+    }
+    checked
+}
+
+fn check_issued(settings: &AcmeSettings, store: &Store) -> Result<(), AcmeError> {
+    let info = crate::certs::load_issued(&store.staged(), &crate::config::provider())?;
+    let missing: Vec<&str> = settings
+        .domains
+        .iter()
+        .filter(|d| d.parse::<std::net::IpAddr>().is_err() && !info.names.contains(d))
+        .map(String::as_str)
+        .collect();
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(AcmeError::Other(format!(
+            "the issued certificate does not name {}",
+            missing.join(", ")
+        )))
+    }
+}
+
 /// Logs and counts a failed try, then waits before the next.
 async fn failed(
     names: &str,
@@ -322,4 +356,35 @@ async fn failed(
         "ACME: could not obtain a certificate; {serving}"
     );
     tokio::time::sleep(wait).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_issued_certificate_that_does_not_load_is_discarded_and_the_served_one_kept() {
+        let dir = std::env::temp_dir().join(format!("scb-tls-acme-install-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let settings = AcmeSettings::new(["example.com"], &dir);
+        let store = settings.store();
+        store
+            .write_certificate("SERVED CHAIN", "SERVED KEY")
+            .unwrap();
+        store.commit().unwrap();
+        store
+            .write_certificate(
+                "-----BEGIN CERTIFICATE-----\nnot one\n-----END CERTIFICATE-----\n",
+                "no key",
+            )
+            .unwrap();
+        assert!(installable(&settings).is_err());
+        let files = store.files();
+        assert_eq!(
+            std::fs::read_to_string(&files.cert).unwrap(),
+            "SERVED CHAIN"
+        );
+        assert!(!store.staged().cert.exists() && !store.staged().key.exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

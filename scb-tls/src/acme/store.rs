@@ -42,6 +42,29 @@ impl Store {
         CertFiles::new(self.cert.clone(), self.key.clone())
     }
 
+    /// Where a new certificate waits until it is known to load.
+    pub(crate) fn staged(&self) -> CertFiles {
+        CertFiles::new(staged(&self.cert), staged(&self.key))
+    }
+
+    /// Puts the staged certificate in place: the key first (see
+    /// [`write_certificate`](Self::write_certificate)).
+    pub(crate) fn commit(&self) -> Result<(), AcmeError> {
+        for path in [&self.key, &self.cert] {
+            std::fs::rename(staged(path), path).map_err(|source| AcmeError::State {
+                path: path.clone(),
+                source,
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Forgets a staged certificate that does not load.
+    pub(crate) fn discard(&self) {
+        let _ = std::fs::remove_file(staged(&self.key));
+        let _ = std::fs::remove_file(staged(&self.cert));
+    }
+
     /// Whether a certificate has been stored.
     pub(crate) fn has_certificate(&self) -> bool {
         self.cert.is_file() && self.key.is_file()
@@ -65,16 +88,17 @@ impl Store {
         self.write_private(&self.account_path(), json)
     }
 
-    /// Stores a certificate chain and its key: the key first, so that a crash between the
-    /// two leaves a key that does not match the old certificate (refused at load, and
+    /// Stages a certificate chain and its key beside the served ones; [`commit`](Self::commit)
+    /// puts them in place. The key goes first there, so that a crash between the two
+    /// renames leaves a key that does not match the old certificate (refused at load, and
     /// ordered again) rather than a certificate without its key.
     pub(crate) fn write_certificate(
         &self,
         chain_pem: &str,
         key_pem: &str,
     ) -> Result<(), AcmeError> {
-        self.write_private(&self.key, key_pem.as_bytes())?;
-        self.write_private(&self.cert, chain_pem.as_bytes())
+        self.write_private(&staged(&self.key), key_pem.as_bytes())?;
+        self.write_private(&staged(&self.cert), chain_pem.as_bytes())
     }
 
     /// Writes `bytes` to `path` through a temporary file and a rename, mode 0600, in the
@@ -90,17 +114,31 @@ impl Store {
             .create(&self.dir)
             .map_err(state(&self.dir))?;
         let tmp = path.with_extension("tmp");
+        // A new file, so that the mode is this one: a leftover with a wider mode is
+        // removed, not reused.
+        let _ = std::fs::remove_file(&tmp);
         let mut file = std::fs::OpenOptions::new()
             .write(true)
-            .create(true)
-            .truncate(true)
+            .create_new(true)
             .mode(0o600)
             .open(&tmp)
             .map_err(state(&tmp))?;
         file.write_all(bytes).map_err(state(&tmp))?;
         file.sync_all().map_err(state(&tmp))?;
-        std::fs::rename(&tmp, path).map_err(state(path))
+        std::fs::rename(&tmp, path).map_err(state(path))?;
+        // The rename itself reaches the disk with the directory.
+        if let Ok(dir) = std::fs::File::open(&self.dir) {
+            let _ = dir.sync_all();
+        }
+        Ok(())
     }
+}
+
+/// `path` with `.new` after its name.
+fn staged(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".new");
+    PathBuf::from(name)
 }
 
 #[cfg(test)]
@@ -116,6 +154,8 @@ mod tests {
         let store = Store::new(&dir.join("state"), "*.Example.com/../x");
         assert!(!store.has_certificate());
         store.write_certificate("CHAIN", "KEY").unwrap();
+        assert!(!store.has_certificate(), "staged, not served yet");
+        store.commit().unwrap();
         store.write_account(b"{}").unwrap();
         assert!(store.has_certificate());
         let files = store.files();
