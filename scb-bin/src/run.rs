@@ -641,8 +641,14 @@ impl Again {
 struct PidFile(std::path::PathBuf);
 
 impl PidFile {
+    /// Written whole or not at all (a temporary file renamed over the path): a reader
+    /// racing an upgrade sees the old process's id or the new one's, never an empty file.
     fn write(path: &std::path::Path) -> anyhow::Result<Self> {
-        std::fs::write(path, format!("{}\n", std::process::id()))
+        let mut tmp = path.as_os_str().to_owned();
+        tmp.push(format!(".{}.tmp", std::process::id()));
+        let tmp = std::path::PathBuf::from(tmp);
+        std::fs::write(&tmp, format!("{}\n", std::process::id()))
+            .and_then(|()| std::fs::rename(&tmp, path))
             .with_context(|| format!("writing the pid file {}", path.display()))?;
         Ok(Self(path.to_owned()))
     }
