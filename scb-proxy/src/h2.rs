@@ -9,7 +9,8 @@
 //!
 //! A connection is made when a worker first needs one and kept while the upstream keeps it
 //! open. Requests that arrive while it is being made wait for it rather than each making
-//! their own. Beyond the upstream's `SETTINGS_MAX_CONCURRENT_STREAMS`, requests wait in
+//! their own; when making it fails, every one of them gets that failure at once and moves
+//! to another upstream (rather than trying a connect of its own in turn). Beyond the upstream's `SETTINGS_MAX_CONCURRENT_STREAMS`, requests wait in
 //! hyper until a stream ends. A connection that went away (GOAWAY, a reset, a keep-alive
 //! PING unanswered for [`KEEP_ALIVE`]) is replaced at the next request.
 //!
