@@ -135,18 +135,10 @@ impl ProxyError {
 }
 
 /// `message` percent-encoded as gRPC's `grpc-message` wants it: bytes outside visible
-/// ASCII and space, and `%` itself, as `%XX`.
+/// ASCII and space (controls, and every non-ASCII byte), and `%` itself, as `%XX`.
 fn grpc_message(message: &str) -> String {
-    use std::fmt::Write as _;
-    let mut out = String::with_capacity(message.len());
-    for &b in message.as_bytes() {
-        if (0x20..0x7f).contains(&b) && b != b'%' {
-            out.push(char::from(b));
-        } else {
-            let _ = write!(out, "%{b:02X}");
-        }
-    }
-    out
+    const GRPC_MESSAGE: &percent_encoding::AsciiSet = &percent_encoding::CONTROLS.add(b'%');
+    percent_encoding::utf8_percent_encode(message, GRPC_MESSAGE).to_string()
 }
 
 #[cfg(test)]

@@ -327,18 +327,23 @@ fn available(upstreams: &[UpstreamState]) -> bool {
     upstreams[0].health.is_available(Instant::now())
 }
 
+/// The fast HTTP/1.1 checks of `upstreams`, running until the handle is aborted.
+fn spawn_checks(upstreams: &Arc<[UpstreamState]>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(run_active(
+        Arc::clone(upstreams),
+        fast_checks(),
+        None,
+        None,
+        UpstreamProtocol::Http1,
+    ))
+}
+
 #[tokio::test]
 async fn active_checks_keep_a_healthy_upstream_up() {
     let upstream = test_upstream().await;
     let addr = upstream.addr.to_string();
     let upstreams: Arc<[UpstreamState]> = Arc::new([state(&addr)]);
-    let checker = tokio::spawn(run_active(
-        Arc::clone(&upstreams),
-        fast_checks(),
-        None,
-        None,
-        UpstreamProtocol::Http1,
-    ));
+    let checker = spawn_checks(&upstreams);
     wait_until("5 checks passed", || {
         assert!(available(&upstreams));
         upstream.ok.load(Ordering::SeqCst) >= 5
@@ -364,13 +369,7 @@ async fn active_checks_take_a_failing_upstream_down_and_bring_it_back() {
     let snapshotter = recorder.snapshotter();
     let upstreams: Arc<[UpstreamState]> =
         ::metrics::with_local_recorder(&recorder, || Arc::new([state(&addr)]));
-    let checker = tokio::spawn(run_active(
-        Arc::clone(&upstreams),
-        fast_checks(),
-        None,
-        None,
-        UpstreamProtocol::Http1,
-    ));
+    let checker = spawn_checks(&upstreams);
     wait_until("a check passed", || upstream.ok.load(Ordering::SeqCst) >= 1).await;
 
     upstream.failing.store(true, Ordering::SeqCst);
@@ -394,13 +393,7 @@ async fn active_checks_take_a_closed_port_down() {
         listener.local_addr().unwrap().to_string()
     };
     let upstreams: Arc<[UpstreamState]> = Arc::new([state(&addr)]);
-    let checker = tokio::spawn(run_active(
-        Arc::clone(&upstreams),
-        fast_checks(),
-        None,
-        None,
-        UpstreamProtocol::Http1,
-    ));
+    let checker = spawn_checks(&upstreams);
     wait_until("the upstream is down", || !available(&upstreams)).await;
     checker.abort();
 }
@@ -421,13 +414,7 @@ async fn active_checks_time_out_a_silent_upstream_without_delaying_the_others() 
     let healthy = test_upstream().await;
     let upstreams: Arc<[UpstreamState]> =
         Arc::new([state(&silent_addr), state(&healthy.addr.to_string())]);
-    let checker = tokio::spawn(run_active(
-        Arc::clone(&upstreams),
-        fast_checks(),
-        None,
-        None,
-        UpstreamProtocol::Http1,
-    ));
+    let checker = spawn_checks(&upstreams);
     wait_until("the silent upstream is down", || !available(&upstreams)).await;
     // Two 1 s timeouts took it down; meanwhile the healthy upstream was checked every
     // 50 ms. Checks in one loop would have checked it only about twice.
