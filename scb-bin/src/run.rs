@@ -542,6 +542,7 @@ fn app_maker(
     let https = stack::Https::new(&plan.https, addrs);
     let acme =
         (!plan.https.acme.is_empty()).then(|| scb_tls::Http01Layer::new(plan.https.acme.iter()));
+    let metrics = plan.metrics.is_some();
     let mut access_log = AccessLogLayer::new()
         .trusted_proxies(plan.trusted_proxies.clone())
         .route_names(stack::route_names(&sites)?);
@@ -555,6 +556,7 @@ fn app_maker(
             &https,
             &access_log,
             acme.as_ref(),
+            metrics,
         )?)
     }))
 }

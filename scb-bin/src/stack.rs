@@ -91,7 +91,8 @@ impl Https {
 }
 
 /// Builds the main stack for one worker. Metric handles are registered here, so the
-/// recorder must be installed first.
+/// recorder must be installed first; with `metrics` false (no endpoint reads them) the
+/// routes record nothing and read no clock for it.
 ///
 /// # Errors
 ///
@@ -103,7 +104,15 @@ pub(crate) fn app(
     https: &Https,
     access_log: &AccessLogLayer,
     acme: Option<&scb_tls::Http01Layer>,
+    metrics: bool,
 ) -> Result<AppService, StackError> {
+    let metrics_layer = |route: &str| {
+        if metrics {
+            MetricsLayer::new(route.to_owned())
+        } else {
+            MetricsLayer::off()
+        }
+    };
     let site = |plan: &SitePlan| -> Result<Site, RouterError> {
         let mut router = Router::new();
         for route in plan.routes.iter() {
@@ -120,7 +129,7 @@ pub(crate) fn app(
                 compress: route.compress.as_ref(),
                 error_pages: Some(&plan.error_pages),
             });
-            let service = MetricsLayer::new(route.name.to_string()).layer(service);
+            let service = metrics_layer(&route.name).layer(service);
             router = router.route(Arc::clone(&route.name), route.matcher.clone(), service)?;
         }
         let fallback = RouteService::NotFound(NotFound).guarded(Guards {
@@ -128,7 +137,7 @@ pub(crate) fn app(
             error_pages: Some(&plan.error_pages),
             ..Guards::default()
         });
-        Ok(router.fallback(MetricsLayer::new(UNMATCHED).layer(fallback)))
+        Ok(router.fallback(metrics_layer(UNMATCHED).layer(fallback)))
     };
     let sites: Sites = match sites {
         [only] if only.hosts.is_empty() => OneOf::Plain(site(only)?),
@@ -302,6 +311,7 @@ mod tests {
             &Https::default(),
             &AccessLogLayer::new(),
             None,
+            true,
         )
         .unwrap();
 
@@ -330,6 +340,7 @@ mod tests {
             &Https::default(),
             &AccessLogLayer::new(),
             None,
+            true,
         )
         .unwrap();
         let req = Request::get("/respond")

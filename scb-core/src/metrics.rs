@@ -220,7 +220,7 @@ impl fmt::Debug for Handles {
 /// first.
 #[derive(Clone, Debug)]
 pub struct MetricsLayer {
-    handles: Arc<Handles>,
+    handles: Option<Arc<Handles>>,
 }
 
 impl MetricsLayer {
@@ -228,8 +228,16 @@ impl MetricsLayer {
     /// recorder in effect now.
     pub fn new(route: impl Into<Cow<'static, str>>) -> Self {
         Self {
-            handles: Arc::new(Handles::new(route.into())),
+            handles: Some(Arc::new(Handles::new(route.into()))),
         }
+    }
+
+    /// A layer that records nothing: its services pass requests and responses through,
+    /// with no clock read and no handle touched (one branch per request). For a stack
+    /// whose type must not depend on whether anything reads the metrics: scb's routes
+    /// when the config has no metrics endpoint.
+    pub fn off() -> Self {
+        Self { handles: None }
     }
 }
 
@@ -239,7 +247,7 @@ impl<S> Layer<S> for MetricsLayer {
     fn layer(&self, inner: S) -> Self::Service {
         Metrics {
             inner,
-            handles: Arc::clone(&self.handles),
+            handles: self.handles.clone(),
         }
     }
 }
@@ -251,7 +259,7 @@ impl<S> Layer<S> for MetricsLayer {
 #[derive(Clone, Debug)]
 pub struct Metrics<S> {
     inner: S,
-    handles: Arc<Handles>,
+    handles: Option<Arc<Handles>>,
 }
 
 impl<S> Metrics<S> {
@@ -296,10 +304,13 @@ where
 
     fn call(&mut self, req: Request<ReqB>) -> Self::Future {
         // The guard exists before the inner call, so a panicking call still decrements.
-        let in_flight = InFlight::start(Arc::clone(&self.handles), method_index(req.method()));
+        let in_flight = self
+            .handles
+            .as_ref()
+            .map(|handles| InFlight::start(Arc::clone(handles), method_index(req.method())));
         ResponseFuture {
             inner: self.inner.call(req),
-            in_flight: Some(in_flight),
+            in_flight,
         }
     }
 }
@@ -536,6 +547,21 @@ mod tests {
         );
         let gauges = rows.iter().filter(|r| r.0 == REQUESTS_IN_FLIGHT).count();
         assert_eq!(gauges, 1);
+    }
+
+    #[test]
+    fn an_off_layer_passes_responses_through_and_records_nothing() {
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        let res = ::metrics::with_local_recorder(&recorder, || {
+            let svc = ServiceBuilder::new()
+                .layer(MetricsLayer::off())
+                .service(status_from_path());
+            call_sync(svc.clone(), "GET", "/404").unwrap();
+            call_sync(svc, "GET", "/201").unwrap()
+        });
+        assert_eq!(res.status(), StatusCode::CREATED);
+        assert_eq!(rows(&snapshotter), Vec::<Row>::new());
     }
 
     #[tokio::test]

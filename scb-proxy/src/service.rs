@@ -211,7 +211,11 @@ impl ReverseProxy {
         let mut request = Some(Request::from_parts(parts, body));
         let mut replayed = false;
 
-        let deadline = tokio::time::Instant::now() + config.try_timeout;
+        // One clock read for the deadline and the first pick; later picks (after a
+        // failure) read it again.
+        let started = Instant::now();
+        let mut pick_at = Some(started);
+        let deadline = tokio::time::Instant::from_std(started) + config.try_timeout;
         let mut tried = [usize::MAX; MAX_TRIES];
         let mut tries = 0;
         let mut last = ProxyError::NoUpstream;
@@ -220,7 +224,12 @@ impl ReverseProxy {
             // recently failed untried upstream gets the try.
             let Some(index) = shared
                 .balancer
-                .pick(&shared.upstreams, key, &tried[..tries], Instant::now())
+                .pick(
+                    &shared.upstreams,
+                    key,
+                    &tried[..tries],
+                    pick_at.take().unwrap_or_else(Instant::now),
+                )
                 .or_else(|| {
                     shared
                         .balancer
@@ -292,7 +301,8 @@ impl ReverseProxy {
             state.metrics.request();
             let in_flight = InFlight::start(state);
             let sent = Instant::now();
-            let limit = deadline.min(tokio::time::Instant::now() + config.response_timeout);
+            let limit =
+                deadline.min(tokio::time::Instant::from_std(sent) + config.response_timeout);
             let answer = tokio::time::timeout_at(limit, connection.send(request)).await;
             drop(in_flight);
             match answer {
@@ -409,7 +419,8 @@ impl ReverseProxy {
         state.metrics.request();
         let in_flight = InFlight::start(state);
         let sent = Instant::now();
-        let limit = deadline.min(tokio::time::Instant::now() + shared.settings.response_timeout);
+        let limit =
+            deadline.min(tokio::time::Instant::from_std(sent) + shared.settings.response_timeout);
         let answer = tokio::time::timeout_at(limit, h2::send(&mut send, req)).await;
         drop(in_flight);
         match answer {

@@ -171,7 +171,8 @@ where
 
         let method = head.parts.method.clone();
         let version = head.parts.version;
-        let body_deadline = Instant::now() + limits.body_read_timeout;
+        // Read only for a request with a body: a GET pays no clock for it.
+        let body_deadline = || Instant::now() + limits.body_read_timeout;
         let (mut feeder, body) = match head.framing {
             BodyFraming::None => (None, Body::empty()),
             BodyFraming::Length(n) => {
@@ -179,7 +180,7 @@ where
                     Some(n),
                     limits.max_body_bytes,
                     limits.max_header_bytes,
-                    body_deadline,
+                    body_deadline(),
                 );
                 (Some(f), Body::new(b))
             }
@@ -188,7 +189,7 @@ where
                     None,
                     limits.max_body_bytes,
                     limits.max_header_bytes,
-                    body_deadline,
+                    body_deadline(),
                 );
                 (Some(f), Body::new(b))
             }

@@ -237,13 +237,18 @@ where
                         return Poll::Ready(Err(Failed::PANICKED));
                     };
                     let svc = &mut **this.svc;
-                    match std::panic::catch_unwind(AssertUnwindSafe(|| svc.call(req))) {
-                        Ok(future) => this.state.set(CallState::Running { future }),
-                        Err(panic) => {
-                            log_panic(&*panic);
-                            this.state.set(CallState::Done);
-                            return Poll::Ready(Err(Failed::PANICKED));
-                        }
+                    let state = &mut this.state;
+                    // The future is put in its place inside the closure: returned through
+                    // `catch_unwind` it was moved twice more (the whole stack's future).
+                    let called = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                        state.set(CallState::Running {
+                            future: svc.call(req),
+                        });
+                    }));
+                    if let Err(panic) = called {
+                        log_panic(&*panic);
+                        this.state.set(CallState::Done);
+                        return Poll::Ready(Err(Failed::PANICKED));
                     }
                 }
                 CallStateProj::Running { future } => {
