@@ -25,6 +25,7 @@ pub(crate) struct Record {
     non_2xx: Option<u64>,
     transport_errors: Option<u64>,
     cpu_s: Option<f64>,
+    user_cpu_s: Option<f64>,
     req_per_cpu_s: Option<f64>,
     peak_rss_mib: Option<f64>,
     vs_nginx: Option<f64>,
@@ -55,6 +56,7 @@ impl Record {
             non_2xx: load.map(|l| l.non_2xx),
             transport_errors: load.map(|l| l.transport_errors),
             cpu_s: f.map(|f| f.cpu_s),
+            user_cpu_s: f.map(|f| f.user_cpu_s),
             req_per_cpu_s: f.and_then(|f| f.req_per_cpu_s()),
             peak_rss_mib: f.map(|f| f.peak_rss_mib()),
             vs_nginx: row.vs_nginx,
@@ -69,7 +71,7 @@ impl Record {
 
 /// The CSV header, in field order.
 const CSV_HEADER: &str = "server,scenario,status,tool,responses,duration_s,rps,mean_ms,p50_ms,\
-p95_ms,p99_ms,success_rate,non_2xx,transport_errors,cpu_s,req_per_cpu_s,peak_rss_mib,vs_nginx,vs_nginx_tuned,note";
+p95_ms,p99_ms,success_rate,non_2xx,transport_errors,cpu_s,user_cpu_s,req_per_cpu_s,peak_rss_mib,vs_nginx,vs_nginx_tuned,note";
 
 fn csv_field(text: &str) -> String {
     if text.contains([',', '"', '\n', '\r']) {
@@ -107,6 +109,7 @@ pub(crate) fn csv(rows: &[Row]) -> String {
             u(r.non_2xx),
             u(r.transport_errors),
             f(r.cpu_s),
+            f(r.user_cpu_s),
             f(r.req_per_cpu_s),
             f(r.peak_rss_mib),
             f(r.vs_nginx),

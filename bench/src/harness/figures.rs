@@ -39,6 +39,8 @@ pub(crate) struct Figures {
     pub(crate) load: LoadResult,
     /// Server CPU-seconds (user + system, whole process tree) in the measured window.
     pub(crate) cpu_s: f64,
+    /// The user-space part of `cpu_s`; the rest is the kernel's.
+    pub(crate) user_cpu_s: f64,
     /// Peak RSS of the server's process tree, KiB (sum of `VmHWM`).
     pub(crate) peak_rss_kib: u64,
 }
@@ -47,6 +49,19 @@ impl Figures {
     /// Responses per server CPU-second: the fairest figure when the client saturates.
     pub(crate) fn req_per_cpu_s(&self) -> Option<f64> {
         (self.cpu_s > 0.0).then(|| self.load.responses as f64 / self.cpu_s)
+    }
+
+    /// Server CPU-microseconds per response in user space: what the server's own code
+    /// costs, where the kernel's share (system calls, the TCP stack) is the same for
+    /// every server making the same system calls.
+    pub(crate) fn user_us_per_req(&self) -> Option<f64> {
+        (self.load.responses > 0).then(|| self.user_cpu_s * 1e6 / self.load.responses as f64)
+    }
+
+    /// Server CPU-microseconds per response in the kernel.
+    pub(crate) fn kernel_us_per_req(&self) -> Option<f64> {
+        (self.load.responses > 0)
+            .then(|| (self.cpu_s - self.user_cpu_s).max(0.0) * 1e6 / self.load.responses as f64)
     }
 
     /// Peak RSS in MiB.
@@ -220,6 +235,7 @@ pub(crate) mod tests {
                     p99_us: Some(4000.0),
                 },
                 cpu_s,
+                user_cpu_s: cpu_s / 4.0,
                 peak_rss_kib: 10 * 1024,
             }),
         )

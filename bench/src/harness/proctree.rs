@@ -114,15 +114,41 @@ pub(crate) fn tree(root: i32) -> io::Result<Vec<ProcStat>> {
     Ok(out)
 }
 
-/// CPU time of the whole tree, in seconds.
+/// CPU time of a process tree: all of it, and the part spent in user space (the rest is
+/// the kernel's: system calls, and the network stack's work done on the server's CPU).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub(crate) struct CpuTime {
+    /// User and system CPU, seconds.
+    pub(crate) total_s: f64,
+    /// User CPU, seconds.
+    pub(crate) user_s: f64,
+}
+
+impl CpuTime {
+    /// The CPU time spent between `before` and `self` (never negative).
+    pub(crate) fn since(self, before: CpuTime) -> CpuTime {
+        CpuTime {
+            total_s: (self.total_s - before.total_s).max(0.0),
+            user_s: (self.user_s - before.user_s).max(0.0),
+        }
+    }
+}
+
+/// CPU time of the whole tree, all of it and user space's share.
 ///
 /// # Errors
 ///
 /// As [`tree`].
-pub(crate) fn tree_cpu_seconds(root: i32) -> io::Result<f64> {
-    let ticks: u64 = tree(root)?.iter().map(ProcStat::cpu_ticks).sum();
+pub(crate) fn tree_cpu(root: i32) -> io::Result<CpuTime> {
+    let stats = tree(root)?;
+    let total: u64 = stats.iter().map(ProcStat::cpu_ticks).sum();
+    let user: u64 = stats.iter().map(|s| s.utime + s.cutime).sum();
     // Ticks are counted in whole numbers far below 2^52, so the conversion is exact.
-    Ok(ticks as f64 / rustix::param::clock_ticks_per_second() as f64)
+    let hz = rustix::param::clock_ticks_per_second() as f64;
+    Ok(CpuTime {
+        total_s: total as f64 / hz,
+        user_s: user as f64 / hz,
+    })
 }
 
 /// `VmHWM` from the text of `/proc/PID/status`, in KiB.
@@ -195,16 +221,20 @@ mod tests {
     #[test]
     fn this_process_cpu_grows_with_work_and_children_are_in_its_tree() {
         let me = i32::try_from(std::process::id()).unwrap();
-        let before = tree_cpu_seconds(me).unwrap();
-        // Burn CPU until the tick counter moves (ticks are 10 ms at 100 Hz).
+        let before = tree_cpu(me).unwrap();
+        // Burn CPU in user space until its tick counter moves (ticks are 10 ms at 100 Hz).
         let start = Instant::now();
         let mut x = 0u64;
-        while tree_cpu_seconds(me).unwrap() <= before && start.elapsed() < Duration::from_secs(5) {
+        while tree_cpu(me).unwrap().user_s <= before.user_s
+            && start.elapsed() < Duration::from_secs(5)
+        {
             for i in 0..1_000_000u64 {
                 x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
             }
         }
-        assert!(tree_cpu_seconds(me).unwrap() > before, "no CPU time seen");
+        let spent = tree_cpu(me).unwrap().since(before);
+        assert!(spent.user_s > 0.0, "no user CPU time seen");
+        assert!(spent.total_s >= spent.user_s, "{spent:?}");
 
         let mut child = Command::new("sleep")
             .arg("5")

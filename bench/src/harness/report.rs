@@ -9,7 +9,7 @@ use crate::harness::load::H2_STREAMS;
 use crate::harness::server::Server;
 
 /// The table's columns.
-const HEADER: [&str; 14] = [
+const HEADER: [&str; 16] = [
     "server",
     "scenario",
     "req/s",
@@ -21,6 +21,8 @@ const HEADER: [&str; 14] = [
     "non-2xx",
     "cpu-s",
     "req/cpu-s",
+    "user µs/req",
+    "kernel µs/req",
     "peak RSS MiB",
     "req/cpu-s vs nginx",
     "vs nginx-tuned",
@@ -70,6 +72,8 @@ pub(crate) fn cells(row: &Row) -> Vec<String> {
                 load.non_2xx.to_string(),
                 num(Some(f.cpu_s), 2),
                 num(f.req_per_cpu_s(), 0),
+                num(f.user_us_per_req(), 2),
+                num(f.kernel_us_per_req(), 2),
                 num(Some(f.peak_rss_mib()), 1),
                 num(row.vs_nginx, 2),
                 num(row.vs_nginx_tuned, 2),
@@ -169,7 +173,10 @@ pub(crate) fn markdown(env: &Environment, rows: &[Row], quick: bool) -> String {
          answered 200 with the exact bytes in verification before the run). cpu-s: user + system CPU-seconds of the server's whole process tree \
          in the measured window (`/proc/PID/stat`, including TLS handshakes of the window's \
          connections). req/cpu-s: responses per server CPU-second, the fairest figure when \
-         the client saturates. peak RSS: sum of `VmHWM` over the process tree. HTTP/2: \
+         the client saturates. user and kernel µs/req: that CPU time per response, split into \
+         the server's own code and the kernel's work on its behalf (system calls, and the \
+         TCP stack, loopback deliveries included); two servers making the same system calls \
+         pay about the same kernel time, so the user column is where they differ. peak RSS: sum of `VmHWM` over the process tree. HTTP/2: \
          h2load with {H2_STREAMS} concurrent streams per connection.\n"
     );
     out.push_str(&rounds(rows));
@@ -285,7 +292,7 @@ mod tests {
             cells,
             [
                 "scb", "respond", "90000", "1.50", "1.00", "2.50", "4.00", "1", "0", "6.00",
-                "150000", "10.0", "1.20", "-"
+                "150000", "1.67", "5.00", "10.0", "1.20", "-"
             ]
         );
     }

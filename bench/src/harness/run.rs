@@ -499,16 +499,17 @@ fn measure(
             .map_err(at(Stage::Load))?;
     }
     let pid = started.process.pid();
-    let cpu_before = proctree::tree_cpu_seconds(pid)
+    let cpu_before = proctree::tree_cpu(pid)
         .context("reading the server's CPU time")
         .map_err(at(Stage::Load))?;
     let load = settings
         .load
         .run(&target, settings.duration, &dir.join("load-measured.txt"))
         .map_err(at(Stage::Load))?;
-    let cpu_after = proctree::tree_cpu_seconds(pid)
+    let cpu = proctree::tree_cpu(pid)
         .context("reading the server's CPU time")
-        .map_err(at(Stage::Load))?;
+        .map_err(at(Stage::Load))?
+        .since(cpu_before);
     let peak_rss_kib = proctree::tree_peak_rss_kib(pid)
         .context("reading the server's memory")
         .map_err(at(Stage::Load))?;
@@ -520,7 +521,8 @@ fn measure(
     started.process.stop().map_err(at(Stage::Stop))?;
     Ok(Figures {
         load,
-        cpu_s: (cpu_after - cpu_before).max(0.0),
+        cpu_s: cpu.total_s,
+        user_cpu_s: cpu.user_s,
         peak_rss_kib,
     })
 }
