@@ -4,7 +4,7 @@
 //! main server:    RequestId -> AccessLog -> CatchPanic -> [RedirectHttps] -> [Hsts]
 //!                   -> VirtualHosts by host (only when there are named sites)
 //!                   each site: HeaderRules (site) -> Router
-//!                     routes:   Metrics(route name) -> [guards] -> RouteService
+//!                     routes:   Metrics(route name; off without [metrics]) -> [guards] -> RouteService
 //!                               guards, only those configured (route::Guarded):
 //!                               ErrorPages -> IpFilter -> RateLimit -> MaxConcurrent
 //!                               -> HeaderRules -> Rewrite -> CORS -> BasicAuth -> Compress
