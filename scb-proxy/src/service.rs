@@ -213,9 +213,9 @@ impl ReverseProxy {
 
         // One clock read for the deadline and the first pick; later picks (after a
         // failure) read it again.
-        let started = Instant::now();
-        let mut pick_at = Some(started);
-        let deadline = tokio::time::Instant::from_std(started) + config.try_timeout;
+        let started = tokio::time::Instant::now();
+        let mut pick_at = Some(started.into_std());
+        let deadline = started + config.try_timeout;
         let mut tried = [usize::MAX; MAX_TRIES];
         let mut tries = 0;
         let mut last = ProxyError::NoUpstream;
@@ -300,9 +300,8 @@ impl ReverseProxy {
             forward::set_host(request.headers_mut(), state.upstream.authority(), keep_host);
             state.metrics.request();
             let in_flight = InFlight::start(state);
-            let sent = Instant::now();
-            let limit =
-                deadline.min(tokio::time::Instant::from_std(sent) + config.response_timeout);
+            let sent = tokio::time::Instant::now();
+            let limit = deadline.min(sent + config.response_timeout);
             let answer = tokio::time::timeout_at(limit, connection.send(request)).await;
             drop(in_flight);
             match answer {
@@ -418,9 +417,8 @@ impl ReverseProxy {
         };
         state.metrics.request();
         let in_flight = InFlight::start(state);
-        let sent = Instant::now();
-        let limit =
-            deadline.min(tokio::time::Instant::from_std(sent) + shared.settings.response_timeout);
+        let sent = tokio::time::Instant::now();
+        let limit = deadline.min(sent + shared.settings.response_timeout);
         let answer = tokio::time::timeout_at(limit, h2::send(&mut send, req)).await;
         drop(in_flight);
         match answer {

@@ -127,9 +127,12 @@ pub(crate) struct CpuTime {
 impl CpuTime {
     /// The CPU time spent between `before` and `self` (never negative).
     pub(crate) fn since(self, before: CpuTime) -> CpuTime {
+        // A process that left the tree unreaped takes its ticks with it; the user share
+        // never exceeds what is left of the total.
+        let total_s = (self.total_s - before.total_s).max(0.0);
         CpuTime {
-            total_s: (self.total_s - before.total_s).max(0.0),
-            user_s: (self.user_s - before.user_s).max(0.0),
+            total_s,
+            user_s: (self.user_s - before.user_s).clamp(0.0, total_s),
         }
     }
 }

@@ -105,7 +105,7 @@ pub(crate) fn table(rows: &[Row]) -> String {
         .iter()
         .map(|r| cells(r).iter().map(|c| escape(c)).collect())
         .collect();
-    let mut widths: Vec<usize> = HEADER.iter().map(|h| h.len()).collect();
+    let mut widths: Vec<usize> = HEADER.iter().map(|h| h.chars().count()).collect();
     for row in &body {
         // A failure message spans the row in spirit; it does not widen the column.
         for (i, cell) in row.iter().enumerate() {
