@@ -105,14 +105,19 @@ impl<V> Table<V> {
         self.bytes
     }
 
-    /// Evicts the least recently used of up to [`SAMPLE`] random slots.
+    /// Evicts the least recently used of up to [`SAMPLE`] slots, spread evenly around the
+    /// table from a random start. The sampled slots are distinct: drawn independently, all
+    /// five could land on one slot (1 in 4,096 with eight slots), and that slot, the most
+    /// recently used one included, was evicted.
     fn evict_one(&mut self) {
         let len = self.slots.len();
         if len == 0 {
             return;
         }
-        let victim = (0..SAMPLE.min(len))
-            .map(|_| fastrand::usize(..len))
+        let n = SAMPLE.min(len);
+        let start = fastrand::usize(..len);
+        let victim = (0..n)
+            .map(|k| (start + k * len / n) % len)
             .min_by_key(|&i| self.slots[i].used)
             .unwrap_or(0);
         self.index.remove(&self.slots[victim].key);
@@ -165,6 +170,19 @@ mod tests {
             assert!(t.len() <= 8);
         }
         assert_eq!(t.len(), 8);
+    }
+
+    #[test]
+    fn with_no_more_slots_than_the_sample_the_least_recently_used_goes() {
+        let mut t = Table::new(3, usize::MAX);
+        for (key, value) in [("a", 1), ("b", 2), ("c", 3)] {
+            t.insert(key, value, 1, now());
+        }
+        assert!(t.get_mut("a").is_some());
+        assert!(t.get_mut("c").is_some());
+        t.insert("d", 4, 1, now());
+        assert!(t.get_mut("b").is_none());
+        assert_eq!(t.len(), 3);
     }
 
     #[test]
