@@ -55,13 +55,16 @@ impl Figures {
     /// costs, where the kernel's share (system calls, the TCP stack) is the same for
     /// every server making the same system calls.
     pub(crate) fn user_us_per_req(&self) -> Option<f64> {
-        (self.load.responses > 0).then(|| self.user_cpu_s * 1e6 / self.load.responses as f64)
+        self.us_per_req(self.user_cpu_s)
     }
 
     /// Server CPU-microseconds per response in the kernel.
     pub(crate) fn kernel_us_per_req(&self) -> Option<f64> {
-        (self.load.responses > 0)
-            .then(|| (self.cpu_s - self.user_cpu_s).max(0.0) * 1e6 / self.load.responses as f64)
+        self.us_per_req((self.cpu_s - self.user_cpu_s).max(0.0))
+    }
+
+    fn us_per_req(&self, cpu_s: f64) -> Option<f64> {
+        (self.load.responses > 0).then(|| cpu_s * 1e6 / self.load.responses as f64)
     }
 
     /// Peak RSS in MiB.

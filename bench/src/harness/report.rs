@@ -176,8 +176,9 @@ pub(crate) fn markdown(env: &Environment, rows: &[Row], quick: bool) -> String {
          the client saturates. user and kernel µs/req: that CPU time per response, split into \
          the server's own code and the kernel's work on its behalf (system calls, and the \
          TCP stack, loopback deliveries included); two servers making the same system calls \
-         pay about the same kernel time, so the user column is where they differ. peak RSS: sum of `VmHWM` over the process tree. HTTP/2: \
-         h2load with {H2_STREAMS} concurrent streams per connection.\n"
+         pay about the same kernel time, so the user column is where they differ. peak RSS: \
+         sum of `VmHWM` over the process tree. HTTP/2: h2load with {H2_STREAMS} concurrent \
+         streams per connection.\n"
     );
     out.push_str(&rounds(rows));
     let failures: Vec<String> = rows
