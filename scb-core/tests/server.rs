@@ -1214,3 +1214,138 @@ fn listeners_change_on_a_running_server_without_dropping_a_kept_one() {
     drop(kept_alive);
     handle.join();
 }
+
+/// An `h2` client connection to `addr` (h2c with prior knowledge), its connection task
+/// spawned.
+async fn h2_client(addr: SocketAddr) -> h2::client::SendRequest<Bytes> {
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (client, conn) = h2::client::handshake(stream).await.unwrap();
+    tokio::spawn(conn);
+    client.ready().await.unwrap()
+}
+
+fn current_thread() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn head_over_h2_ends_the_stream_on_its_headers_with_the_headers_a_get_gets() {
+    let server = TestServer::start(1, Limits::default());
+    let addr = server.addr;
+    current_thread().block_on(async move {
+        let mut client = h2_client(addr).await;
+        // A fixed body, a streamed one (no length known) and an error answer.
+        for path in ["/hello", "/stream", "/missing"] {
+            let get = Request::get(format!("http://t{path}")).body(()).unwrap();
+            let (get, _) = client.send_request(get, true).unwrap();
+            let get = get.await.unwrap();
+            let head = Request::head(format!("http://t{path}")).body(()).unwrap();
+            let (head, _) = client.send_request(head, true).unwrap();
+            let head = head.await.unwrap();
+            assert_eq!(head.status(), get.status(), "{path}");
+            assert!(
+                head.body().is_end_stream(),
+                "{path}: HEAD's HEADERS frame must carry END_STREAM"
+            );
+            assert_eq!(
+                head.headers().get("content-length"),
+                get.headers().get("content-length"),
+                "{path}"
+            );
+            assert_eq!(head.headers()["x-method"], "HEAD", "{path}");
+            assert!(head.headers().contains_key("x-request-id"), "{path}");
+        }
+    });
+    // The server's own answer (an invalid authority) ends a HEAD stream too.
+    current_thread().block_on(async move {
+        let mut client = h2_client(addr).await;
+        let head = Request::head("http://user@t/hello").body(()).unwrap();
+        let (head, _) = client.send_request(head, true).unwrap();
+        let head = head.await.unwrap();
+        assert_eq!(head.status(), 400);
+        assert!(head.body().is_end_stream());
+        assert!(head.headers().contains_key("content-length"));
+    });
+}
+
+/// Sends `first` bytes of a POST to `/echo` declaring `declared` bytes (or no length),
+/// and returns the answer's status, body and how the server ended the stream.
+async fn h2_upload_cut_short(
+    addr: SocketAddr,
+    declared: Option<u64>,
+    first: usize,
+) -> (StatusCode, Bytes, Option<h2::Reason>, usize) {
+    let mut client = h2_client(addr).await;
+    let mut req = Request::post("http://t/echo");
+    if let Some(len) = declared {
+        req = req.header("content-length", len);
+    }
+    let (response, mut upload) = client.send_request(req.body(()).unwrap(), false).unwrap();
+    // What the server's window lets the client send before it reads anything.
+    upload.reserve_capacity(4 << 20);
+    let window = std::future::poll_fn(|cx| upload.poll_capacity(cx))
+        .await
+        .unwrap()
+        .unwrap();
+    let mut sent = 0;
+    while sent < first {
+        let n = (first - sent).min(16_384);
+        upload.send_data(Bytes::from(vec![b'x'; n]), false).unwrap();
+        sent += n;
+    }
+    let res = tokio::time::timeout(Duration::from_secs(5), response)
+        .await
+        .expect("an answer before the body ends")
+        .unwrap();
+    let status = res.status();
+    let body = res.into_body();
+    let mut bytes = Vec::new();
+    let mut body = body;
+    while let Some(chunk) = body.data().await {
+        let chunk = chunk.unwrap();
+        body.flow_control().release_capacity(chunk.len()).unwrap();
+        bytes.extend_from_slice(&chunk);
+    }
+    let reset = tokio::time::timeout(
+        Duration::from_secs(5),
+        std::future::poll_fn(|cx| upload.poll_reset(cx)),
+    )
+    .await
+    .expect("the stream reset once its answer is out")
+    .ok();
+    (status, Bytes::from(bytes), reset, window)
+}
+
+#[test]
+fn an_h2_body_over_the_limit_gets_its_413_and_then_a_no_error_reset() {
+    let mut limits = Limits::default();
+    limits.max_body_bytes = 100_000;
+    let server = TestServer::start(1, limits);
+    let addr = server.addr;
+    current_thread().block_on(async move {
+        // Declared too long: refused before the service, with the request id.
+        let (status, body, reset, window) =
+            h2_upload_cut_short(addr, Some(2_000_000), 16_384).await;
+        assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+        assert!(
+            String::from_utf8_lossy(&body).contains("too large"),
+            "{body:?}"
+        );
+        assert_eq!(reset, Some(h2::Reason::NO_ERROR));
+        // The window offered is the limit, not the 1 MiB default.
+        assert!(window <= 100_000, "window {window}");
+        // No length: the body runs past the limit while the service reads it; the answer
+        // (this service's own to a body error) is read, then the stream is reset cleanly.
+        let (status, body, reset, _) = h2_upload_cut_short(addr, None, 100_000 + 16_384).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert!(
+            String::from_utf8_lossy(&body).contains("body error"),
+            "{body:?}"
+        );
+        assert_eq!(reset, Some(h2::Reason::NO_ERROR));
+    });
+    assert_eq!(server.hits.load(Ordering::SeqCst), 1);
+}

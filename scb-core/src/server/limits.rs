@@ -42,7 +42,9 @@ pub struct Limits {
     /// worker). Defaults to 128, nginx's `http2_max_concurrent_streams`.
     pub h2_max_concurrent_streams: u32,
     /// HTTP/2 flow-control window per stream, in bytes: how much request body a client
-    /// may send before the service reads it. Defaults to 1 MiB.
+    /// may send before the service reads it. The window advertised is never more than
+    /// `max_body_bytes` (nor less than HTTP/2's default 65,535), so that a client cannot
+    /// send more than could be taken before it reads a 413. Defaults to 1 MiB.
     pub h2_stream_window: u32,
     /// HTTP/2 flow-control window per connection, in bytes. Defaults to 2 MiB.
     pub h2_connection_window: u32,

@@ -103,10 +103,12 @@ pub(crate) fn encode_head(
         (Framing::None, Length::None)
     } else if is_head || bodiless_status {
         // A HEAD (or 304) response describes the representation without sending it:
-        // keep the service's length, else the body's if it is not empty.
+        // keep the service's length, else the body's: for HEAD even 0, the length the
+        // GET's head carries (hyper leaves an empty body's out); a 304 says no length
+        // of its own.
         let length = match (&service_len, body_len) {
             (Some(v), _) => Length::Service(v),
-            (None, Some(n)) if n > 0 => Length::Body(n),
+            (None, Some(n)) if n > 0 || (is_head && !bodiless_status) => Length::Body(n),
             _ => Length::None,
         };
         (Framing::None, length)
@@ -282,6 +284,14 @@ mod tests {
             Some(13),
         );
         assert!(text.contains("content-length: 13\r\n"));
+        // An empty body: the `content-length: 0` a GET's head has (a redirect, say).
+        let (text, _) = encode(
+            http::Response::new(()),
+            &Method::HEAD,
+            Version::HTTP_11,
+            Some(0),
+        );
+        assert!(text.contains("content-length: 0\r\n"), "{text}");
     }
 
     #[test]
