@@ -1,13 +1,17 @@
 //! `scb`: a web server composed from scb's tower layers by a TOML config file.
 //!
 //! ```text
-//! scb run   --config scb.toml     serve until SIGTERM/SIGINT, then drain and exit 0
-//! scb run   --config scb.toml --upgrade   take the listeners of the running scb over
-//! scb check --config scb.toml [--print]   validate: "scb.toml: ok", or file:line:column: key: error
-//! scb reload --config scb.toml    check, then SIGHUP the running server ([server] pid_file): reload
+//! scb run   [CONFIG]              serve until SIGTERM/SIGINT, then drain and exit 0
+//! scb run   [CONFIG] --upgrade    take the listeners of the running scb over
+//! scb check [CONFIG] [--print]    validate: "scb.toml: ok", or file:line:column: key: error
+//! scb reload [CONFIG]             check, SIGHUP the running server ([server] pid_file),
+//!                                 and wait for its verdict: exit 0 reloaded, 1 failed
 //! scb serve DIR                   static files, no config
 //! scb --version
 //! ```
+//!
+//! CONFIG is a path, given as is or as `--config PATH`; without one, `./scb.toml`, then
+//! `/etc/scb/scb.toml`.
 //!
 //! Logs go to stderr, human-readable by default or JSON with `--log-format json`, filtered
 //! by `RUST_LOG` (default `info`).
@@ -16,6 +20,7 @@ mod activation;
 mod config;
 mod one_of;
 mod plan;
+mod reload_status;
 mod route;
 mod run;
 mod stack;
@@ -54,7 +59,7 @@ Signals (to `scb run`):
                    key) and changes nothing.
   SIGUSR1          reopen the access log file (after logrotate moved it).
 
-Upgrade the binary: install the new one, then `scb run --upgrade --config FILE`: it
+Upgrade the binary: install the new one, then `scb run --upgrade FILE`: it
 takes the listeners from the running scb over [server] upgrade_socket, and the old
 process drains and exits. Under systemd, use dist/systemd/scb.socket instead.
 
@@ -87,9 +92,8 @@ enum Command {
     /// then drains. SIGHUP reloads the config, SIGUSR1 reopens the access log; see
     /// `scb --help`.
     Run {
-        /// The config file (TOML).
-        #[arg(long, short)]
-        config: PathBuf,
+        #[command(flatten)]
+        config: ConfigArg,
         /// Take the listening sockets over from the `scb run` listening on the config's
         /// `[server] upgrade_socket` (a binary upgrade): once this process serves, that
         /// one drains and exits.
@@ -97,18 +101,20 @@ enum Command {
         upgrade: bool,
     },
     /// Check a config file, then tell the `scb run` it names (by its `[server] pid_file`)
-    /// to reload it, as SIGHUP does: new requests get the new routes, listeners and
-    /// certificates; a config the server finds wrong is logged and changes nothing.
+    /// to reload it, as SIGHUP does, and wait for the outcome: exit 0 once new requests
+    /// get the new routes, listeners and certificates; 1, with the server's reason, when
+    /// the server finds the config wrong (nothing changes then) or does not answer.
     Reload {
-        /// The config file (TOML) the server runs with.
-        #[arg(long, short)]
-        config: PathBuf,
+        #[command(flatten)]
+        config: ConfigArg,
+        /// How long to wait for the server's verdict.
+        #[arg(long, value_parser = humantime::parse_duration, default_value = "30s")]
+        timeout: std::time::Duration,
     },
     /// Check a config file and exit: 0 if it is valid, 1 with the error otherwise.
     Check {
-        /// The config file (TOML).
-        #[arg(long, short)]
-        config: PathBuf,
+        #[command(flatten)]
+        config: ConfigArg,
         /// Print the effective plan: the files read, the listeners, the routes in match
         /// order with their upstreams, metrics and the access log.
         #[arg(long)]
@@ -130,6 +136,40 @@ enum Command {
         #[arg(long)]
         compress: bool,
     },
+}
+
+/// The config files looked for, in order, when a command names none: the working
+/// directory's, then the system's, as nginx and Caddy look for theirs.
+const DEFAULT_CONFIGS: [&str; 2] = ["scb.toml", "/etc/scb/scb.toml"];
+
+/// Which config file a command reads.
+#[derive(Debug, clap::Args)]
+struct ConfigArg {
+    /// The config file (TOML). Default: ./scb.toml, then /etc/scb/scb.toml.
+    #[arg(value_name = "CONFIG", conflicts_with = "config")]
+    file: Option<PathBuf>,
+    /// The config file (TOML), the same as the positional CONFIG.
+    #[arg(long, short, value_name = "CONFIG")]
+    config: Option<PathBuf>,
+}
+
+impl ConfigArg {
+    /// The file named, or the first of [`DEFAULT_CONFIGS`] that exists.
+    fn path(self) -> Result<PathBuf, String> {
+        if let Some(path) = self.file.or(self.config) {
+            return Ok(path);
+        }
+        DEFAULT_CONFIGS
+            .iter()
+            .map(PathBuf::from)
+            .find(|path| path.exists())
+            .ok_or_else(|| {
+                format!(
+                    "no config file given, and neither ./{} nor {} exists",
+                    DEFAULT_CONFIGS[0], DEFAULT_CONFIGS[1]
+                )
+            })
+    }
 }
 
 /// How log lines are written.
@@ -155,19 +195,25 @@ impl LogFormat {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Check { config, print } => match Plan::load(&config) {
-            Ok(plan) => {
-                #[allow(clippy::print_stdout, reason = "the verdict is the command's output")]
-                {
-                    if print {
-                        print!("{}", plan.describe());
+        Command::Check { config, print } => {
+            let config = match config.path() {
+                Ok(path) => path,
+                Err(e) => return usage_error("check", &e),
+            };
+            match Plan::load(&config) {
+                Ok(plan) => {
+                    #[allow(clippy::print_stdout, reason = "the verdict is the command's output")]
+                    {
+                        if print {
+                            print!("{}", plan.describe());
+                        }
+                        println!("{}: ok", config.display());
                     }
-                    println!("{}: ok", config.display());
+                    ExitCode::SUCCESS
                 }
-                ExitCode::SUCCESS
+                Err(e) => config_error(&e),
             }
-            Err(e) => config_error(&e),
-        },
+        }
         Command::Serve {
             dir,
             listen,
@@ -176,13 +222,7 @@ fn main() -> ExitCode {
         } => {
             let plan = match Plan::serve(&dir, listen, workers, compress) {
                 Ok(plan) => plan,
-                Err(e) => {
-                    #[allow(clippy::print_stderr, reason = "the error is the command's output")]
-                    {
-                        eprintln!("scb serve: {e}");
-                    }
-                    return ExitCode::FAILURE;
-                }
+                Err(e) => return usage_error("serve", &e.to_string()),
             };
             let _log = init_logging(cli.log_format);
             match run::run(None, plan, None, cli.log_format.access_format(), false) {
@@ -193,49 +233,56 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Reload { config } => {
+        Command::Reload { config, timeout } => {
+            let config = match config.path() {
+                Ok(path) => path,
+                Err(e) => return usage_error("reload", &e),
+            };
             let plan = match Plan::load(&config) {
                 Ok(plan) => plan,
                 Err(e) => return config_error(&e),
             };
             let Some(pid_file) = plan.pid_file else {
-                #[allow(clippy::print_stderr, reason = "the error is the command's output")]
-                {
-                    eprintln!(
-                        "scb reload: {} sets no [server] pid_file; send SIGHUP to the server instead",
+                return usage_error(
+                    "reload",
+                    &format!(
+                        "{} sets no [server] pid_file; send SIGHUP to the server instead",
                         config.display()
-                    );
-                }
-                return ExitCode::FAILURE;
+                    ),
+                );
             };
-            match run::signal_reload(&pid_file) {
-                Ok(pid) => {
+            match run::reload(&pid_file, timeout) {
+                Ok((pid, reload_status::Outcome::Reloaded)) => {
                     #[allow(clippy::print_stdout, reason = "the result is the command's output")]
                     {
-                        println!("signalled scb (pid {pid}) to reload its config");
+                        println!("scb (pid {pid}) reloaded {}", config.display());
                     }
                     ExitCode::SUCCESS
                 }
-                Err(e) => {
-                    #[allow(clippy::print_stderr, reason = "the error is the command's output")]
-                    {
-                        eprintln!("scb reload: {e:#}");
-                    }
-                    ExitCode::FAILURE
-                }
+                Ok((pid, reload_status::Outcome::Failed(why))) => usage_error(
+                    "reload",
+                    &format!("scb (pid {pid}) kept its running config: {why}"),
+                ),
+                Ok((pid, reload_status::Outcome::NoAnswer)) => usage_error(
+                    "reload",
+                    &format!(
+                        "scb (pid {pid}) was signalled but said nothing of the reload \
+                         within {}; see its log",
+                        humantime::format_duration(timeout)
+                    ),
+                ),
+                Err(e) => usage_error("reload", &format!("{e:#}")),
             }
         }
         Command::Run { config, upgrade } => {
+            let config = match config.path() {
+                Ok(path) => path,
+                Err(e) => return usage_error("run", &e),
+            };
             let (plan, recorder) = match run::load_with_recorder(&config) {
                 Ok(loaded) => loaded,
                 Err(run::LoadError::Config(e)) => return config_error(&e),
-                Err(run::LoadError::Recorder(e)) => {
-                    #[allow(clippy::print_stderr, reason = "the error is the command's output")]
-                    {
-                        eprintln!("scb run: {e:#}");
-                    }
-                    return ExitCode::FAILURE;
-                }
+                Err(run::LoadError::Recorder(e)) => return usage_error("run", &format!("{e:#}")),
             };
             let _log = init_logging(cli.log_format);
             match run::run(
@@ -253,6 +300,15 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+/// Prints `scb COMMAND: message` and fails: for what goes wrong before there is a log.
+fn usage_error(command: &str, message: &str) -> ExitCode {
+    #[allow(clippy::print_stderr, reason = "the error is the command's output")]
+    {
+        eprintln!("scb {command}: {message}");
+    }
+    ExitCode::FAILURE
 }
 
 /// Prints a config error as is: `file:line:column: key: message` is meant for people and

@@ -11,6 +11,7 @@ use scb_core::health::Readiness;
 use scb_core::server::{Server, ServerHandle, WorkerInfo, shutdown_signal};
 
 use crate::plan::{AccessPlan, MetricsPlan, Plan, SitePlan};
+use crate::reload_status::{self, ReloadStatus};
 use crate::stack::{self, AppService, MetricsService};
 use crate::switch::{Maker, Switch};
 use crate::{activation, upgrade};
@@ -132,6 +133,7 @@ pub(crate) fn run(
             Some(path) => Some(PidFile::write(path)?),
             None => None,
         };
+        running.write_reload_status(None);
         let upgrades = match &running.upgrade_socket {
             Some(path) => Some(upgrade::UpgradeSocket::bind(path)?),
             None => None,
@@ -228,6 +230,8 @@ struct Running {
     /// What a reload cannot change, to warn when it tries.
     workers: Option<usize>,
     pid_file: Option<std::path::PathBuf>,
+    /// Reloads attempted so far, for the reload status file.
+    reload_generation: u64,
     /// The ACME listeners' renewal tasks, on this (the main) thread's runtime.
     acme: AcmeTasks,
 }
@@ -356,6 +360,7 @@ impl Running {
             upgrade_socket: plan.upgrade_socket,
             workers: plan.workers,
             pid_file: plan.pid_file,
+            reload_generation: 0,
             acme,
         })
     }
@@ -377,7 +382,10 @@ impl Running {
             return;
         };
         tracing::info!("SIGHUP: reloading {}", file.display());
-        match self.try_reload(&file).await {
+        self.reload_generation += 1;
+        let result = self.try_reload(&file).await;
+        self.write_reload_status(result.as_ref().err().map(|e| format!("{e:#}")));
+        match result {
             Ok(()) => tracing::info!(
                 "reloaded {}: listening on {}",
                 file.display(),
@@ -395,6 +403,22 @@ impl Running {
                     .join(", ")
             ),
             Err(e) => tracing::error!("reload failed, the running config stays: {e:#}"),
+        }
+    }
+
+    /// Writes the outcome of the latest reload (`failure`: why it did not take effect)
+    /// beside the pid file, for `scb reload` (see [`crate::reload_status`]).
+    fn write_reload_status(&self, failure: Option<String>) {
+        let Some(pid_file) = &self.pid_file else {
+            return;
+        };
+        let status = ReloadStatus {
+            pid: std::process::id(),
+            generation: self.reload_generation,
+            failure,
+        };
+        if let Err(e) = status.write(&reload_status::path(pid_file)) {
+            tracing::warn!("{e:#}");
         }
     }
 
@@ -663,11 +687,34 @@ impl Drop for PidFile {
         if ours {
             let _ = std::fs::remove_file(&self.0);
         }
+        // The reload status beside it goes too, if it is this process's.
+        let status = reload_status::path(&self.0);
+        if ReloadStatus::read(&status).is_some_and(|s| s.pid == std::process::id()) {
+            let _ = std::fs::remove_file(status);
+        }
     }
 }
 
-/// `scb reload`: signals the `scb run` whose pid file `pid_file` is to reload its config.
-pub(crate) fn signal_reload(pid_file: &std::path::Path) -> anyhow::Result<i32> {
+/// `scb reload`: signals the `scb run` whose pid file is `pid_file` to reload its config,
+/// and waits up to `timeout` for what became of it (see [`crate::reload_status`]).
+pub(crate) fn reload(
+    pid_file: &std::path::Path,
+    timeout: Duration,
+) -> anyhow::Result<(i32, reload_status::Outcome)> {
+    let status_file = reload_status::path(pid_file);
+    // Read before the signal: the outcome to wait for is the first one after it.
+    let before = ReloadStatus::read(&status_file);
+    let pid = signal_reload(pid_file)?;
+    let pid_u32 = u32::try_from(pid).context("a negative process id")?;
+    let before = before
+        .filter(|status| status.pid == pid_u32)
+        .map(|status| status.generation);
+    let outcome = reload_status::wait_for_outcome(&status_file, pid_u32, before, timeout);
+    Ok((pid, outcome))
+}
+
+/// Sends SIGHUP to the process whose id `pid_file` holds, and returns that id.
+fn signal_reload(pid_file: &std::path::Path) -> anyhow::Result<i32> {
     let text = std::fs::read_to_string(pid_file)
         .with_context(|| format!("reading the pid file {}", pid_file.display()))?;
     let pid: i32 = text

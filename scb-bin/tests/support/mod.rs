@@ -251,6 +251,11 @@ impl Server {
         rustix::process::kill_process(pid, signal).expect("kill");
     }
 
+    /// The config file the server runs with.
+    pub(crate) fn config_path(&self) -> &std::path::Path {
+        &self.config
+    }
+
     /// Replaces the config file the server runs with, atomically (a new file renamed over
     /// it, as editors and config managers do), so that a reload never reads half of it.
     pub(crate) fn rewrite_config(&self, contents: &str) {
