@@ -1158,7 +1158,7 @@ fn route<'a>(
             format_args!("{UNMATCHED:?} is the name of requests no route matches"),
         ));
     }
-    let mut handler = handler(config, &matcher, readiness, site.is_some())?;
+    let mut handler = handler(config, &matcher, readiness, trusted, site.is_some())?;
     // `compress = true` on the route, or in the proxy's or fixed response's table; a static
     // route's compression stays in its handler, where it needs no allocation.
     let wants_compression = route.compress.as_ref().is_some_and(|c| *c.get_ref())
@@ -1317,6 +1317,7 @@ fn handler(
     config: &Spanned<RouteConfig>,
     matcher: &PathMatch,
     readiness: &Readiness,
+    trusted: &TrustedProxies,
     named_site: bool,
 ) -> Result<Handler, Located> {
     let route = config.get_ref();
@@ -1355,7 +1356,7 @@ fn handler(
         });
     }
     if let Some(proxy) = &route.proxy {
-        return proxy_handler(proxy.get_ref(), matcher).map_err(|e| e.within("proxy"));
+        return proxy_handler(proxy.get_ref(), matcher, trusted).map_err(|e| e.within("proxy"));
     }
     if let Some(redirect) = &route.redirect {
         return redirect_handler(redirect.get_ref(), matcher, named_site)
@@ -1514,8 +1515,40 @@ fn redirect_handler(
 /// On an exact `path` route it is refused rather than read as "strip the whole path" (every
 /// request would go up as `/`): a `path` route with `strip_prefix` is far more likely a
 /// `prefix` route written wrong.
-fn proxy_handler(config: &ProxyConfig, matcher: &PathMatch) -> Result<Handler, Located> {
+///
+/// Whose `X-Forwarded-For` is believed is `[server] trusted_proxies` (`trusted`), as for
+/// the access log, allow/deny and rate limits: one setting names the client everywhere.
+/// The proxy's own `trusted_proxies` may only narrow it (forward fewer hops' claims); an
+/// entry outside it is refused, since the rest of the server would not believe it.
+fn proxy_handler(
+    config: &ProxyConfig,
+    matcher: &PathMatch,
+    trusted: &TrustedProxies,
+) -> Result<Handler, Located> {
     let mut builder = scb_proxy::ReverseProxyBuilder::try_from(config)?;
+    match config.trusted_proxies.as_deref() {
+        None => builder = builder.trusted_proxies(trusted.clone()),
+        Some(entries) => {
+            let narrowed = crate::config::convert::trusted_proxies(entries)?;
+            if let Some(outside) = narrowed.first_outside(trusted) {
+                return Err(Located::at(
+                    &entries[outside],
+                    format!("trusted_proxies[{outside}]"),
+                    format_args!(
+                        "{:?} is not within [server] trusted_proxies ({}): that setting \
+                         decides who the client is everywhere; put it there, and here only \
+                         what narrows it",
+                        entries[outside].get_ref(),
+                        if trusted.is_empty() {
+                            "none".to_owned()
+                        } else {
+                            trusted.to_string()
+                        }
+                    ),
+                ));
+            }
+        }
+    }
     if let Some(strip) = &config.strip_prefix
         && *strip.get_ref()
     {

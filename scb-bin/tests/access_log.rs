@@ -210,3 +210,51 @@ fn a_log_reader_that_stops_reading_never_stalls_the_workers() {
     drop(stderr);
     let _ = std::fs::remove_file(config);
 }
+
+#[test]
+fn server_trusted_proxies_alone_name_the_client_in_the_log_and_to_the_upstream() {
+    let dir = temp_dir("one-setting");
+    let log = dir.join("access.log");
+    let upstream = echo_upstream();
+    let config = format!(
+        "[server]\nworkers = 1\ntrusted_proxies = [\"127.0.0.1\"]\n\
+         [log]\naccess = {{ path = {log:?}, format = \"json\" }}\n\
+         [[listen]]\naddr = \"127.0.0.1:0\"\n\
+         [[route]]\nprefix = \"/api/\"\nallow = [\"203.0.113.0/24\"]\n\
+         proxy = {{ upstreams = [\"{upstream}\"] }}\n",
+        log = log.display().to_string(),
+    );
+    let server = Server::start(&config);
+    let via = |client: &str| {
+        request(
+            server.addr(),
+            &format!(
+                "GET /api/who HTTP/1.1\r\nHost: t\r\nX-Forwarded-For: {client}\r\n\
+                 Connection: close\r\n\r\n"
+            ),
+        )
+    };
+    let res = via("203.0.113.5");
+    assert_eq!(res.status, 200);
+    // The upstream gets the chain the trusted peer sent, with the peer appended.
+    assert!(
+        res.text()
+            .contains("x-forwarded-for: 203.0.113.5, 127.0.0.1\n"),
+        "{}",
+        res.text()
+    );
+    // allow/deny judge the same client: one outside the network is refused.
+    assert_eq!(via("198.51.100.7").status, 403);
+    let written = lines(&log, 2);
+    assert!(
+        written[0].contains(r#""client":"203.0.113.5""#),
+        "{}",
+        written[0]
+    );
+    assert!(
+        written[1].contains(r#""client":"198.51.100.7""#),
+        "{}",
+        written[1]
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -62,6 +62,27 @@ impl Networks {
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
+
+    /// The position of the first of these networks that is not wholly inside one of
+    /// `wider`'s, or `None` when every one is (an empty list is inside any).
+    pub fn first_outside(&self, wider: &Self) -> Option<usize> {
+        self.0
+            .iter()
+            .position(|net| !wider.0.iter().any(|w| w.contains(net)))
+    }
+}
+
+/// The networks in the form they parse from, separated by `, `.
+impl std::fmt::Display for Networks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, net) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{net}")?;
+        }
+        Ok(())
+    }
 }
 
 /// Which clients may tell us who *their* client was.
@@ -87,6 +108,19 @@ impl TrustedProxies {
     /// Whether no proxy is trusted (the default).
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
+    }
+
+    /// The position of the first trusted network that `wider` does not trust wholly, or
+    /// `None` when `wider` trusts all of these: whether this list only narrows `wider`.
+    pub fn first_outside(&self, wider: &Self) -> Option<usize> {
+        self.0.first_outside(&wider.0)
+    }
+}
+
+/// The trusted networks, as [`Networks`] shows them (`10.0.0.0/8, ::1/128`).
+impl std::fmt::Display for TrustedProxies {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
     }
 }
 
@@ -168,6 +202,18 @@ mod tests {
                 entry: "nonsense".to_owned()
             })
         );
+    }
+
+    #[test]
+    fn a_narrower_list_is_inside_a_wider_one_and_the_first_entry_outside_is_named() {
+        let wide = TrustedProxies::new(["10.0.0.0/8", "::1"]).unwrap();
+        let narrow = TrustedProxies::new(["10.1.0.0/16", "10.2.3.4", "::1"]).unwrap();
+        assert_eq!(narrow.first_outside(&wide), None);
+        assert_eq!(TrustedProxies::default().first_outside(&wide), None);
+        let wider = TrustedProxies::new(["10.1.0.0/16", "0.0.0.0/0"]).unwrap();
+        assert_eq!(wider.first_outside(&wide), Some(1));
+        assert_eq!(narrow.first_outside(&TrustedProxies::default()), Some(0));
+        assert_eq!(narrow.to_string(), "10.1.0.0/16, 10.2.3.4/32, ::1/128");
     }
 
     #[test]

@@ -20,6 +20,15 @@ impl Plan {
         for (addr, kind) in &self.listeners {
             let _ = writeln!(out, "  {addr}  {kind}");
         }
+        if self.trusted_proxies.is_empty() {
+            out.push_str("client address: the peer (no trusted proxies)\n");
+        } else {
+            let _ = writeln!(
+                out,
+                "client address: from X-Forwarded-For when the peer is in {}",
+                self.trusted_proxies
+            );
+        }
         if let Some(metrics) = &self.metrics {
             let _ = write!(out, "metrics: {} {}", metrics.listen, metrics.path);
             if let Some((live, ready)) = &metrics.probes {
@@ -163,7 +172,16 @@ fn handler(handler: &Handler) -> String {
                 scb_proxy::UpstreamProtocol::H2c => ", h2c",
                 _ => "",
             };
-            format!("proxy {} ({balance}{protocol})", upstreams.join(", "))
+            let trusted = &proxy.settings().trusted_proxies;
+            let trusted = if trusted.is_empty() {
+                String::new()
+            } else {
+                format!(", forwards X-Forwarded-* from {trusted}")
+            };
+            format!(
+                "proxy {} ({balance}{protocol}{trusted})",
+                upstreams.join(", ")
+            )
         }
     }
 }

@@ -273,9 +273,48 @@ fn plain_listeners_may_redirect_to_https() {
 }
 
 #[test]
+fn the_servers_trusted_proxies_are_the_proxys_and_its_own_key_may_only_narrow_them() {
+    let source = |proxy_key: &str| {
+        format!(
+            "[server]\ntrusted_proxies = [\"10.0.0.0/8\"]\n{LISTEN}\
+             [[route]]\nprefix = \"/\"\nproxy = {{ upstreams = [\"a:1\"]{proxy_key} }}\n"
+        )
+    };
+    let trusted = |plan: &Plan| {
+        let Handler::Proxy(proxy) = &plan.routes()[0].handler else {
+            panic!("not a proxy");
+        };
+        proxy.settings().trusted_proxies.to_string()
+    };
+    // Inherited: X-Forwarded-For from 10.0.0.0/8 is kept upstream, as the log believes it.
+    let inherited = plan(&source(""));
+    assert_eq!(trusted(&inherited), "10.0.0.0/8");
+    assert!(
+        inherited
+            .describe()
+            .contains("forwards X-Forwarded-* from 10.0.0.0/8"),
+        "{}",
+        inherited.describe()
+    );
+    // Narrowed.
+    let narrowed = plan(&source(", trusted_proxies = [\"10.1.0.0/16\"]"));
+    assert_eq!(trusted(&narrowed), "10.1.0.0/16");
+    // Widened: refused, with the server's list in the message.
+    assert_eq!(
+        error(&source(
+            ", trusted_proxies = [\"10.1.0.0/16\", \"192.168.0.1\"]"
+        )),
+        "scb.toml:7:66: route[0].proxy.trusted_proxies[1]: \"192.168.0.1\" is not within \
+         [server] trusted_proxies (10.0.0.0/8): that setting decides who the client is \
+         everywhere; put it there, and here only what narrows it"
+    );
+}
+
+#[test]
 fn proxy_routes_are_built_from_their_table() {
     let plan = plan(&format!(
-        "{LISTEN}[[route]]\nprefix = \"/api/\"\n\
+        "[server]\ntrusted_proxies = [\"10.0.0.0/8\", \"::1\", \"192.168.0.0/16\"]\n\
+         {LISTEN}[[route]]\nprefix = \"/api/\"\n\
          proxy = {{ upstreams = [\"127.0.0.1:8081\", {{ addr = \"[::1]:8082\", weight = 2 }}], \
          balance = \"hash\", hash_key = \"header:X-User\", strip_prefix = true, \
          preserve_host = false, trusted_proxies = [\"10.0.0.0/8\", \"::1\"], \
