@@ -292,7 +292,9 @@ impl Plan {
 
         let mut server = Server::builder()
             .limits(limits.clone())
-            .request_id_header(request_id_header.clone());
+            .request_id_header(request_id_header.clone())
+            // Its own answers, connections and handshakes: counted when something reads them.
+            .metrics(config.metrics.is_some());
         if let Some(workers) = &config.server.workers {
             if *workers.get_ref() == 0 {
                 return Err(Located::at(workers, "server.workers", "must be at least 1"));
@@ -1149,29 +1151,41 @@ fn route<'a>(
             }
         }
     };
-    if &*name == UNMATCHED {
-        // Its metrics would add up with those of the requests no route matched.
+    // Their metrics would add up with those of answers no route gave.
+    let reserved = [
+        (UNMATCHED, "requests no route matches"),
+        (
+            scb_core::server::metrics::SERVER_ROUTE,
+            "the server's own answers",
+        ),
+        (
+            crate::stack::HTTPS_REDIRECT_ROUTE,
+            "redirect_https's answers",
+        ),
+        (crate::stack::ACME_ROUTE, "ACME validations"),
+    ];
+    if let Some((_, what)) = reserved.iter().find(|(reserved, _)| **reserved == *name) {
         let at = route.name.as_ref().map_or(path, |name| name);
         return Err(Located::at(
             at,
             "name",
-            format_args!("{UNMATCHED:?} is the name of requests no route matches"),
+            format_args!("{:?} is the name of {what}", &*name),
         ));
     }
     let mut handler = handler(config, &matcher, readiness, trusted, site.is_some())?;
-    // `compress = true` on the route, or in the proxy's or fixed response's table; a static
-    // route's compression stays in its handler, where it needs no allocation.
-    let wants_compression = route.compress.as_ref().is_some_and(|c| *c.get_ref())
-        || route.proxy.as_ref().is_some_and(|p| p.get_ref().compress)
-        || route.respond.as_ref().is_some_and(|r| r.get_ref().compress);
+    // `compress` on the route, or in its handler's table (not both); a static route's
+    // compression stays in its handler, where it needs no allocation.
+    let compress = route_compression(route)?;
     let compress = match &mut handler {
-        Handler::Static { compress, .. } => {
-            if wants_compression {
-                *compress = Some(CompressLayer::new());
+        Handler::Static {
+            compress: inner, ..
+        } => {
+            if compress.is_some() {
+                *inner = compress;
             }
             None
         }
-        _ => wants_compression.then(CompressLayer::new),
+        _ => compress,
     };
     let mut headers = HeaderRulesLayer::new().trusted_proxies(trusted.clone());
     if let Some(rules) = &route.headers {
@@ -1312,6 +1326,49 @@ fn basic_auth(config: &BasicAuthConfig) -> Result<BasicAuthLayer, Located> {
     })
 }
 
+/// The route's `compress`, or its handler's (`static`, `proxy` or `respond` table): at most
+/// one of them may say it, so that no setting silently loses to another.
+fn route_compression(route: &RouteConfig) -> Result<Option<CompressLayer>, Located> {
+    let given = [
+        ("compress", route.compress.as_ref()),
+        (
+            "static.compress",
+            route
+                .static_files
+                .as_ref()
+                .and_then(|s| s.get_ref().compress.as_ref()),
+        ),
+        (
+            "proxy.compress",
+            route
+                .proxy
+                .as_ref()
+                .and_then(|p| p.get_ref().compress.as_ref()),
+        ),
+        (
+            "respond.compress",
+            route
+                .respond
+                .as_ref()
+                .and_then(|r| r.get_ref().compress.as_ref()),
+        ),
+    ];
+    let mut set = given
+        .into_iter()
+        .filter_map(|(key, value)| Some((key, value?)));
+    let Some((key, value)) = set.next() else {
+        return Ok(None);
+    };
+    if let Some((second, again)) = set.next() {
+        return Err(Located::at(
+            again,
+            second,
+            format_args!("compression is already set by `{key}`: set it in one place"),
+        ));
+    }
+    crate::config::convert::compress_layer(value.get_ref()).map_err(|e| e.within(key))
+}
+
 /// The route's one handler.
 fn handler(
     config: &Spanned<RouteConfig>,
@@ -1352,7 +1409,8 @@ fn handler(
         return Ok(Handler::Static {
             files: scb_static::ServeStatic::try_from(files.get_ref())
                 .map_err(|e| e.within("static"))?,
-            compress: files.get_ref().compress.then(CompressLayer::new),
+            // Set from the table by `route_compression`, with the route's own key.
+            compress: None,
         });
     }
     if let Some(proxy) = &route.proxy {

@@ -728,6 +728,9 @@ fn signal_reload(pid_file: &std::path::Path) -> anyhow::Result<i32> {
     Ok(pid)
 }
 
+/// Gauge set to 1, labelled with scb's `version`: which build a scrape came from.
+const BUILD_INFO: &str = "scb_build_info";
+
 /// Installs the Prometheus recorder as the global `metrics` recorder and describes scb's
 /// metrics to it.
 fn install_recorder() -> anyhow::Result<PrometheusHandle> {
@@ -741,6 +744,13 @@ fn install_recorder() -> anyhow::Result<PrometheusHandle> {
         .install_recorder()
         .context("installing the metrics recorder")?;
     scb_core::metrics::describe();
+    scb_core::server::metrics::describe();
     scb_proxy::metrics::describe();
+    metrics_process::Collector::default().describe();
+    metrics::describe_gauge!(
+        BUILD_INFO,
+        "scb's version, in the `version` label; always 1"
+    );
+    metrics::gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
     Ok(handle)
 }

@@ -36,7 +36,7 @@ use scb_core::https::{Hsts, HstsLayer, RedirectHttps, RedirectHttpsLayer};
 use scb_core::metrics::{Metrics, MetricsLayer};
 use scb_core::request_id::{RequestId, RequestIdLayer};
 use scb_core::router::{BoxRoute, NotFound, PathMatch, Router, RouterError};
-use scb_core::virtual_hosts::{VirtualHosts, VirtualHostsError};
+use scb_core::virtual_hosts::{Misdirected, VirtualHosts, VirtualHostsError};
 use scb_tls::acme::Http01;
 use tower::util::Either;
 use tower::{Layer, Service, ServiceBuilder};
@@ -47,10 +47,16 @@ use crate::route::{Guards, RouteService};
 
 /// The sites with the https layers a config may add.
 type Routed = Either<RedirectHttps<Either<Hsts<Sites>, Sites>>, Either<Hsts<Sites>, Sites>>;
-/// The one site (no lookup), or sites chosen by host when there are named ones.
-type Sites = OneOf<Site, VirtualHosts<Site>>;
+/// The one site (no lookup), or sites chosen by host when there are named ones; a host
+/// no site takes gets 421, counted as `unmatched`.
+type Sites = OneOf<Site, VirtualHosts<Site, Metrics<Misdirected>>>;
 /// A site's routes, each (and its fallback) behind the site's and its own rules.
 type Site = Router<Metrics<RouteService>, Metrics<RouteService>>;
+
+/// The `route` label of the redirects `redirect_https` answers.
+pub(crate) const HTTPS_REDIRECT_ROUTE: &str = "https_redirect";
+/// The `route` label of ACME HTTP-01 validations answered.
+pub(crate) const ACME_ROUTE: &str = "acme";
 
 /// The main server's stack on one worker.
 pub(crate) type AppService = RequestId<AccessLog<CatchPanic<Either<Http01<Routed>, Routed>>>>;
@@ -142,7 +148,8 @@ pub(crate) fn app(
     let sites: Sites = match sites {
         [only] if only.hosts.is_empty() => OneOf::Plain(site(only)?),
         _ => {
-            let mut hosts = VirtualHosts::new();
+            let mut hosts =
+                VirtualHosts::new().fallback(metrics_layer(UNMATCHED).layer(Misdirected));
             for plan in sites {
                 let service = site(plan)?;
                 hosts = if plan.hosts.is_empty() {
@@ -159,11 +166,12 @@ pub(crate) fn app(
         .layer(access_log.clone())
         .layer(CatchPanicLayer::new())
         // ACME's HTTP-01 answers, before any redirect to https.
-        .option_layer(acme.cloned())
+        .option_layer(acme.map(|acme| acme.clone().metrics(metrics_layer(ACME_ROUTE))))
         .option_layer(https.redirect.as_ref().map(|(listeners, port)| {
             RedirectHttpsLayer::new()
                 .port(*port)
                 .only_on(listeners.iter().copied())
+                .metrics(metrics_layer(HTTPS_REDIRECT_ROUTE))
         }))
         .option_layer(https.hsts.as_ref().map(|(value, listeners)| {
             HstsLayer::new(value.clone()).only_on(listeners.iter().copied())
@@ -225,7 +233,10 @@ pub(crate) fn metrics(
     let mut router = Router::new().boxed_route(
         "metrics",
         PathMatch::Exact(path.to_owned()),
-        RenderMetrics { handle },
+        RenderMetrics {
+            handle,
+            process: metrics_process::Collector::default(),
+        },
     )?;
     if let Some((live, ready)) = probes {
         router = router
@@ -246,10 +257,13 @@ pub(crate) fn metrics(
 /// The Prometheus text exposition format, version 0.0.4.
 const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 
-/// Answers with the Prometheus text rendering of every metric.
+/// Answers with the Prometheus text rendering of every metric, the process's own
+/// (`process_cpu_seconds_total`, `process_resident_memory_bytes`, `process_open_fds`,
+/// ...) read from /proc at that moment.
 #[derive(Clone, Debug)]
 pub(crate) struct RenderMetrics {
     handle: PrometheusHandle,
+    process: metrics_process::Collector,
 }
 
 impl<B> Service<Request<B>> for RenderMetrics {
@@ -262,6 +276,8 @@ impl<B> Service<Request<B>> for RenderMetrics {
     }
 
     fn call(&mut self, _req: Request<B>) -> Self::Future {
+        // Into the global recorder, the one `handle` renders.
+        self.process.collect();
         let mut res = Response::new(Body::from(self.handle.render()));
         res.headers_mut().insert(
             header::CONTENT_TYPE,

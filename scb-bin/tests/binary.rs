@@ -426,6 +426,50 @@ fn a_static_route_with_compress_gzips_text_on_the_fly() {
 }
 
 #[test]
+fn compress_settings_choose_the_threshold_and_the_types() {
+    let base = site("compress-settings");
+    // A small HTML page (an SPA's index.html) and a small JSON file.
+    let small = "<!doctype html><title>app</title><div id=app></div>\n".repeat(8);
+    std::fs::write(base.join("www/index.html"), &small).unwrap();
+    std::fs::write(
+        base.join("www/data.json"),
+        "[1, 2, 3, 4, 5, 6, 7]\n".repeat(20),
+    )
+    .unwrap();
+    std::fs::write(
+        base.join("www/big.json"),
+        "[1, 2, 3, 4, 5, 6, 7]\n".repeat(100),
+    )
+    .unwrap();
+    std::fs::write(base.join("www/big.html"), small.repeat(10)).unwrap();
+    let root = base.join("www").display().to_string();
+    let config = format!(
+        "[server]\nworkers = 1\n[[listen]]\naddr = \"127.0.0.1:0\"\n\
+         [[route]]\nprefix = \"/default/\"\nrewrite = {{ prefix = \"/default/\", to = \"/\" }}\n\
+         static = {{ root = {root:?}, compress = true }}\n\
+         [[route]]\nprefix = \"/\"\n\
+         static = {{ root = {root:?}, compress = {{ min_length = \"1KiB\", level = \"fastest\", types = [\"application/json\"] }} }}\n",
+    );
+    let server = Server::start(&config);
+    let gz = |path: &str| {
+        request(
+            server.addr(),
+            &format!("GET {path} HTTP/1.1\r\nHost: t\r\nAccept-Encoding: gzip\r\nConnection: close\r\n\r\n"),
+        )
+        .header("content-encoding")
+        .map(str::to_owned)
+    };
+    // The defaults: a 424-byte page is compressed (the threshold is 256 bytes).
+    assert_eq!(gz("/default/index.html").as_deref(), Some("gzip"));
+    // Only JSON, and only from 1 KiB: neither the page nor the 440-byte JSON file.
+    assert_eq!(gz("/index.html"), None);
+    assert_eq!(gz("/data.json"), None);
+    assert_eq!(gz("/big.html"), None);
+    assert_eq!(gz("/big.json").as_deref(), Some("gzip"));
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+#[test]
 fn an_unreadable_file_is_403_and_a_missing_one_404() {
     use std::os::unix::fs::PermissionsExt as _;
     use std::os::unix::process::CommandExt as _;

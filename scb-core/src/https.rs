@@ -35,6 +35,7 @@ use http::{HeaderValue, Request, Response, StatusCode, header};
 use pin_project_lite::pin_project;
 use tower::{Layer, Service};
 
+use crate::metrics::MetricsLayer;
 use crate::respond::text;
 use crate::server::ConnectInfo;
 use crate::{Body, BoxError};
@@ -45,6 +46,7 @@ use crate::{Body, BoxError};
 pub struct RedirectHttpsLayer {
     port: Option<u16>,
     listeners: Option<Arc<[SocketAddr]>>,
+    metrics: Option<MetricsLayer>,
 }
 
 impl RedirectHttpsLayer {
@@ -66,6 +68,15 @@ impl RedirectHttpsLayer {
     #[must_use]
     pub fn only_on(mut self, listeners: impl IntoIterator<Item = SocketAddr>) -> Self {
         self.listeners = Some(listeners.into_iter().collect());
+        self
+    }
+
+    /// Counts each redirect this layer answers through `metrics` (see
+    /// [`MetricsLayer::record`]): the requests it answers reach no route to count them.
+    /// Defaults to none.
+    #[must_use]
+    pub fn metrics(mut self, metrics: MetricsLayer) -> Self {
+        self.metrics = Some(metrics);
         self
     }
 }
@@ -120,9 +131,13 @@ where
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
         if self.redirects(&req) {
+            let response = redirect(&req, self.layer.port);
+            if let Some(metrics) = &self.layer.metrics {
+                metrics.record(Some(req.method()), &response);
+            }
             RedirectFuture {
                 state: RedirectState::Now {
-                    response: Some(redirect(&req, self.layer.port)),
+                    response: Some(response),
                 },
             }
         } else {
@@ -331,6 +346,50 @@ mod tests {
             });
         }
         req
+    }
+
+    #[test]
+    fn redirects_are_counted_through_the_metrics_layer_given() {
+        use futures_util::FutureExt as _;
+        use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        ::metrics::with_local_recorder(&recorder, || {
+            let layer = RedirectHttpsLayer::new().metrics(MetricsLayer::new("https_redirect"));
+            let svc = app(layer);
+            let call = |secure| {
+                svc.clone()
+                    .oneshot(request("/a", Some("example.com"), Some(secure)))
+                    .now_or_never()
+                    .unwrap()
+                    .unwrap()
+            };
+            assert_eq!(call(false).status(), StatusCode::PERMANENT_REDIRECT);
+            // A secure request passes through: not this layer's answer to count.
+            assert_eq!(call(true).status(), StatusCode::OK);
+        });
+        let counted: Vec<_> = snapshotter
+            .snapshot()
+            .into_vec()
+            .into_iter()
+            .filter(|(key, ..)| key.key().name() == crate::metrics::REQUESTS_TOTAL)
+            .map(|(key, _, _, value)| {
+                let labels: Vec<String> =
+                    key.key().labels().map(|l| l.value().to_owned()).collect();
+                (labels, value)
+            })
+            .collect();
+        assert_eq!(
+            counted,
+            [(
+                vec![
+                    "https_redirect".to_owned(),
+                    "GET".to_owned(),
+                    "308".to_owned()
+                ],
+                DebugValue::Counter(1)
+            )]
+        );
     }
 
     fn app(layer: RedirectHttpsLayer) -> RedirectHttps<Hsts<Respond>> {

@@ -241,6 +241,27 @@ impl MetricsLayer {
     }
 }
 
+impl MetricsLayer {
+    /// Records a response this layer's route made without a service under it: the answer
+    /// of a layer that replies by itself (a redirect to https, a 421 for an unknown host,
+    /// the server's own refusal of a malformed request), so that every response is
+    /// counted once. Counted as [`Metrics`] counts a response (duration zero: nothing ran
+    /// between request and answer). `method` is `None` when the request's method is not
+    /// known (a head that did not parse): counted as `other`.
+    pub fn record<B: HttpBody>(&self, method: Option<&Method>, response: &Response<B>) {
+        let Some(handles) = &self.handles else {
+            return;
+        };
+        let method = method.map_or(METHOD_LABELS.len() - 1, method_index);
+        handles.duration.record(0.0);
+        handles.count(method, Some(response.status()));
+        let bytes = response.body().size_hint().exact().unwrap_or(0);
+        if bytes > 0 {
+            handles.bytes.increment(bytes);
+        }
+    }
+}
+
 impl<S> Layer<S> for MetricsLayer {
     type Service = Metrics<S>;
 
@@ -349,6 +370,23 @@ impl fmt::Debug for InFlight {
     }
 }
 
+/// While a [`ResponseFuture`] polls its inner future: if the thread unwinds from a panic
+/// meanwhile, the request is counted as the 500 it will be answered with.
+struct CountPanic<'a>(&'a mut Option<InFlight>);
+
+impl Drop for CountPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking()
+            && let Some(flight) = self.0.take()
+        {
+            flight.handles.duration.record(flight.start.elapsed());
+            flight
+                .handles
+                .count(flight.method, Some(StatusCode::INTERNAL_SERVER_ERROR));
+        }
+    }
+}
+
 pin_project! {
     /// Response future of [`Metrics`]: records when the response head is ready.
     #[derive(Debug)]
@@ -368,8 +406,12 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
+        // A panic in the inner future unwinds through here, and is answered 500 further
+        // out (scb's `CatchPanic`, or the server itself): counted as that 500 here, where
+        // the route is known.
+        let on_panic = CountPanic(this.in_flight);
         let result = ready!(this.inner.poll(cx));
-        if let Some(flight) = this.in_flight.take() {
+        if let Some(flight) = on_panic.0.take() {
             let handles = &flight.handles;
             handles.duration.record(flight.start.elapsed());
             match &result {
@@ -547,6 +589,56 @@ mod tests {
         );
         let gauges = rows.iter().filter(|r| r.0 == REQUESTS_IN_FLIGHT).count();
         assert_eq!(gauges, 1);
+    }
+
+    #[test]
+    fn a_recorded_answer_counts_as_a_served_one_and_an_unknown_method_as_other() {
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        ::metrics::with_local_recorder(&recorder, || {
+            let layer = MetricsLayer::new("server");
+            let mut res = Response::new(Body::from("Bad Request\n"));
+            *res.status_mut() = StatusCode::BAD_REQUEST;
+            layer.record(None, &res);
+            layer.record(Some(&Method::POST), &res);
+            MetricsLayer::off().record(None, &res);
+        });
+        let rows = rows(&snapshotter);
+        assert_eq!(requests(&rows, "server", "other", "400"), Some(1));
+        assert_eq!(requests(&rows, "server", "POST", "400"), Some(1));
+        assert_eq!(
+            find(&rows, RESPONSE_BYTES_TOTAL, &[("route", "server")]),
+            Some(&DebugValue::Counter(24))
+        );
+        match find(&rows, REQUEST_DURATION_SECONDS, &[("route", "server")]) {
+            Some(DebugValue::Histogram(values)) => assert_eq!(values.len(), 2),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_panic_in_the_route_counts_as_the_500_it_is_answered_with() {
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        ::metrics::with_local_recorder(&recorder, || {
+            let svc = ServiceBuilder::new()
+                .layer(crate::catch_panic::CatchPanicLayer::new())
+                .layer(MetricsLayer::new("boom"))
+                .service(service_fn(|_req: Request<Body>| async {
+                    if true {
+                        panic!("on purpose");
+                    }
+                    Ok::<_, Infallible>(Response::new(Body::empty()))
+                }));
+            let res = call_sync(svc, "GET", "/").unwrap();
+            assert_eq!(res.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        });
+        let rows = rows(&snapshotter);
+        assert_eq!(requests(&rows, "boom", "GET", "500"), Some(1));
+        assert_eq!(
+            find(&rows, REQUESTS_IN_FLIGHT, &[]),
+            Some(&DebugValue::Gauge(0.0.into()))
+        );
     }
 
     #[test]

@@ -34,7 +34,9 @@
 //! - it has no `Cache-Control: no-transform`;
 //! - its `Content-Type` is a compressible type: `text/*`, JavaScript, JSON, XML, the
 //!   `+json`/`+xml` types (SVG among them), WebAssembly and the uncompressed font formats;
-//! - it is at least [`min_size`](CompressLayer::min_size) bytes long.
+//!   [`types`](CompressLayer::types) replaces that list;
+//! - it is at least [`min_size`](CompressLayer::min_size) bytes long (256 by default,
+//!   [`DEFAULT_MIN_SIZE`] says why).
 //!
 //! A compressed response loses `Content-Length` and `Accept-Ranges` (tower-http) and its
 //! `ETag` becomes weak (`W/"..."`): a strong validator names one exact sequence of bytes,
@@ -53,20 +55,103 @@ use http::{HeaderMap, Request, Response, StatusCode};
 use pin_project_lite::pin_project;
 use scb_core::{Body, BoxError};
 use tower::{Layer, Service};
-use tower_http::compression::{Compression, CompressionLevel, Predicate};
+/// tower-http's level, which [`CompressLayer::level`] takes.
+pub use tower_http::compression::CompressionLevel;
+use tower_http::compression::{Compression, Predicate};
 
-/// Responses smaller than this are sent as they are by default: below about a kilobyte
-/// the gzip header and the extra chunked framing eat most of the saving (nginx's
-/// `gzip_min_length` default is 20 bytes, Caddy's `encode` is 512; 1 KiB is the usual
-/// advice for text).
-const DEFAULT_MIN_SIZE: u64 = 1024;
+/// Responses smaller than this are sent as they are by default. A compressed response
+/// pays about 20 bytes of gzip header and trailer (brotli and zstd a few less) and loses
+/// its length, so HTTP/1.1 frames it in chunks (about 10 bytes more); text shrinks by a
+/// half to two thirds, so below roughly 100 bytes it can come out longer, and at 256
+/// bytes it saves well over a hundred. A small HTML page (an SPA's 386-byte
+/// `index.html`) is compressed, as nginx would. nginx's `gzip_min_length` default is
+/// 20 bytes, Caddy's `encode` 512, Cloudflare's threshold 256 bytes.
+pub const DEFAULT_MIN_SIZE: u64 = 256;
 
 /// Adds on-the-fly compression to a service answering with [`Body`] responses; see the
 /// [module docs](self).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct CompressLayer {
     min_size: u64,
     level: CompressionLevel,
+    /// `None`: the built-in list of compressible types (see [`compressible`]).
+    types: Option<CompressTypes>,
+}
+
+/// The media types a [`CompressLayer`] compresses, in place of its built-in list: each
+/// entry a type (`application/json`) or all of a top-level type (`text/*`), compared
+/// without case and parameters.
+///
+/// ```
+/// use scb_static::compress::CompressTypes;
+///
+/// let types = CompressTypes::new(["text/*", "application/json"]).unwrap();
+/// assert!(CompressTypes::new(["json"]).is_err());
+/// # let _ = types;
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CompressTypes(std::sync::Arc<[MediaRange]>);
+
+/// A type and its subtype, lower-cased; `None` for `type/*`.
+type MediaRange = (Box<str>, Option<Box<str>>);
+
+/// An entry given to [`CompressTypes::new`] that is not `type/subtype` or `type/*`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{entry:?} is not a media type (`type/subtype` or `type/*`)")]
+#[non_exhaustive]
+pub struct InvalidMediaType {
+    /// Its position in the list, from 0.
+    pub index: usize,
+    /// The entry as given.
+    pub entry: String,
+}
+
+impl CompressTypes {
+    /// The types given.
+    ///
+    /// # Errors
+    ///
+    /// The first entry that is not `type/subtype` or `type/*`, and its position.
+    pub fn new<I, T>(types: I) -> Result<Self, InvalidMediaType>
+    where
+        I: IntoIterator<Item = T>,
+        T: AsRef<str>,
+    {
+        let token = |s: &str| {
+            !s.is_empty()
+                && s.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"!#$&-^_.+".contains(&b))
+        };
+        types
+            .into_iter()
+            .enumerate()
+            .map(|(index, entry)| {
+                let entry = entry.as_ref();
+                let bad = || InvalidMediaType {
+                    index,
+                    entry: entry.to_owned(),
+                };
+                let (top, sub) = entry.trim().split_once('/').ok_or_else(bad)?;
+                if !token(top) || !(sub == "*" || token(sub)) {
+                    return Err(bad());
+                }
+                let sub = (sub != "*").then(|| sub.to_ascii_lowercase().into_boxed_str());
+                Ok((top.to_ascii_lowercase().into_boxed_str(), sub))
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(|types| Self(types.into()))
+    }
+
+    fn contains(&self, content_type: &[u8]) -> bool {
+        let Some((top, sub)) = essence(content_type) else {
+            return false;
+        };
+        self.0.iter().any(|(t, s)| {
+            top.eq_ignore_ascii_case(t.as_bytes())
+                && s.as_ref()
+                    .is_none_or(|s| sub.eq_ignore_ascii_case(s.as_bytes()))
+        })
+    }
 }
 
 impl Default for CompressLayer {
@@ -82,18 +167,31 @@ impl CompressLayer {
         Self {
             min_size: DEFAULT_MIN_SIZE,
             level: CompressionLevel::Default,
+            types: None,
         }
     }
 
-    /// Smallest response, by `Content-Length`, that is compressed. Defaults to 1024 bytes.
+    /// Smallest response, by `Content-Length`, that is compressed. Defaults to 256 bytes
+    /// ([`DEFAULT_MIN_SIZE`], which says why).
     #[must_use]
     pub fn min_size(mut self, bytes: u64) -> Self {
         self.min_size = bytes;
         self
     }
 
+    /// The media types compressed. Defaults to the built-in list of the
+    /// [module docs](self): text, JavaScript, JSON, XML, SVG, WebAssembly and the
+    /// uncompressed font formats.
+    #[must_use]
+    pub fn types(mut self, types: CompressTypes) -> Self {
+        self.types = Some(types);
+        self
+    }
+
     /// Compression level, passed to tower-http. Defaults to
-    /// [`CompressionLevel::Default`], each algorithm's own default.
+    /// [`CompressionLevel::Default`]: each algorithm's default for on-the-fly work (gzip 6
+    /// of 9, brotli 4 of 11, zstd 3 of 22), a fraction of the CPU of the best levels for
+    /// most of their saving; the best levels belong to precompressed sidecars, made once.
     #[must_use]
     pub fn level(mut self, level: CompressionLevel) -> Self {
         self.level = level;
@@ -107,7 +205,7 @@ impl<S> Layer<S> for CompressLayer {
     fn layer(&self, inner: S) -> Compress<S> {
         Compress {
             inner,
-            layer: *self,
+            layer: self.clone(),
         }
     }
 }
@@ -154,7 +252,7 @@ where
                 accept,
                 revalidates_weak,
             },
-            layer: self.layer,
+            layer: self.layer.clone(),
         }
     }
 }
@@ -211,10 +309,13 @@ where
                         // 304 has no Content-Type to decide by): keep its tag weak too.
                         weaken_etag(res.headers_mut());
                     }
-                    let compressible = res
-                        .headers()
-                        .get(header::CONTENT_TYPE)
-                        .is_some_and(|value| compressible(value.as_bytes()));
+                    let compressible =
+                        res.headers()
+                            .get(header::CONTENT_TYPE)
+                            .is_some_and(|value| match &this.layer.types {
+                                None => compressible(value.as_bytes()),
+                                Some(types) => types.contains(value.as_bytes()),
+                            });
                     if !compressible {
                         return Poll::Ready(Ok(res));
                     }
@@ -348,15 +449,9 @@ fn accepts_compression(headers: &HeaderMap) -> bool {
 /// Whether a `Content-Type` is worth compressing: text and the structured text formats.
 /// Images other than SVG, audio, video, archives and WOFF fonts are compressed already.
 fn compressible(content_type: &[u8]) -> bool {
-    let essence = content_type
-        .split(|&b| b == b';')
-        .next()
-        .unwrap_or_default()
-        .trim_ascii();
-    let Some(slash) = essence.iter().position(|&b| b == b'/') else {
+    let Some((top, sub)) = essence(content_type) else {
         return false;
     };
-    let (top, sub) = (&essence[..slash], &essence[slash + 1..]);
     let is = |a: &[u8], b: &str| a.eq_ignore_ascii_case(b.as_bytes());
     let ends = |a: &[u8], b: &str| {
         a.len() >= b.len() && a[a.len() - b.len()..].eq_ignore_ascii_case(b.as_bytes())
@@ -378,6 +473,17 @@ fn compressible(content_type: &[u8]) -> bool {
     } else {
         false
     }
+}
+
+/// The type and subtype of a `Content-Type`, without its parameters.
+fn essence(content_type: &[u8]) -> Option<(&[u8], &[u8])> {
+    let essence = content_type
+        .split(|&b| b == b';')
+        .next()
+        .unwrap_or_default()
+        .trim_ascii();
+    let slash = essence.iter().position(|&b| b == b'/')?;
+    Some((&essence[..slash], &essence[slash + 1..]))
 }
 
 fn add_vary(headers: &mut HeaderMap) {

@@ -162,9 +162,7 @@ impl Handshake for TlsAcceptor {
             if stream.get_ref().1.alpn_protocol() == Some(ACME_TLS_ALPN) {
                 // A CA validating a TLS-ALPN-01 challenge: the handshake was the answer,
                 // and no HTTP follows (RFC 8737 §3).
-                return Err(std::io::Error::other(
-                    "ACME TLS-ALPN-01 validation answered",
-                ));
+                return Err(std::io::Error::other(AcmeValidationAnswered));
             }
             let protocol = protocol(&stream);
             let client = stream
@@ -176,6 +174,49 @@ impl Handshake for TlsAcceptor {
             Ok(Secured::new(Box::new(stream), protocol).client(client))
         })
     }
+
+    fn failure_reason(&self, error: &std::io::Error) -> &'static str {
+        failure_reason(error)
+    }
+}
+
+/// The end of a TLS-ALPN-01 validation's connection: the handshake was the answer.
+#[derive(Debug, thiserror::Error)]
+#[error("ACME TLS-ALPN-01 validation answered")]
+struct AcmeValidationAnswered;
+
+/// Why a handshake failed, in a few words fit for a metric label: what the client did
+/// or lacked, not rustls' every variant.
+fn failure_reason(error: &std::io::Error) -> &'static str {
+    let Some(inner) = error.get_ref() else {
+        return match error.kind() {
+            // The client closed the connection mid-handshake (a scanner, or a client
+            // that refused the certificate without an alert).
+            std::io::ErrorKind::UnexpectedEof
+            | std::io::ErrorKind::ConnectionReset
+            | std::io::ErrorKind::BrokenPipe => "closed",
+            _ => "io",
+        };
+    };
+    if inner.is::<AcmeValidationAnswered>() {
+        return "acme_validation";
+    }
+    let Some(tls) = inner.downcast_ref::<rustls::Error>() else {
+        return "error";
+    };
+    match tls {
+        // No version, cipher suite, group or signature scheme in common.
+        rustls::Error::PeerIncompatible(_) => "incompatible",
+        rustls::Error::AlertReceived(_) => "alert_received",
+        rustls::Error::NoCertificatesPresented => "no_client_certificate",
+        rustls::Error::InvalidCertificate(_) => "bad_client_certificate",
+        rustls::Error::InvalidMessage(_)
+        | rustls::Error::InappropriateMessage { .. }
+        | rustls::Error::InappropriateHandshakeMessage { .. }
+        | rustls::Error::PeerMisbehaved(_)
+        | rustls::Error::DecryptError => "protocol",
+        _ => "error",
+    }
 }
 
 /// The protocol ALPN agreed on for `stream`.
@@ -183,5 +224,49 @@ pub fn protocol<IO>(stream: &TlsStream<IO>) -> Protocol {
     match stream.get_ref().1.alpn_protocol() {
         Some(b"h2") => Protocol::Http2,
         _ => Protocol::Http1,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io;
+
+    use super::{AcmeValidationAnswered, failure_reason};
+
+    #[test]
+    fn handshake_failures_are_named_by_what_the_client_did() {
+        let tls = |e: rustls::Error| io::Error::new(io::ErrorKind::InvalidData, e);
+        let cases = [
+            (
+                tls(rustls::Error::PeerIncompatible(
+                    rustls::PeerIncompatible::NoCipherSuitesInCommon,
+                )),
+                "incompatible",
+            ),
+            (
+                tls(rustls::Error::AlertReceived(
+                    rustls::AlertDescription::BadCertificate,
+                )),
+                "alert_received",
+            ),
+            (
+                tls(rustls::Error::NoCertificatesPresented),
+                "no_client_certificate",
+            ),
+            (
+                tls(rustls::Error::InvalidCertificate(
+                    rustls::CertificateError::Expired,
+                )),
+                "bad_client_certificate",
+            ),
+            (tls(rustls::Error::DecryptError), "protocol"),
+            (tls(rustls::Error::General("x".into())), "error"),
+            (io::Error::from(io::ErrorKind::UnexpectedEof), "closed"),
+            (io::Error::from(io::ErrorKind::TimedOut), "io"),
+            (io::Error::other(AcmeValidationAnswered), "acme_validation"),
+        ];
+        for (error, reason) in cases {
+            assert_eq!(failure_reason(&error), reason, "{error:?}");
+        }
     }
 }

@@ -652,3 +652,50 @@ fn nonzero_count(value: &Spanned<u32>, key: &str) -> Result<u32, Located> {
         n => Ok(n),
     }
 }
+
+/// `compress = ...` onto scb-static's layer: `None` when off. Keys in errors are relative
+/// to the `compress` value.
+pub(crate) fn compress_layer(
+    config: &super::CompressConfig,
+) -> Result<Option<scb_static::compress::CompressLayer>, Located> {
+    use scb_static::compress::{CompressLayer, CompressTypes, CompressionLevel};
+    let super::CompressConfig::On(table) = config else {
+        return Ok(None);
+    };
+    let mut layer = CompressLayer::new();
+    if let Some(ByteSize(bytes)) = table.min_length {
+        layer = layer.min_size(bytes);
+    }
+    if let Some(level) = &table.level {
+        let level = match level.get_ref() {
+            super::CompressLevelConfig::Named(name) => match name.as_str() {
+                "fastest" => CompressionLevel::Fastest,
+                "default" => CompressionLevel::Default,
+                "best" => CompressionLevel::Best,
+                _ => {
+                    return Err(Located::at(
+                        level,
+                        "level",
+                        "must be \"fastest\", \"default\", \"best\" or a number",
+                    ));
+                }
+            },
+            super::CompressLevelConfig::Number(n) => {
+                // gzip takes 0-9, brotli 0-11, zstd up to 22: each algorithm clamps a
+                // number to its own range.
+                let n = i32::try_from(*n)
+                    .ok()
+                    .filter(|n| (0..=22).contains(n))
+                    .ok_or_else(|| Located::at(level, "level", "must be from 0 to 22"))?;
+                CompressionLevel::Precise(n)
+            }
+        };
+        layer = layer.level(level);
+    }
+    if let Some(types) = &table.types {
+        let parsed = CompressTypes::new(types.iter().map(|t| t.get_ref().as_str()))
+            .map_err(|bad| Located::at(&types[bad.index], format!("types[{}]", bad.index), bad))?;
+        layer = layer.types(parsed);
+    }
+    Ok(Some(layer))
+}

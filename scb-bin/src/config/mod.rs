@@ -364,9 +364,9 @@ pub(crate) struct RouteConfig {
     pub(crate) basic_auth: Option<Spanned<BasicAuthConfig>>,
     /// `rate_limit = { key, rate, burst }`: 429 over a client's rate.
     pub(crate) rate_limit: Option<Spanned<RateLimitConfig>>,
-    /// On-the-fly compression of whatever the handler answers (any handler; a static
-    /// route may say it as `static = { compress = true }` too).
-    pub(crate) compress: Option<Spanned<bool>>,
+    /// On-the-fly compression of whatever the handler answers (any handler; a static,
+    /// proxy or fixed-response route may say it in its handler's table instead).
+    pub(crate) compress: Option<Spanned<CompressConfig>>,
 }
 
 /// `basic_auth = { users = "/etc/scb/admin.htpasswd", realm = "admin" }`.
@@ -452,8 +452,7 @@ pub(crate) struct StaticConfig {
     #[serde(default)]
     pub(crate) list_directories: bool,
     /// On-the-fly gzip/br/zstd for compressible types that have no sidecar.
-    #[serde(default)]
-    pub(crate) compress: bool,
+    pub(crate) compress: Option<Spanned<CompressConfig>>,
     /// `cache = { entries, max_bytes, negative_entries, revalidate }` or `cache = false`;
     /// absent means the open-file cache with scb-static's defaults.
     pub(crate) cache: Option<Spanned<FileCacheConfig>>,
@@ -512,6 +511,65 @@ impl<'de> Deserialize<'de> for FileCacheConfig {
     }
 }
 
+/// `compress = false`, `compress = true` (the defaults) or `compress = { min_length,
+/// level, types }`: on-the-fly compression, on a route or in its handler's table.
+#[derive(Debug)]
+pub(crate) enum CompressConfig {
+    Off,
+    On(CompressTable),
+}
+
+/// `compress = { ... }`: every key optional, defaulting to scb-static's `CompressLayer`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct CompressTable {
+    /// Smallest response compressed.
+    pub(crate) min_length: Option<ByteSize>,
+    /// `"fastest"`, `"default"`, `"best"`, or a number for every algorithm (clamped to
+    /// each one's range).
+    pub(crate) level: Option<Spanned<CompressLevelConfig>>,
+    /// Media types compressed, in place of the built-in list: `text/*`, `application/json`.
+    pub(crate) types: Option<Vec<Spanned<String>>>,
+}
+
+/// A compression level: a name or a number.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum CompressLevelConfig {
+    Named(String),
+    Number(i64),
+}
+
+impl<'de> Deserialize<'de> for CompressConfig {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = CompressConfig;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("false, true, or a table { min_length, level, types }")
+            }
+
+            fn visit_bool<E: serde::de::Error>(self, on: bool) -> Result<CompressConfig, E> {
+                Ok(if on {
+                    CompressConfig::On(CompressTable::default())
+                } else {
+                    CompressConfig::Off
+                })
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<CompressConfig, A::Error> {
+                CompressTable::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+                    .map(CompressConfig::On)
+            }
+        }
+        deserializer.deserialize_any(V)
+    }
+}
+
 /// One Cache-Control rule.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -555,8 +613,7 @@ pub(crate) struct ProxyConfig {
     /// `health = { path = "/healthz", ... }`: active health checks; absent means none.
     pub(crate) health: Option<HealthConfig>,
     /// On-the-fly compression of compressible responses the upstream did not encode.
-    #[serde(default)]
-    pub(crate) compress: bool,
+    pub(crate) compress: Option<Spanned<CompressConfig>>,
     /// `"v1"` or `"v2"`: each upstream connection begins with a PROXY header naming the
     /// client.
     pub(crate) proxy_protocol: Option<Spanned<String>>,
@@ -658,8 +715,7 @@ pub(crate) struct RespondConfig {
     #[serde(default)]
     pub(crate) headers: BTreeMap<Spanned<String>, Spanned<String>>,
     /// On-the-fly compression of the body, for clients that accept it.
-    #[serde(default)]
-    pub(crate) compress: bool,
+    pub(crate) compress: Option<Spanned<CompressConfig>>,
 }
 
 impl Config {

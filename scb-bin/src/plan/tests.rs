@@ -673,6 +673,10 @@ fn errors_name_file_line_column_and_key() {
             "scb.toml:4:8: route[0].name: \"unmatched\" is the name of requests no route",
         ),
         (
+            format!("{LISTEN}[[route]]\nname = \"server\"\npath = \"/s\"\nrespond = {{}}\n"),
+            "scb.toml:4:8: route[0].name: \"server\" is the name of the server's own answers",
+        ),
+        (
             format!(
                 "{LISTEN}[[route]]\nname = \"x\"\npath = \"/a\"\nrespond = {{}}\n\
                  [[route]]\nname = \"x\"\npath = \"/b\"\nrespond = {{}}\n"
@@ -896,4 +900,60 @@ fn plan_static(root: &Path, keys: &str) -> Plan {
         "{LISTEN}[[route]]\nprefix = \"/\"\nstatic = {{ root = {:?} }}\n{keys}\n",
         root.display().to_string()
     ))
+}
+
+#[test]
+fn compress_takes_a_bool_or_a_table_in_one_place_and_names_bad_keys() {
+    let respond = |keys: &str| {
+        format!("{LISTEN}[[route]]\npath = \"/\"\nrespond = {{ body = \"x\"{keys} }}\n")
+    };
+    let route = |compress: &str| {
+        format!(
+            "{LISTEN}[[route]]\npath = \"/\"\nrespond = {{ body = \"x\" }}\ncompress = {compress}\n"
+        )
+    };
+    assert!(plan(&route("true")).routes()[0].compress.is_some());
+    assert!(plan(&route("false")).routes()[0].compress.is_none());
+    assert!(
+        plan(&route(
+            "{ min_length = \"1KiB\", level = \"best\", types = [\"text/*\", \"application/json\"] }"
+        ))
+        .routes()[0]
+            .compress
+            .is_some()
+    );
+    assert!(plan(&route("{ level = 4 }")).routes()[0].compress.is_some());
+    assert!(
+        plan(&respond(", compress = { min_length = 0 }")).routes()[0]
+            .compress
+            .is_some()
+    );
+    for (source, want) in [
+        (
+            route("{ level = \"max\" }"),
+            "scb.toml:6:22: route[0].compress.level: must be \"fastest\", \"default\", \"best\" or a number",
+        ),
+        (
+            route("{ level = 40 }"),
+            "scb.toml:6:22: route[0].compress.level: must be from 0 to 22",
+        ),
+        (
+            route("{ types = [\"text/html\", \"html\"] }"),
+            "scb.toml:6:36: route[0].compress.types[1]: \"html\" is not a media type",
+        ),
+        (
+            route("{ min = 1 }"),
+            "scb.toml:6:14: route[0].compress.min: unknown field `min`, expected one of `min_length`, `level`, `types`",
+        ),
+        (
+            respond(", compress = true }\ncompress = { level = 1 ").replace(" }\n\n", "\n"),
+            "scb.toml:5:36: route[0].respond.compress: compression is already set by `compress`: set it in one place",
+        ),
+    ] {
+        let got = error(&source);
+        assert!(
+            got.contains(want),
+            "\n got: {got}\nwant: {want}\n  in:\n{source}"
+        );
+    }
 }

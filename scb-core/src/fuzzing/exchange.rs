@@ -95,6 +95,7 @@ async fn serve_scb(io: DuplexStream) {
         limits: Limits::default(),
         request_id_header: HeaderName::from_static("x-request-id"),
         shutdown: Trigger::new(),
+        metrics: None,
     });
     let io: Box<dyn SecureIo> = Box::new(io);
     let svc = tower::service_fn(handled::<crate::Body>);

@@ -81,4 +81,12 @@ pub type HandshakeFuture = Pin<Box<dyn Future<Output = io::Result<Secured>> + Se
 pub trait Handshake: Send + Sync + 'static {
     /// Runs the handshake on `tcp`. The server bounds it with its handshake timeout.
     fn handshake(&self, tcp: TcpStream) -> HandshakeFuture;
+
+    /// A short name for why a handshake failed with `error`: the `result` label of
+    /// [`TLS_HANDSHAKES_TOTAL`](super::metrics::TLS_HANDSHAKES_TOTAL). Keep to a fixed
+    /// set of names, so that clients cannot add series. Defaults to `error`.
+    fn failure_reason(&self, error: &io::Error) -> &'static str {
+        let _ = error;
+        "error"
+    }
 }

@@ -35,6 +35,7 @@ pub(crate) mod conn;
 mod handshake;
 mod io;
 mod limits;
+pub mod metrics;
 pub mod proxy_protocol;
 pub(crate) mod shutdown;
 mod sys;
@@ -141,6 +142,7 @@ pub struct Server {
     unix: Vec<UnixListen>,
     replace_unix: bool,
     inherited: Arc<std::sync::Mutex<Vec<std::net::TcpListener>>>,
+    metrics: Option<Arc<metrics::ServerMetrics>>,
 }
 
 /// A listener's handshake.
@@ -203,7 +205,17 @@ impl Server {
             unix: Vec::new(),
             replace_unix: false,
             inherited: Arc::default(),
+            metrics: None,
         }
+    }
+
+    /// Whether the server counts its own answers, open connections and TLS handshakes
+    /// (see [`metrics`]): the handles are registered with the recorder in effect now, so
+    /// install it first. Defaults to off: nothing recorded, no handle touched.
+    #[must_use]
+    pub fn metrics(mut self, on: bool) -> Self {
+        self.metrics = on.then(|| Arc::new(metrics::ServerMetrics::new()));
+        self
     }
 
     /// How many worker threads to run, each with its own runtime and listeners.
@@ -562,6 +574,7 @@ pub struct Prepared {
     limits: Limits,
     request_id_header: HeaderName,
     grace_period: Duration,
+    metrics: Option<Arc<metrics::ServerMetrics>>,
 }
 
 impl Prepared {
@@ -706,6 +719,7 @@ impl ServerHandle {
             limits: server.limits.clone(),
             request_id_header: server.request_id_header.clone(),
             grace_period: server.grace_period,
+            metrics: server.metrics.clone(),
         })
     }
 
@@ -725,6 +739,7 @@ impl ServerHandle {
             limits,
             request_id_header,
             grace_period,
+            metrics,
         } = prepared;
         let mut switched = Vec::with_capacity(self.updates.len());
         for (tx, listeners) in self.updates.iter().zip(per_worker) {
@@ -737,6 +752,7 @@ impl ServerHandle {
                     limits: limits.clone(),
                     request_id_header: request_id_header.clone(),
                     shutdown: self.shutdown.clone(),
+                    metrics: metrics.clone(),
                 },
                 grace_period,
                 done,

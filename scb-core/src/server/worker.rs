@@ -15,6 +15,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use tower::Service;
 
 use super::conn::{self, ConnCtx};
+use super::metrics::ListenerMetrics;
 use super::shutdown::Trigger;
 use super::{ConnectInfo, Server, WorkerInfo};
 use crate::{Body, BoxError};
@@ -218,6 +219,7 @@ pub(super) fn run<S, B>(
             limits: config.limits.clone(),
             request_id_header: config.request_id_header.clone(),
             shutdown: shutdown.clone(),
+            metrics: config.metrics.clone(),
         })),
         connections: Rc::new(Connections::default()),
     });
@@ -238,8 +240,13 @@ pub(super) fn run<S, B>(
                 }
             };
             let options = Rc::new(RefCell::new(options));
+            let name = match &key {
+                ListenKey::Tcp(addr) => addr.to_string(),
+                ListenKey::Unix(path) => format!("unix:{}", path.display()),
+            };
             let task = tokio::task::spawn_local(accept_loop(
                 listener,
+                name,
                 Rc::clone(&options),
                 svc.clone(),
                 Rc::clone(&current),
@@ -312,6 +319,7 @@ pub(super) fn run<S, B>(
 
 async fn accept_loop<S, B>(
     listener: Acceptor,
+    name: String,
     options: Rc<RefCell<super::ListenOptions>>,
     svc: S,
     current: Rc<Current>,
@@ -323,6 +331,9 @@ async fn accept_loop<S, B>(
     B::Error: Into<BoxError>,
 {
     let connections = &current.connections;
+    // Registered the first time metrics are on for a connection of this listener (at
+    // start, or after a reload turned them on).
+    let mut counted: Option<Rc<ListenerMetrics>> = None;
     loop {
         let ctx = Rc::clone(&current.ctx.borrow());
         let max = ctx.limits.max_connections.max(1);
@@ -339,12 +350,17 @@ async fn accept_loop<S, B>(
             () = ctx.shutdown.fired() => return,
             accepted = listener.accept() => accepted,
         };
+        // The settings as they are now, not as they were when the wait began.
+        let ctx = Rc::clone(&current.ctx.borrow());
+        let listener_metrics = ctx.metrics.as_ref().map(|_| {
+            Rc::clone(counted.get_or_insert_with(|| Rc::new(ListenerMetrics::new(name.clone()))))
+        });
+        let open = || listener_metrics.as_ref().map(|m| m.accepted());
         match accepted {
             Ok(Accepted::Unix(stream)) => {
                 connections.open.set(connections.open.get() + 1);
-                let guard = ConnGuard(Rc::clone(connections));
+                let guard = (ConnGuard(Rc::clone(connections)), open());
                 let svc = svc.clone();
-                let ctx = Rc::clone(&current.ctx.borrow());
                 tokio::task::spawn_local(async move {
                     let _guard = guard;
                     let (peer, local) = (ConnectInfo::UNIX_PEER, ConnectInfo::UNIX_LOCAL);
@@ -353,10 +369,8 @@ async fn accept_loop<S, B>(
             }
             Ok(Accepted::Tcp(stream, remote, local)) => {
                 connections.open.set(connections.open.get() + 1);
-                let guard = ConnGuard(Rc::clone(connections));
+                let guard = (ConnGuard(Rc::clone(connections)), open());
                 let svc = svc.clone();
-                // The settings as they are now, not as they were when the wait began.
-                let ctx = Rc::clone(&current.ctx.borrow());
                 let options = options.borrow().clone();
                 tokio::task::spawn_local(async move {
                     let _guard = guard;
@@ -373,7 +387,11 @@ async fn accept_loop<S, B>(
                     match options.secure {
                         None => conn::serve(stream, remote, local, svc, ctx).await,
                         Some(secure) => {
-                            conn::serve_secure(stream, remote, local, &*secure.0, svc, ctx).await;
+                            let listener = listener_metrics.as_deref();
+                            conn::serve_secure(
+                                stream, remote, local, &*secure.0, listener, svc, ctx,
+                            )
+                            .await;
                         }
                     }
                 });

@@ -323,3 +323,69 @@ async fn an_upstreams_own_encoding_and_no_transform_are_respected() {
     assert!(!res.headers().contains_key(header::CONTENT_ENCODING));
     assert!(!res.headers().contains_key(header::VARY));
 }
+
+#[tokio::test]
+async fn a_small_html_page_is_compressed_by_default_and_min_size_and_types_change_that() {
+    let t = tree("settings");
+    // An SPA's index.html: 386 bytes, above the 256-byte default.
+    let index = "<!doctype html><html><head><meta charset=utf-8><title>app</title>\
+                 <link rel=stylesheet href=/assets/app.css></head><body><div id=app></div>\
+                 <script type=module src=/assets/app.js></script></body></html>\n"
+        .repeat(2);
+    std::fs::write(t.0.join("index.html"), &index[..386]).unwrap();
+    let gz = [("accept-encoding", "gzip")];
+    let svc = files(&t);
+    let res = get(&svc, "/index.html", &gz).await;
+    assert_eq!(res.headers()[header::CONTENT_ENCODING], "gzip");
+    assert_eq!(gunzip(&bytes(res).await), &index.as_bytes()[..386]);
+
+    let with = |layer: CompressLayer| {
+        ServiceBuilder::new()
+            .layer(layer)
+            .service(ServeStatic::builder(&t.0).build().unwrap())
+    };
+    // A larger threshold leaves it as it is.
+    let svc = with(CompressLayer::new().min_size(1000));
+    let res = svc
+        .oneshot(
+            Request::get("/index.html")
+                .header("accept-encoding", "gzip")
+                .body(())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert!(!res.headers().contains_key(header::CONTENT_ENCODING));
+    // Only the types listed: JavaScript yes, HTML no (and no Vary for a type not listed).
+    let types = CompressTypes::new(["application/javascript", "text/javascript"]).unwrap();
+    let svc = with(CompressLayer::new().types(types));
+    let call = |path: &'static str| {
+        svc.clone().oneshot(
+            Request::get(path)
+                .header("accept-encoding", "gzip")
+                .body(())
+                .unwrap(),
+        )
+    };
+    let page = call("/page.html").await.unwrap();
+    assert!(!page.headers().contains_key(header::CONTENT_ENCODING));
+    assert!(!page.headers().contains_key(header::VARY));
+    let script = call("/app.js").await.unwrap();
+    assert_eq!(script.headers()[header::CONTENT_ENCODING], "gzip");
+}
+
+#[test]
+fn compress_types_take_types_and_wildcards_and_name_the_first_bad_entry() {
+    let types = CompressTypes::new(["text/*", "Application/JSON"]).unwrap();
+    assert!(types.contains(b"text/html; charset=utf-8"));
+    assert!(types.contains(b"application/json"));
+    assert!(!types.contains(b"application/xml"));
+    assert!(!types.contains(b"image/png"));
+    for (bad, index) in [
+        (&["text/*", "json"][..], 1),
+        (&["*/*"][..], 0),
+        (&["text/"][..], 0),
+    ] {
+        assert_eq!(CompressTypes::new(bad).unwrap_err().index, index, "{bad:?}");
+    }
+}

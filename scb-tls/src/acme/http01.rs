@@ -26,6 +26,7 @@ use http::header::{self, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
 use pin_project_lite::pin_project;
 use scb_core::Body;
+use scb_core::metrics::MetricsLayer;
 use tower::{Layer, Service};
 
 use super::Challenges;
@@ -40,6 +41,7 @@ const PREFIX: &str = "/.well-known/acme-challenge/";
 #[derive(Clone, Debug)]
 pub struct Http01Layer {
     challenges: Arc<[Arc<Challenges>]>,
+    metrics: Option<MetricsLayer>,
 }
 
 impl Http01Layer {
@@ -50,7 +52,16 @@ impl Http01Layer {
                 .into_iter()
                 .filter_map(TlsAcceptor::challenges)
                 .collect(),
+            metrics: None,
         }
+    }
+
+    /// Counts each validation this layer answers through `metrics` (see
+    /// [`MetricsLayer::record`]). Defaults to none.
+    #[must_use]
+    pub fn metrics(mut self, metrics: MetricsLayer) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 }
 
@@ -61,6 +72,7 @@ impl<S> Layer<S> for Http01Layer {
         Http01 {
             inner,
             challenges: Arc::clone(&self.challenges),
+            metrics: self.metrics.clone(),
         }
     }
 }
@@ -70,6 +82,7 @@ impl<S> Layer<S> for Http01Layer {
 pub struct Http01<S> {
     inner: S,
     challenges: Arc<[Arc<Challenges>]>,
+    metrics: Option<MetricsLayer>,
 }
 
 impl<S, B> Service<Request<B>> for Http01<S>
@@ -102,6 +115,9 @@ where
                     header::CONTENT_TYPE,
                     HeaderValue::from_static("application/octet-stream"),
                 );
+                if let Some(metrics) = &self.metrics {
+                    metrics.record(Some(req.method()), &res);
+                }
                 ResponseFuture::Answer {
                     response: Some(res),
                 }
@@ -152,6 +168,7 @@ mod tests {
     fn layer(challenges: &Arc<Challenges>) -> Http01Layer {
         Http01Layer {
             challenges: Arc::from(vec![Arc::clone(challenges)]),
+            metrics: None,
         }
     }
 

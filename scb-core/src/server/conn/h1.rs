@@ -321,6 +321,7 @@ impl<T: Transport> Conn<'_, T> {
     async fn refuse(&mut self, e: &HeadError) {
         tracing::debug!(status = %e.status, reason = e.reason, "refused request");
         let res = error_response(e.status, e.reason, &self.ctx.request_id_header, true);
+        self.ctx.count_answer(None, &res);
         let info = RequestInfo {
             method: &Method::GET,
             version: Version::HTTP_11,

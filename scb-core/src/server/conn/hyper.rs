@@ -180,6 +180,7 @@ where
                     &ctx.request_id_header,
                     false,
                 );
+                ctx.count_answer(Some(req.method()), &res);
                 return Ok(finish(res.map(Either::Right), head, Some(req.into_body())));
             }
             let mut unread = None;
@@ -204,6 +205,7 @@ where
                     &ctx.request_id_header,
                     false,
                 );
+                ctx.count_answer(Some(req.method()), &res);
                 return Ok(finish(res.map(Either::Right), head, None));
             }
             peer.stamp(&mut req);

@@ -54,6 +54,17 @@ pub(crate) struct ConnCtx {
     pub(crate) limits: Limits,
     pub(crate) request_id_header: HeaderName,
     pub(crate) shutdown: Trigger,
+    /// What the server counts of itself; `None` when off.
+    pub(crate) metrics: Option<std::sync::Arc<super::metrics::ServerMetrics>>,
+}
+
+impl ConnCtx {
+    /// Counts one of the server's own answers (see [`super::metrics`]).
+    pub(crate) fn count_answer(&self, method: Option<&http::Method>, res: &Response<Body>) {
+        if let Some(metrics) = &self.metrics {
+            metrics.answers.record(method, res);
+        }
+    }
 }
 
 /// Serves one accepted plain connection until it closes: TCP, or a Unix socket (whose
@@ -137,6 +148,7 @@ pub(crate) async fn serve_secure<S, B>(
     remote: SocketAddr,
     local: SocketAddr,
     handshake: &dyn Handshake,
+    listener: Option<&super::metrics::ListenerMetrics>,
     svc: S,
     ctx: Rc<ConnCtx>,
 ) where
@@ -146,20 +158,31 @@ pub(crate) async fn serve_secure<S, B>(
     B: http_body::Body<Data = Bytes> + 'static,
     B::Error: Into<BoxError>,
 {
-    let handshake = handshake.handshake(stream);
+    let handshaking = handshake.handshake(stream);
     let secured = tokio::select! {
         biased;
         () = ctx.shutdown.fired() => return,
-        r = tokio::time::timeout(ctx.limits.handshake_timeout, handshake) => r,
+        r = tokio::time::timeout(ctx.limits.handshake_timeout, handshaking) => r,
     };
     let secured = match secured {
-        Ok(Ok(secured)) => secured,
+        Ok(Ok(secured)) => {
+            if let Some(listener) = listener {
+                listener.handshake(Ok(()));
+            }
+            secured
+        }
         Ok(Err(e)) => {
             tracing::debug!(peer = %remote, error = %e, "handshake failed");
+            if let Some(listener) = listener {
+                listener.handshake(Err(handshake.failure_reason(&e)));
+            }
             return;
         }
         Err(_) => {
             tracing::debug!(peer = %remote, "handshake timed out");
+            if let Some(listener) = listener {
+                listener.handshake(Err("timeout"));
+            }
             return;
         }
     };
