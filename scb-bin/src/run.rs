@@ -319,6 +319,13 @@ impl Running {
             _ => None,
         };
 
+        let (version, workers) = (env!("CARGO_PKG_VERSION"), app.workers());
+        tracing::info!(
+            version,
+            workers,
+            "scb {version} starting with {workers} worker{}",
+            if workers == 1 { "" } else { "s" }
+        );
         let stack = Arc::clone(&app_stack);
         let app = app.start(move |worker: &WorkerInfo| {
             tracing::debug!(worker = worker.index, "building the service stack");

@@ -83,7 +83,7 @@ fn json_lines_carry_every_field_and_sigusr1_starts_a_new_file() {
     ] {
         assert!(hello.contains(field), "{field} in {hello}");
     }
-    assert!(hello.starts_with(r#"{"time":""#) && hello.contains(r#""duration_us":"#));
+    assert!(hello.starts_with(r#"{"timestamp":""#) && hello.contains(r#""duration_us":"#));
     let api = &written[1];
     assert!(api.contains(r#""route":"api""#), "{api}");
     assert!(
@@ -255,6 +255,49 @@ fn server_trusted_proxies_alone_name_the_client_in_the_log_and_to_the_upstream()
         written[1].contains(r#""client":"198.51.100.7""#),
         "{}",
         written[1]
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_502_names_the_upstream_tried_and_the_warning_names_the_request() {
+    let dir = temp_dir("failed-upstream");
+    let log = dir.join("access.log");
+    // A port nobody listens on: the connect is refused.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let config = format!(
+        "[server]\nworkers = 1\n\
+         [log]\naccess = {{ path = {log:?}, format = \"json\" }}\n\
+         [[listen]]\naddr = \"127.0.0.1:0\"\n\
+         [[route]]\nprefix = \"/api/\"\nproxy = {{ upstreams = [\"{dead}\"], max_tries = 1 }}\n",
+        log = log.display().to_string(),
+    );
+    let mut server = Server::start(&config);
+    // The startup line says which build and how many workers.
+    assert!(
+        server.log.iter().any(|l| l.contains(&format!(
+            "scb {} starting with 1 worker",
+            env!("CARGO_PKG_VERSION")
+        ))),
+        "{:?}",
+        server.log
+    );
+    let res = request(
+        server.addr(),
+        "GET /api/x HTTP/1.1\r\nHost: t\r\nX-Request-Id: failing-1\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(res.status, 502);
+    let warning = server.wait_for_line(|l| l.contains("upstream try failed"));
+    assert!(warning.contains("failing-1"), "{warning}");
+    let written = lines(&log, 1);
+    assert!(
+        written[0].contains(&format!(r#""upstream":"{dead}""#))
+            && written[0].contains(r#""status":502"#),
+        "{}",
+        written[0]
     );
     let _ = std::fs::remove_dir_all(&dir);
 }

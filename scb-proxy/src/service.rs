@@ -17,6 +17,7 @@ use http::uri::Scheme;
 use http::{Method, Request, Response, Uri, Version};
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
+use scb_core::request_id::Id;
 use scb_core::server::{ClientCertificate, ConnectInfo};
 use scb_core::{Body, BoxError};
 use tokio::io::AsyncWriteExt as _;
@@ -144,7 +145,14 @@ impl ReverseProxy {
         let _ = self.shared.active_task.set(task.abort_handle());
     }
 
-    async fn forward<B>(self, mut req: Request<B>) -> Result<Response<Body>, ProxyError>
+    /// Sends `req` up; `tried_last` is set to each upstream tried, so that an error
+    /// answer can name the last; a response names its upstream when `name_upstream`.
+    async fn forward<B>(
+        &self,
+        mut req: Request<B>,
+        name_upstream: bool,
+        tried_last: &mut Option<usize>,
+    ) -> Result<Response<Body>, ProxyError>
     where
         B: http_body::Body<Data = Bytes> + Send + 'static,
         B::Error: Into<BoxError>,
@@ -152,11 +160,6 @@ impl ReverseProxy {
         self.start_active_checks();
         let shared = &*self.shared;
         let config = &shared.settings;
-        // The access log asks; the extension costs allocations nobody else needs.
-        let name_upstream = req
-            .extensions()
-            .get::<scb_core::access_log::WantsUpstream>()
-            .is_some();
         // scb's server refuses these already; a proxy inside another server (axum) must
         // not forward a Host that is not `host[:port]` either.
         let valid = |v: &[u8]| scb_core::http1::is_valid_host(v);
@@ -183,6 +186,9 @@ impl ReverseProxy {
         let client_upgrade = upgrade.is_some().then(|| hyper::upgrade::on(&mut req));
 
         let (mut parts, body) = req.into_parts();
+        // For the log lines of failed tries (a reference count, not a copy).
+        let id = parts.extensions.get::<Id>().cloned();
+        let id = id.as_ref();
         let connect = parts.extensions.get::<ConnectInfo>();
         let secure = connect.is_some_and(|info| info.secure);
         let owner = config
@@ -240,6 +246,7 @@ impl ReverseProxy {
             };
             tried[tries] = index;
             tries += 1;
+            *tried_last = Some(index);
             let state = &shared.upstreams[index];
 
             if self.pool.multiplexed.is_some() {
@@ -247,7 +254,7 @@ impl ReverseProxy {
                     break;
                 };
                 // Boxed: the HTTP/1.1 path's future stays as small as it was.
-                let tried = Box::pin(self.try_h2(index, req, deadline, client_host.as_ref()));
+                let tried = Box::pin(self.try_h2(index, req, deadline, client_host.as_ref(), id));
                 match tried.await {
                     H2Try::Done(Ok(mut response)) => {
                         if name_upstream {
@@ -291,7 +298,7 @@ impl ReverseProxy {
                     Ok(Ok(conn)) => conn,
                     Ok(Err(e)) => {
                         // Nothing was sent: another upstream may take it.
-                        self.failed(state, &e);
+                        self.failed(state, &e, id);
                         last = e;
                         continue;
                     }
@@ -305,12 +312,12 @@ impl ReverseProxy {
             let answer = tokio::time::timeout_at(limit, connection.send(request)).await;
             drop(in_flight);
             match answer {
-                Err(_) => return Err(self.timed_out(state, limit == deadline)),
+                Err(_) => return Err(self.timed_out(state, limit == deadline, id)),
                 Ok(Ok(head)) => {
                     state.metrics.response(sent.elapsed());
                     state.health.record_success(&state.metrics);
                     let mut response =
-                        self.client_response(index, owner, connection, head, client_upgrade);
+                        self.client_response(index, owner, connection, head, client_upgrade, id);
                     if name_upstream {
                         response
                             .extensions_mut()
@@ -331,17 +338,17 @@ impl ReverseProxy {
                     }
                     // A fresh connection closed at once: the upstream is failing.
                     let e = ProxyError::Reset(e);
-                    self.failed(state, &e);
+                    self.failed(state, &e, id);
                     last = e;
                 }
                 Ok(Err(SendError::Body(e))) => return Err(client_body_error(&e)),
                 Ok(Err(SendError::Invalid(why))) => {
                     let e = ProxyError::Protocol(InvalidResponse(why));
                     if config.passive.count_invalid_responses {
-                        self.failed(state, &e);
+                        self.failed(state, &e, id);
                     } else {
                         // That request's 502, not evidence that the upstream is down.
-                        self.noted(state, &e);
+                        self.noted(state, &e, id);
                     }
                     return Err(e);
                 }
@@ -355,7 +362,7 @@ impl ReverseProxy {
                         continue;
                     }
                     let e = ProxyError::Reset(e);
-                    self.failed(state, &e);
+                    self.failed(state, &e, id);
                     return Err(e);
                 }
             }
@@ -371,6 +378,7 @@ impl ReverseProxy {
         mut req: Request<Body>,
         deadline: tokio::time::Instant,
         client_host: Option<&HeaderValue>,
+        id: Option<&Id>,
     ) -> H2Try {
         let shared = &*self.shared;
         let state = &shared.upstreams[index];
@@ -387,7 +395,7 @@ impl ReverseProxy {
             Ok(Ok(sender)) => sender,
             Ok(Err(e)) => {
                 // Nothing was sent: another upstream may take it.
-                self.failed(state, &e);
+                self.failed(state, &e, id);
                 return H2Try::Again {
                     req,
                     error: Some(e),
@@ -422,7 +430,7 @@ impl ReverseProxy {
         let answer = tokio::time::timeout_at(limit, h2::send(&mut send, req)).await;
         drop(in_flight);
         match answer {
-            Err(_) => H2Try::Done(Err(self.timed_out(state, limit == deadline))),
+            Err(_) => H2Try::Done(Err(self.timed_out(state, limit == deadline, id))),
             Ok(Ok(response)) => {
                 state.metrics.response(sent.elapsed());
                 state.health.record_success(&state.metrics);
@@ -433,7 +441,7 @@ impl ReverseProxy {
             Ok(Err((Some(req), _))) if reused => H2Try::Again { req, error: None },
             Ok(Err((Some(req), e))) => {
                 let e = ProxyError::Reset(io::Error::other(e));
-                self.failed(state, &e);
+                self.failed(state, &e, id);
                 H2Try::Again {
                     req,
                     error: Some(e),
@@ -446,7 +454,7 @@ impl ReverseProxy {
                     None => h2_error(e),
                 };
                 if e.kind().is_some() {
-                    self.failed(state, &e);
+                    self.failed(state, &e, id);
                 }
                 H2Try::Done(Err(e))
             }
@@ -455,8 +463,8 @@ impl ReverseProxy {
 
     /// A try that got no response head in time, counted against `state`: the error for the
     /// client, 504 either way (`TryTimeout` when the whole budget ran out).
-    fn timed_out(&self, state: &UpstreamState, budget_spent: bool) -> ProxyError {
-        self.failed(state, &ProxyError::ResponseTimeout);
+    fn timed_out(&self, state: &UpstreamState, budget_spent: bool, id: Option<&Id>) -> ProxyError {
+        self.failed(state, &ProxyError::ResponseTimeout, id);
         if budget_spent {
             ProxyError::TryTimeout
         } else {
@@ -485,9 +493,10 @@ impl ReverseProxy {
         Response::from_parts(parts, body)
     }
 
-    /// Counts a failed try against `state`'s health and metrics.
-    fn failed(&self, state: &UpstreamState, e: &ProxyError) {
-        self.noted(state, e);
+    /// Counts a failed try against `state`'s health and metrics; `id` is the request's,
+    /// for the log line.
+    fn failed(&self, state: &UpstreamState, e: &ProxyError, id: Option<&Id>) {
+        self.noted(state, e, id);
         state.health.record_failure(
             Instant::now(),
             &self.shared.settings.passive,
@@ -496,11 +505,16 @@ impl ReverseProxy {
     }
 
     /// Counts a failed try in `state`'s metrics and the log only.
-    fn noted(&self, state: &UpstreamState, e: &ProxyError) {
+    fn noted(&self, state: &UpstreamState, e: &ProxyError, id: Option<&Id>) {
         if let Some(kind) = e.kind() {
             state.metrics.error(kind);
         }
-        tracing::warn!(upstream = %state.upstream, error = %e, "upstream try failed");
+        tracing::warn!(
+            upstream = %state.upstream,
+            request_id = id.map_or("-", Id::as_str),
+            error = %e,
+            "upstream try failed"
+        );
     }
 
     /// The client's response from the upstream's head: hop-by-hop fields removed, the
@@ -513,6 +527,7 @@ impl ReverseProxy {
         connection: Connection,
         head: ResponseHead,
         client_upgrade: Option<OnUpgrade>,
+        id: Option<&Id>,
     ) -> Response<Body> {
         let ResponseHead {
             mut parts,
@@ -529,7 +544,7 @@ impl ReverseProxy {
             let e = ProxyError::Protocol(InvalidResponse(
                 "101 to a request that asked for no upgrade",
             ));
-            self.failed(&self.shared.upstreams[index], &e);
+            self.failed(&self.shared.upstreams[index], &e, id);
             return e.into_response();
         }
         forward::strip_hop_by_hop(&mut parts.headers);
@@ -749,15 +764,32 @@ where
         // Only HTTP/2 upstreams carry gRPC (it needs trailers): HTTP/1.1 proxies skip the
         // lookup.
         let grpc = self.shared.settings.protocol.is_h2() && is_grpc(req.headers());
+        // The access log asks; the extension costs allocations nobody else needs.
+        let name_upstream = req
+            .extensions()
+            .get::<scb_core::access_log::WantsUpstream>()
+            .is_some();
         ResponseFuture {
             inner: Box::pin(async move {
-                Ok(proxy.forward(req).await.unwrap_or_else(|e| {
-                    if grpc {
-                        e.into_grpc_response()
-                    } else {
-                        e.into_response()
-                    }
-                }))
+                let mut tried = None;
+                Ok(proxy
+                    .forward(req, name_upstream, &mut tried)
+                    .await
+                    .unwrap_or_else(|e| {
+                        let mut res = if grpc {
+                            e.into_grpc_response()
+                        } else {
+                            e.into_response()
+                        };
+                        // The upstream that failed, for the access log, as for an answer.
+                        if name_upstream && let Some(index) = tried {
+                            res.extensions_mut()
+                                .insert(scb_core::access_log::UpstreamAddr(
+                                    proxy.shared.upstreams[index].upstream.authority().clone(),
+                                ));
+                        }
+                        res
+                    }))
             }),
         }
     }

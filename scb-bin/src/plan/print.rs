@@ -98,7 +98,13 @@ fn routes(out: &mut String, routes: &[RoutePlan]) {
             guards(route)
         );
     }
-    let _ = writeln!(out, "  (anything else)          unmatched    404");
+    // A `prefix = "/"` route takes every path: nothing is left unmatched.
+    let catches_all = routes
+        .iter()
+        .any(|r| matches!(&r.matcher, PathMatch::Prefix(p) if p == "/"));
+    if !catches_all {
+        let _ = writeln!(out, "  (anything else)          unmatched    404");
+    }
 }
 
 /// What stands in front of the handler, in the order requests meet it.

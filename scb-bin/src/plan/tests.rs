@@ -957,3 +957,21 @@ fn compress_takes_a_bool_or_a_table_in_one_place_and_names_bad_keys() {
         );
     }
 }
+
+#[test]
+fn print_shows_no_unmatched_row_for_a_site_whose_prefix_is_the_root() {
+    let catch_all = plan(&format!(
+        "{LISTEN}[[route]]\npath = \"/health\"\nrespond = {{}}\n\
+         [[route]]\nprefix = \"/\"\nrespond = {{ status = 200 }}\n"
+    ));
+    let shown = catch_all.describe();
+    assert!(!shown.contains("(anything else)"), "{shown}");
+    let partial = plan(&format!(
+        "{LISTEN}[[route]]\nprefix = \"/api/\"\nrespond = {{}}\n"
+    ));
+    let shown = partial.describe();
+    assert!(
+        shown.contains("(anything else)          unmatched    404"),
+        "{shown}"
+    );
+}

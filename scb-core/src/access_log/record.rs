@@ -149,7 +149,7 @@ impl Record {
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default()
             .subsec_millis();
-        out.push_str("{\"time\":\"");
+        out.push_str("{\"timestamp\":\"");
         out.push_str(&dates.at(self.time).iso);
         let _ = write!(out, ".{millis:03}Z\"");
         let field = |out: &mut String, name: &str, value: Option<&[u8]>| {
@@ -359,7 +359,7 @@ mod tests {
         r.write(AccessLogFormat::Json, &mut Dates::default(), &mut line);
         assert_eq!(
             line,
-            "{\"time\":\"2026-12-01T21:49:32.645Z\",\"request_id\":\"req-1\",\"client\":\"203.0.113.9\",\
+            "{\"timestamp\":\"2026-12-01T21:49:32.645Z\",\"request_id\":\"req-1\",\"client\":\"203.0.113.9\",\
              \"host\":\"example.com\",\"method\":\"GET\",\"path\":\"/a?b=1\",\"protocol\":\"HTTP/1.1\",\
              \"status\":200,\"bytes\":12,\"duration_us\":345,\"user_agent\":\"curl/8.0\",\"referer\":null,\
              \"route\":\"site\",\"upstream\":\"127.0.0.1:8081\"}\n"

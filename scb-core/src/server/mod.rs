@@ -509,6 +509,11 @@ impl BoundServer {
         &self.local_addrs
     }
 
+    /// How many workers [`start`](Self::start) runs.
+    pub fn workers(&self) -> usize {
+        self.config.workers
+    }
+
     /// The Unix socket paths listened on, in the order they were added.
     pub fn unix_paths(&self) -> Vec<&std::path::Path> {
         self.unix.iter().map(|u| u.listen.path()).collect()
