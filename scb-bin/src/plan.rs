@@ -1623,18 +1623,21 @@ fn proxy_handler(
     }
     let proxy = builder.build().map_err(|e| {
         if let scb_proxy::BuildError::Tls(why) = &e {
-            // The message names the file at fault; the key is the one that names it.
-            let files = [
-                ("ca_file", &config.ca_file),
-                ("client_cert", &config.client_cert),
-                ("client_key", &config.client_key),
-            ];
-            for (key, file) in files {
-                if let Some(file) = file
-                    && why.contains(&*file.get_ref().to_string_lossy())
-                {
-                    return Located::at(file, key, e);
+            let file = match why.file() {
+                Some(scb_proxy::TlsFile::CaFile) => config.ca_file.as_ref().map(|f| (f, "ca_file")),
+                Some(scb_proxy::TlsFile::ClientCert) => {
+                    config.client_cert.as_ref().map(|f| (f, "client_cert"))
                 }
+                Some(scb_proxy::TlsFile::ClientKey) => {
+                    config.client_key.as_ref().map(|f| (f, "client_key"))
+                }
+                _ => None,
+            };
+            if let Some((file, key)) = file {
+                return Located::at(file, key, e);
+            }
+            if let (scb_proxy::UpstreamTlsError::PinWithRoots, Some(pin)) = (why, &config.pin) {
+                return Located::at(pin, "pin", e);
             }
         }
         if let (scb_proxy::BuildError::Protocol(_), Some(protocol)) = (&e, &config.protocol) {

@@ -413,6 +413,91 @@ fn https_upstreams_are_verified_pooled_and_can_present_a_certificate() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// What `openssl req -x509` makes for an internal upstream: a self-signed certificate
+/// for its own name, marked as a CA. webpki never takes it as the certificate a server
+/// presents, so as a `ca_file` it can only fail; `check` says so and gives the pin, and
+/// the pin trusts exactly it.
+#[test]
+fn a_self_signed_upstream_is_trusted_by_its_pin_and_check_says_so() {
+    let dir = temp_dir("pin");
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let cert = params.self_signed(&key).unwrap();
+    let cert_path = dir.join("upstream.pem");
+    let key_path = dir.join("upstream.key");
+    std::fs::write(&cert_path, cert.pem()).unwrap();
+    std::fs::write(&key_path, key.serialize_pem()).unwrap();
+    let pin = scb_proxy::CertificatePin::of(cert.der()).to_string();
+    let other = make_cert(&dir, "other", false);
+    let other_pin = scb_proxy::CertificatePin::of(&other.der).to_string();
+
+    let back = Server::start(&format!(
+        "[server]\nworkers = 1\n[[listen]]\naddr = \"127.0.0.1:0\"\n\
+         tls = {{ cert = {cert:?}, key = {key:?} }}\n\
+         [[route]]\nprefix = \"/\"\nrespond = {{ status = 200, body = \"internal\" }}\n",
+        cert = cert_path.display().to_string(),
+        key = key_path.display().to_string(),
+    ));
+    let port = back.addr().port();
+    let front_config = |keys: &str| {
+        format!(
+            "[server]\nworkers = 1\n[[listen]]\naddr = \"127.0.0.1:0\"\n\
+             [[route]]\nprefix = \"/\"\nproxy = {{ upstreams = [\"https://localhost:{port}\"]{keys} }}\n"
+        )
+    };
+
+    // As a CA file: refused at check, naming the key, why, and the line to write instead.
+    let ca_file = front_config(&format!(
+        ", ca_file = {:?}",
+        cert_path.display().to_string()
+    ));
+    let out = check(&ca_file);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("route[0].proxy.ca_file"), "{stderr}");
+    assert!(stderr.contains("self-signed"), "{stderr}");
+    assert!(stderr.contains(&format!("pin = \"{pin}\"")), "{stderr}");
+
+    // Pinned: served, over and over; the pin may be written without colons, in lower case.
+    let pinned = Server::start(&front_config(&format!(", pin = {pin:?}")));
+    for _ in 0..3 {
+        let res = get(pinned.addr(), "/");
+        assert_eq!(res.status, 200);
+        assert_eq!(res.text(), "internal");
+    }
+    let bare = pin.replace(':', "").to_lowercase();
+    let listed = Server::start(&front_config(&format!(", pin = [{other_pin:?}, {bare:?}]")));
+    assert_eq!(get(listed.addr(), "/").status, 200);
+    // Another certificate's pin: refused, as any untrusted certificate is.
+    let wrong = Server::start(&front_config(&format!(", pin = {other_pin:?}")));
+    assert_eq!(get(wrong.addr(), "/").status, 502);
+
+    // A pin that is not one, a pin beside a CA file, and an empty list: check says where.
+    let out = check(&front_config(", pin = [\"AB:CD\"]"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("route[0].proxy.pin: not a SHA-256"),
+        "{stderr}"
+    );
+    let out = check(&front_config(&format!(
+        ", pin = {pin:?}, ca_file = {:?}",
+        other.cert.display().to_string()
+    )));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("route[0].proxy.pin: upstream TLS: `pin`"),
+        "{stderr}"
+    );
+    let out = check(&front_config(", pin = []"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("route[0].proxy.pin: an empty list"),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A TCP relay to `target`, and how many connections it has accepted.
 fn counting_relay(target: SocketAddr) -> (SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

@@ -41,9 +41,9 @@ pub enum BuildError {
     #[error("health check path {0:?} must start with '/'")]
     HealthPath(String),
     /// The TLS client for `https://` upstreams could not be set up (a file unreadable or
-    /// not PEM, no usable root).
+    /// not PEM, no usable root, a CA file that can never verify).
     #[error("upstream TLS: {0}")]
-    Tls(String),
+    Tls(#[from] crate::tls::UpstreamTlsError),
     /// The protocol does not fit the upstreams or another setting: `h2` to an upstream
     /// that is not `https://`, `h2c` to one that is, PROXY headers on HTTP/2.
     #[error("{0}")]
@@ -256,7 +256,13 @@ impl ReverseProxyBuilder {
                 UpstreamProtocol::H2 => b"h2",
                 _ => b"http/1.1",
             };
-            Some(config.connector(alpn).map_err(BuildError::Tls)?)
+            let hosts = self
+                .upstreams
+                .iter()
+                .filter(|u| u.tls)
+                .map(|u| u.authority().host())
+                .collect::<Vec<_>>();
+            Some(config.connector(alpn, &hosts)?)
         } else {
             None
         };

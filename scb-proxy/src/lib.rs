@@ -75,5 +75,5 @@ pub use health::{ActiveHealth, PassiveHealth};
 pub use layer::{ReverseProxyLayer, ReverseProxyOr};
 pub use service::{CLIENT_CERT_SAN, CLIENT_CERT_SUBJECT, ClientIp, ResponseFuture, ReverseProxy};
 pub use settings::{ProxyHeader, ProxySettings, UpstreamProtocol};
-pub use tls::UpstreamTls;
+pub use tls::{CertificatePin, InvalidPin, TlsFile, UpstreamTls, UpstreamTlsError};
 pub use upstream::{InvalidUpstream, Upstream};

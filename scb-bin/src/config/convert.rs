@@ -395,7 +395,8 @@ impl TryFrom<&ProxyConfig> for scb_proxy::ReverseProxyBuilder {
         let wants_tls = config.ca_file.is_some()
             || config.client_cert.is_some()
             || config.client_key.is_some()
-            || config.insecure_skip_verify.is_some();
+            || config.insecure_skip_verify.is_some()
+            || config.pin.is_some();
         if wants_tls {
             let mut tls = scb_proxy::UpstreamTls::new();
             if let Some(ca) = &config.ca_file {
@@ -423,6 +424,21 @@ impl TryFrom<&ProxyConfig> for scb_proxy::ReverseProxyBuilder {
             }
             if let Some(skip) = config.insecure_skip_verify {
                 tls = tls.insecure_skip_verify(skip);
+            }
+            if let Some(pins) = &config.pin {
+                if pins.get_ref().0.is_empty() {
+                    return Err(Located::at(pins, "pin", "an empty list trusts nothing"));
+                }
+                let mut parsed = Vec::new();
+                for (i, pin) in pins.get_ref().0.iter().enumerate() {
+                    let key = if pins.get_ref().0.len() == 1 {
+                        "pin".to_owned()
+                    } else {
+                        format!("pin[{i}]")
+                    };
+                    parsed.push(pin.parse().map_err(|e| Located::at(pins, key, e))?);
+                }
+                tls = tls.pins(parsed);
             }
             b = b.upstream_tls(tls);
         }

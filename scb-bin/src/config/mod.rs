@@ -627,8 +627,41 @@ pub(crate) struct ProxyConfig {
     pub(crate) client_key: Option<Spanned<std::path::PathBuf>>,
     /// Accept any upstream certificate; logged as a warning.
     pub(crate) insecure_skip_verify: Option<bool>,
+    /// For `https://` upstreams: the SHA-256 of the one certificate (or, in a list, the
+    /// certificates) trusted, in place of roots: how a self-signed upstream is trusted.
+    pub(crate) pin: Option<Spanned<PinsConfig>>,
     /// `"http1"` (absent), `"h2"` (HTTP/2 over TLS) or `"h2c"` (HTTP/2 in the clear).
     pub(crate) protocol: Option<Spanned<String>>,
+}
+
+/// `pin = "AB:CD:..."` or `pin = ["AB:..", "CD:.."]` (two during a rotation).
+#[derive(Debug)]
+pub(crate) struct PinsConfig(pub(crate) Vec<String>);
+
+impl<'de> Deserialize<'de> for PinsConfig {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = PinsConfig;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a SHA-256 fingerprint, or a list of them")
+            }
+
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<PinsConfig, E> {
+                Ok(PinsConfig(vec![s.to_owned()]))
+            }
+
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                seq: A,
+            ) -> Result<PinsConfig, A::Error> {
+                Vec::<String>::deserialize(serde::de::value::SeqAccessDeserializer::new(seq))
+                    .map(PinsConfig)
+            }
+        }
+        deserializer.deserialize_any(V)
+    }
 }
 
 /// One entry of `upstreams`: a bare `"host:port"`, or a table with a weight.
