@@ -77,3 +77,8 @@ pub use service::{CLIENT_CERT_SAN, CLIENT_CERT_SUBJECT, ClientIp, ResponseFuture
 pub use settings::{ProxyHeader, ProxySettings, UpstreamProtocol};
 pub use tls::{CertificatePin, InvalidPin, TlsFile, UpstreamTls, UpstreamTlsError};
 pub use upstream::{InvalidUpstream, Upstream};
+
+/// This crate's README examples, compiled as doctests so they cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

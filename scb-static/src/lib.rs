@@ -71,6 +71,22 @@
 //!   whole file).
 //! - **On-the-fly compression** is a separate layer, [`compress::CompressLayer`] (feature
 //!   `compress`, on by default), for responses without a sidecar.
+//!
+//! # Platforms
+//!
+//! The crate is for Unix: it holds the root as a directory descriptor and resolves every
+//! path from it (Windows is not supported). What differs by system:
+//!
+//! | | Linux 5.12 and later | Linux without `openat2` (before 5.6, or seccomp) | other Unix (macOS, the BSDs) |
+//! |---|---|---|---|
+//! | lookup beneath the root | one `openat2(RESOLVE_BENEATH \| RESOLVE_NO_MAGICLINKS)`, the kernel keeps it beneath | a walk, one `openat(O_NOFOLLOW)` per component, chosen once at the first `ENOSYS`/`EPERM` | the same walk |
+//! | symlinks ([`Symlinks`]) | all three modes | all three modes | `Beneath` acts as `None`: no link is followed (there is no race-free way) |
+//! | a lookup or read that would wait for the disk | sees it (`RESOLVE_CACHED`, `preadv2(RWF_NOWAIT)`) and finishes on tokio's blocking pool | the lookup blocks the worker; reads as on Linux | blocks the worker (a local disk is assumed) |
+//! | large bodies on plain TCP | `sendfile` from the page cache (scb-core's server) | `sendfile` | positional reads and writes, the same checks that the file did not change |
+//!
+//! On Linux 5.6 to 5.11, `openat2` lacks `RESOLVE_CACHED`: lookups beneath the root are
+//! the kernel's, but run inline on the worker. Every system answers the same: the same status codes, the same bytes, nothing from
+//! outside the root. Only Linux is tested in CI.
 
 mod cache;
 mod serve;
@@ -108,3 +124,8 @@ pub use sys::Symlinks;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
+
+/// This crate's README examples, compiled as doctests so they cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

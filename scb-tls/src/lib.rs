@@ -61,7 +61,10 @@
 //! - ALPN: `h2` then `http/1.1`, or `http/1.1` only ([`Alpn`]).
 //! - Resumption: stateless tickets under rotating keys, and a bounded server-side session
 //!   cache ([`TlsSettings::session_cache`]). No 0-RTT (early data is replayable).
-//! - No client certificates, no OCSP stapling.
+//! - Client certificates (mutual TLS), required or optional ([`TlsSettings::client_auth`]);
+//!   the verified subject reaches each request as a `ClientCertificate` extension.
+//! - Certificates from an ACME CA ([`AcmeSettings`]), renewed before they expire.
+//! - No OCSP stapling.
 //!
 //! # Crypto provider: aws-lc-rs
 //!
@@ -103,3 +106,8 @@ pub use rustls;
 /// The tokio-rustls this crate uses ([`TlsAcceptor::accept`] returns its
 /// `server::TlsStream`).
 pub use tokio_rustls;
+
+/// This crate's README examples, compiled as doctests so they cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -5,7 +5,9 @@
 //!   clippy with warnings denied, every test (doctests included), the docs with warnings
 //!   denied, clippy over the fuzz targets and the `fuzzing` features (so that they cannot
 //!   rot; that much builds on stable), and a quick run of the benchmark harness as a
-//!   smoke test of every server configuration, and two h2spec runs. `.ci/run` runs
+//!   smoke test of every server configuration, and two h2spec runs; between the docs and
+//!   the bench, a check that every published crate's package holds its README and both
+//!   licences. `.ci/run` runs
 //!   exactly this. It runs no fuzzing: that needs `-Z` flags, which CI has no business
 //!   relying on.
 //! - `bench [ARGS]`: builds the release binaries and runs the load harness (`bench/`):
@@ -207,7 +209,7 @@ fn ci() -> anyhow::Result<()> {
             .map(|(k, v)| format!("{k}=\"{v}\" "))
             .chain(std::iter::once(format!("cargo {}", step.args.join(" "))))
             .collect();
-        say(&format!("==> [{}/{}] {shown}", i + 1, CI.len() + 2));
+        say(&format!("==> [{}/{}] {shown}", i + 1, CI.len() + 3));
         let mut command = Command::new(&cargo);
         command
             .args(step.args)
@@ -224,15 +226,21 @@ fn ci() -> anyhow::Result<()> {
         }
     }
     say(&format!(
-        "==> [{}/{}] cargo xtask bench --quick",
+        "==> [{}/{}] cargo package --list, each library crate",
         CI.len() + 1,
-        CI.len() + 2
+        CI.len() + 3
+    ));
+    packaging(&cargo).context("packaging")?;
+    say(&format!(
+        "==> [{}/{}] cargo xtask bench --quick",
+        CI.len() + 2,
+        CI.len() + 3
     ));
     bench(&["--quick".to_owned()], "run").context("the benchmark smoke test")?;
     say(&format!(
         "==> [{}/{}] cargo xtask h2spec 2",
-        CI.len() + 2,
-        CI.len() + 2
+        CI.len() + 3,
+        CI.len() + 3
     ));
     bench(&["--runs".to_owned(), "2".to_owned()], "h2spec").context("HTTP/2 conformance")?;
     say("==> ci passed");
@@ -241,6 +249,44 @@ fn ci() -> anyhow::Result<()> {
     out(&format!(
         "tests: {} passed, {} failed, {} skipped",
         totals.passed, totals.failed, totals.ignored
+    ));
+    Ok(())
+}
+
+/// The crates a library user (or the binary's packager) downloads, and the files each
+/// must ship: what it is and the terms it is under.
+const PACKAGED: [&str; 5] = ["scb-core", "scb-static", "scb-proxy", "scb-tls", "scb-bin"];
+const PACKAGE_FILES: [&str; 3] = ["README.md", "LICENSE-MIT", "LICENSE-APACHE"];
+
+/// Fails unless `cargo package` puts [`PACKAGE_FILES`] into every crate of [`PACKAGED`]
+/// (the licences are symlinks to the root's, which cargo packages as files).
+fn packaging(cargo: &OsString) -> anyhow::Result<()> {
+    let root = workspace_root();
+    for krate in PACKAGED {
+        let output = Command::new(cargo)
+            .args(["package", "--list", "--allow-dirty", "-p", krate])
+            .current_dir(&root)
+            .output()
+            .context("running cargo package --list")?;
+        if !output.status.success() {
+            bail!(
+                "cargo package --list -p {krate} failed: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        let listed = String::from_utf8_lossy(&output.stdout);
+        let missing: Vec<&str> = PACKAGE_FILES
+            .into_iter()
+            .filter(|file| !listed.lines().any(|line| line == *file))
+            .collect();
+        if !missing.is_empty() {
+            bail!("the {krate} package lacks {}", missing.join(", "));
+        }
+    }
+    say(&format!(
+        "packaging: {} in each of {}",
+        PACKAGE_FILES.join(", "),
+        PACKAGED.join(", ")
     ));
     Ok(())
 }
