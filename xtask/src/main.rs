@@ -15,8 +15,9 @@
 //!   (`--quick`, `--servers`, `--scenarios`, `--duration`, `--workers`, ...).
 //! - `profile SCENARIO [ARGS]`: syscalls, context switches and instructions per request
 //!   for scb in one scenario (strace, /proc, callgrind), through the harness.
-//! - `h2spec [RUNS]`: the HTTP/2 conformance suite (`../shared/tools/h2spec/h2spec`)
-//!   against scb's h2c and TLS listeners RUNS times each (default 5), through the harness;
+//! - `h2spec [RUNS]`: the HTTP/2 conformance suite (`--h2spec PATH`, `H2SPEC`, or
+//!   `../shared/tools/h2spec/h2spec`; skipped with a line saying so when none exists,
+//!   unless `SCB_REQUIRE_TOOLS` is set) against scb's h2c and TLS listeners RUNS times each (default 5), through the harness;
 //!   fails on any case outside its documented list of known deviations.
 //! - `soak [--time S] [--chunk S]`: scb under mixed load (every route kind, keep-alive
 //!   and new connections, HTTP/2 over TLS, misbehaving clients, an upstream that drops
@@ -51,9 +52,10 @@ use anyhow::{Context as _, bail};
 const USAGE: &str = "usage: cargo xtask <command>
 
 commands:
-  ci                  cargo fmt --check, clippy -D warnings, all tests, docs -D warnings,
-                      clippy over fuzz/ (no fuzzing), then `bench --quick` (every server
-                      and scenario, bytes verified)
+  ci [--h2spec PATH]  cargo fmt --check, clippy -D warnings, all tests, docs -D warnings,
+                      clippy over fuzz/ (no fuzzing), packaging, then `bench --quick`
+                      (every server and scenario, bytes verified) and h2spec (skipped
+                      when it is not found, unless SCB_REQUIRE_TOOLS is set)
   bench [ARGS]        build release binaries, run the load harness; ARGS go to it
                       (--quick --servers a,b --scenarios a,b --duration S --workers N ...)
   profile SCENARIO    syscalls, context switches and instructions per request for scb
@@ -70,7 +72,14 @@ commands:
 fn main() -> ExitCode {
     let command = std::env::args().nth(1);
     let result = match command.as_deref() {
-        Some("ci") if std::env::args().len() == 2 => ci(),
+        Some("ci") => match std::env::args().skip(2).collect::<Vec<_>>().as_slice() {
+            [] => ci(None),
+            [flag, path] if flag == "--h2spec" => ci(Some(path.as_str())),
+            _ => {
+                say(USAGE);
+                return ExitCode::from(2);
+            }
+        },
         Some("bench") => bench(&std::env::args().skip(2).collect::<Vec<_>>(), "run"),
         Some("profile") if std::env::args().len() >= 3 => {
             bench(&std::env::args().skip(2).collect::<Vec<_>>(), "profile")
@@ -153,9 +162,10 @@ const CI: [Step; 8] = [
     },
     Step {
         args: &["test", "--workspace"],
-        // Tests that drive an outside tool (openssl, nginx, Caddy) skip themselves when it
-        // is missing on a developer's machine; in CI a missing tool is a failure.
-        env: &[("SCB_REQUIRE_TOOLS", "1")],
+        // Tests that drive an outside tool (openssl, curl, pebble, ...) skip themselves,
+        // with a line saying so, when it is missing; with SCB_REQUIRE_TOOLS in the
+        // environment (`.ci/run` sets it) a missing tool is a failure.
+        env: &[],
         counts_tests: true,
     },
     Step {
@@ -198,7 +208,9 @@ const CI: [Step; 8] = [
     },
 ];
 
-fn ci() -> anyhow::Result<()> {
+/// Runs [`CI`], then the packaging check, the bench smoke test and h2spec (`h2spec`, when
+/// given, is its binary; see `bench h2spec --help` for where it is looked for otherwise).
+fn ci(h2spec: Option<&str>) -> anyhow::Result<()> {
     let root = workspace_root();
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
     let mut totals = TestTotals::default();
@@ -242,7 +254,11 @@ fn ci() -> anyhow::Result<()> {
         CI.len() + 3,
         CI.len() + 3
     ));
-    bench(&["--runs".to_owned(), "2".to_owned()], "h2spec").context("HTTP/2 conformance")?;
+    let mut h2spec_args = vec!["--runs".to_owned(), "2".to_owned()];
+    if let Some(path) = h2spec {
+        h2spec_args.extend(["--h2spec".to_owned(), path.to_owned()]);
+    }
+    bench(&h2spec_args, "h2spec").context("HTTP/2 conformance")?;
     say("==> ci passed");
     // One closing line for the whole run: cargo prints a `test result` per test binary,
     // and the last of them (an empty crate's doctests) says 0 passed.
