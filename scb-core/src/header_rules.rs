@@ -49,8 +49,8 @@ use pin_project_lite::pin_project;
 use tower::{Layer, Service};
 
 use crate::client_ip::{TrustedProxies, client_ip};
+use crate::connection::ConnectInfo;
 use crate::request_id::Id;
-use crate::server::ConnectInfo;
 
 /// Why a rule cannot be made.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

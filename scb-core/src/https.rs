@@ -35,9 +35,9 @@ use http::{HeaderValue, Request, Response, StatusCode, header};
 use pin_project_lite::pin_project;
 use tower::{Layer, Service};
 
+use crate::connection::ConnectInfo;
 use crate::metrics::MetricsLayer;
 use crate::respond::text;
-use crate::server::ConnectInfo;
 use crate::{Body, BoxError};
 
 /// Answers plain-HTTP requests with `308 Permanent Redirect` to their `https` URL; secure

@@ -12,7 +12,7 @@
 //! use scb_core::client_ip::Networks;
 //! use scb_core::ip_filter::IpFilterLayer;
 //! use scb_core::respond::Respond;
-//! use scb_core::server::ConnectInfo;
+//! use scb_core::connection::ConnectInfo;
 //! use scb_core::Body;
 //! use tower::{Layer, ServiceExt};
 //!
@@ -31,19 +31,15 @@
 //! # }
 //! ```
 
-use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use http::{Request, Response, StatusCode};
-use pin_project_lite::pin_project;
 use tower::{Layer, Service};
 
 use crate::Body;
 use crate::client_ip::{Networks, TrustedProxies, client_ip};
-use crate::server::ConnectInfo;
+use crate::connection::ConnectInfo;
 
 #[derive(Debug, Default)]
 struct Lists {
@@ -147,58 +143,16 @@ where
     }
 
     fn call(&mut self, req: Request<ReqB>) -> Self::Future {
-        let kind = if self.admits(&req) {
-            Kind::Inner {
-                future: self.inner.call(req),
-            }
+        if self.admits(&req) {
+            ResponseFuture::admitted(self.inner.call(req))
         } else {
-            Kind::Forbidden
-        };
-        ResponseFuture { kind }
-    }
-}
-
-pin_project! {
-    /// Response future of [`IpFilter`].
-    pub struct ResponseFuture<F> {
-        #[pin]
-        kind: Kind<F>,
-    }
-}
-
-pin_project! {
-    #[project = KindProj]
-    enum Kind<F> {
-        Inner {
-            #[pin]
-            future: F,
-        },
-        Forbidden,
-    }
-}
-
-impl<F> fmt::Debug for ResponseFuture<F> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self.kind {
-            Kind::Inner { .. } => "ResponseFuture::Inner",
-            Kind::Forbidden => "ResponseFuture::Forbidden",
-        })
-    }
-}
-
-impl<F, E> Future for ResponseFuture<F>
-where
-    F: Future<Output = Result<Response<Body>, E>>,
-{
-    type Output = Result<Response<Body>, E>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match self.project().kind.project() {
-            KindProj::Inner { future } => future.poll(cx),
-            KindProj::Forbidden => Poll::Ready(Ok(crate::respond::reason(StatusCode::FORBIDDEN))),
+            ResponseFuture::refused(crate::respond::reason(StatusCode::FORBIDDEN))
         }
     }
 }
+
+/// Response future of [`IpFilter`]: the inner service's, or the 403.
+pub type ResponseFuture<F> = crate::admission::ResponseFuture<F>;
 
 #[cfg(test)]
 mod tests {

@@ -18,12 +18,25 @@
 //! assert!(res.headers().contains_key("x-request-id"));
 //! # }
 //! ```
+//!
+//! # Features
+//!
+//! The layers with heavy dependencies are behind features, both on by default:
+//!
+//! - `auth`: [`basic_auth`] (bcrypt and argon2 password hashes, a blake2 digest cache);
+//! - `rewrite`: [`rewrite`] (the regex crate).
+//!
+//! With `default-features = false` the crate is the light layers, the router and the
+//! server, and compiles none of those crates.
 
 pub mod access_log;
+pub mod admission;
+#[cfg(feature = "auth")]
 pub mod basic_auth;
 pub mod body;
 pub mod catch_panic;
 pub mod client_ip;
+pub mod connection;
 pub mod date;
 pub mod error_pages;
 pub mod header_rules;
@@ -37,6 +50,7 @@ pub mod rate_limit;
 pub mod redirect;
 pub mod request_id;
 pub mod respond;
+#[cfg(feature = "rewrite")]
 pub mod rewrite;
 pub mod router;
 pub mod server;

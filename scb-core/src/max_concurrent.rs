@@ -22,15 +22,11 @@
 //! # }
 //! ```
 
-use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 
 use http::{HeaderValue, Request, Response, StatusCode, header};
-use pin_project_lite::pin_project;
 use tower::{Layer, Service};
 
 use crate::Body;
@@ -72,8 +68,10 @@ pub struct MaxConcurrent<S> {
     in_progress: Arc<AtomicUsize>,
 }
 
-/// One request counted until dropped.
-struct Slot(Arc<AtomicUsize>);
+/// One request counted against a [`MaxConcurrent`] bound until dropped: held by its
+/// [`ResponseFuture`].
+#[derive(Debug)]
+pub struct Slot(Arc<AtomicUsize>);
 
 impl Drop for Slot {
     fn drop(&mut self) {
@@ -100,66 +98,20 @@ where
                 (n < self.max).then_some(n + 1)
             })
             .is_ok();
-        let kind = if taken {
-            Kind::Inner {
-                future: self.inner.call(req),
-                slot: Slot(Arc::clone(&self.in_progress)),
-            }
+        if taken {
+            ResponseFuture::holding(self.inner.call(req), Slot(Arc::clone(&self.in_progress)))
         } else {
-            Kind::Refused
-        };
-        ResponseFuture { kind }
-    }
-}
-
-pin_project! {
-    /// Response future of [`MaxConcurrent`].
-    pub struct ResponseFuture<F> {
-        #[pin]
-        kind: Kind<F>,
-    }
-}
-
-pin_project! {
-    #[project = KindProj]
-    enum Kind<F> {
-        Inner {
-            #[pin]
-            future: F,
-            slot: Slot,
-        },
-        Refused,
-    }
-}
-
-impl<F> fmt::Debug for ResponseFuture<F> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self.kind {
-            Kind::Inner { .. } => "ResponseFuture::Inner",
-            Kind::Refused => "ResponseFuture::Refused",
-        })
-    }
-}
-
-impl<F, E> Future for ResponseFuture<F>
-where
-    F: Future<Output = Result<Response<Body>, E>>,
-{
-    type Output = Result<Response<Body>, E>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match self.project().kind.project() {
-            // The slot is given back when the future is dropped, after the head.
-            KindProj::Inner { future, .. } => future.poll(cx),
-            KindProj::Refused => {
-                let mut res = crate::respond::reason(StatusCode::SERVICE_UNAVAILABLE);
-                res.headers_mut()
-                    .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-                Poll::Ready(Ok(res))
-            }
+            let mut res = crate::respond::reason(StatusCode::SERVICE_UNAVAILABLE);
+            res.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            ResponseFuture::refused(res)
         }
     }
 }
+
+/// Response future of [`MaxConcurrent`]: the inner service's, holding its slot until it
+/// is dropped (after the response head), or the 503.
+pub type ResponseFuture<F> = crate::admission::ResponseFuture<F, Slot>;
 
 #[cfg(test)]
 mod tests {

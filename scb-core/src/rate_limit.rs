@@ -52,10 +52,8 @@
 //! bucket with its kind.
 
 use std::fmt;
-use std::future::Future;
 use std::hash::{BuildHasher, Hasher};
 use std::net::IpAddr;
-use std::pin::Pin;
 use std::str::FromStr;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
@@ -63,14 +61,13 @@ use std::time::Duration;
 
 use http::header::{HeaderName, HeaderValue, RETRY_AFTER};
 use http::{Request, Response, StatusCode};
-use pin_project_lite::pin_project;
 use rustc_hash::FxHashMap;
 use tokio::time::Instant;
 use tower::{Layer, Service};
 
 use crate::Body;
 use crate::client_ip::{TrustedProxies, client_ip};
-use crate::server::ConnectInfo;
+use crate::connection::ConnectInfo;
 
 /// How many requests per period: `"10/s"`, `"600/m"`, `"1000/h"`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -353,66 +350,22 @@ where
 
     fn call(&mut self, req: Request<ReqB>) -> Self::Future {
         let key = self.limiter.key_of(&req);
-        let kind = match self.limiter.check(key) {
-            Ok(()) => Kind::Inner {
-                future: self.inner.call(req),
-            },
-            Err(wait) => Kind::Limited { wait },
-        };
-        ResponseFuture { kind }
-    }
-}
-
-pin_project! {
-    /// Response future of [`RateLimit`].
-    pub struct ResponseFuture<F> {
-        #[pin]
-        kind: Kind<F>,
-    }
-}
-
-pin_project! {
-    #[project = KindProj]
-    enum Kind<F> {
-        Inner {
-            #[pin]
-            future: F,
-        },
-        Limited {
-            wait: Duration,
-        },
-    }
-}
-
-impl<F> fmt::Debug for ResponseFuture<F> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self.kind {
-            Kind::Inner { .. } => "ResponseFuture::Inner",
-            Kind::Limited { .. } => "ResponseFuture::Limited",
-        })
-    }
-}
-
-impl<F, E> Future for ResponseFuture<F>
-where
-    F: Future<Output = Result<Response<Body>, E>>,
-{
-    type Output = Result<Response<Body>, E>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match self.project().kind.project() {
-            KindProj::Inner { future } => future.poll(cx),
-            KindProj::Limited { wait } => {
+        match self.limiter.check(key) {
+            Ok(()) => ResponseFuture::admitted(self.inner.call(req)),
+            Err(wait) => {
                 let mut res = crate::respond::reason(StatusCode::TOO_MANY_REQUESTS);
                 // Whole seconds, rounded up: a client that waits that long gets a token.
                 let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
                 res.headers_mut()
                     .insert(RETRY_AFTER, HeaderValue::from(secs.max(1)));
-                Poll::Ready(Ok(res))
+                ResponseFuture::refused(res)
             }
         }
     }
 }
+
+/// Response future of [`RateLimit`]: the inner service's, or the 429.
+pub type ResponseFuture<F> = crate::admission::ResponseFuture<F>;
 
 #[cfg(test)]
 mod tests {

@@ -51,6 +51,7 @@ use bytes::Bytes;
 use http::{HeaderName, Request, Response};
 use tower::Service;
 
+pub use crate::connection::{ClientCertificate, ConnectInfo, WorkerInfo};
 pub use conn::BodyError;
 pub use handshake::{Handshake, HandshakeFuture, Protocol, SecureIo, Secured};
 pub use limits::Limits;
@@ -60,75 +61,20 @@ pub use unix::UnixListen;
 
 use crate::{Body, BoxError};
 
-/// The peer and local addresses of the connection a request came in on.
-///
-/// The server inserts it into every request's extensions.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ConnectInfo {
-    /// The client's address.
-    pub remote: SocketAddr,
-    /// The address of the listener that accepted the connection.
-    pub local: SocketAddr,
-    /// Whether the connection is secured (a listener added with
-    /// [`Server::listen_secure`]): `https` rather than `http`.
-    pub secure: bool,
-}
-
-impl ConnectInfo {
-    /// The `remote` of a connection to a Unix-socket listener: `127.0.0.1` port 0. A
-    /// Unix-socket peer is on this machine, as a loopback one is, and the layers that key
-    /// on the client's address (access log, `X-Forwarded-For`, rate limits, allow and
-    /// deny) treat it as such; behind a local front proxy, trusting `127.0.0.1` takes the
-    /// client from its `X-Forwarded-For`.
-    pub const UNIX_PEER: SocketAddr =
-        SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 0);
-    /// The `local` of a connection to a Unix-socket listener: `0.0.0.0` port 0, which no
-    /// TCP listener has.
-    pub const UNIX_LOCAL: SocketAddr =
-        SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), 0);
-}
-
-/// The certificate a client presented on a listener that asks for one (mutual TLS),
-/// verified against the listener's client CA: in the extensions of every request of the
-/// connection, beside [`ConnectInfo`]. Cheap to clone.
+/// What a [`Server`] is configured with apart from its listeners and metrics, read back
+/// with [`Server::settings`]: what a second server that must answer like the first (a
+/// metrics endpoint's, say) starts from, with [`Server::from_settings`].
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ClientCertificate(Arc<CertificateNames>);
-
-#[derive(Debug, PartialEq, Eq)]
-struct CertificateNames {
-    subject: String,
-    sans: Vec<String>,
-}
-
-impl ClientCertificate {
-    /// A certificate with `subject` (RFC 4514 text, `CN=alice,O=Example`) and subject
-    /// alternative names `sans` (DNS names, URIs, e-mail addresses, IP addresses).
-    pub fn new(subject: impl Into<String>, sans: Vec<String>) -> Self {
-        Self(Arc::new(CertificateNames {
-            subject: subject.into(),
-            sans,
-        }))
-    }
-
-    /// The subject, as RFC 4514 text.
-    pub fn subject(&self) -> &str {
-        &self.0.subject
-    }
-
-    /// The subject alternative names.
-    pub fn sans(&self) -> &[String] {
-        &self.0.sans
-    }
-}
-
-/// What a worker tells `make_service` about itself.
-#[derive(Clone, Copy, Debug)]
 #[non_exhaustive]
-pub struct WorkerInfo {
-    /// The worker's index, `0..workers`.
-    pub index: usize,
-    /// How many workers the server runs.
+pub struct ServerSettings {
+    /// [`Server::workers`].
     pub workers: usize,
+    /// [`Server::grace_period`].
+    pub grace_period: Duration,
+    /// [`Server::limits`].
+    pub limits: Limits,
+    /// [`Server::request_id_header`].
+    pub request_id_header: HeaderName,
 }
 
 /// Configures a [`Server`]; see [`Server::builder`].
@@ -194,6 +140,25 @@ impl Default for Server {
 }
 
 impl Server {
+    /// The settings set so far (every one at its default when not set).
+    pub fn settings(&self) -> ServerSettings {
+        ServerSettings {
+            workers: self.workers,
+            grace_period: self.grace_period,
+            limits: self.limits.clone(),
+            request_id_header: self.request_id_header.clone(),
+        }
+    }
+
+    /// A server with `settings` and no listener yet.
+    pub fn from_settings(settings: ServerSettings) -> Self {
+        Self::builder()
+            .workers(settings.workers)
+            .grace_period(settings.grace_period)
+            .limits(settings.limits)
+            .request_id_header(settings.request_id_header)
+    }
+
     /// A server with default settings and no listener yet.
     pub fn builder() -> Self {
         Self {
