@@ -180,7 +180,7 @@ where
         let this = self.project();
         let polled = this.inner.poll_frame(cx);
         if let Poll::Ready(Some(Err(e))) = &polled {
-            let fault = if crate::service::too_large(Some(&**e)) {
+            let fault = if too_large(Some(&**e)) {
                 BodyFault::TOO_LARGE
             } else {
                 BodyFault::FAILED
@@ -199,6 +199,23 @@ where
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
     }
+}
+
+/// Whether the proxy's own `max_body`, or the server's `max_body_bytes`, is in the chain
+/// of `source`.
+pub(crate) fn too_large(mut source: Option<&(dyn std::error::Error + 'static)>) -> bool {
+    while let Some(err) = source {
+        if err.is::<TooLarge>()
+            || matches!(
+                err.downcast_ref::<scb_core::server::BodyError>(),
+                Some(scb_core::server::BodyError::TooLarge)
+            )
+        {
+            return true;
+        }
+        source = err.source();
+    }
+    false
 }
 
 #[cfg(test)]

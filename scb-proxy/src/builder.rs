@@ -5,9 +5,9 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use crate::balance::{Balance, Balancer};
+use crate::client::pool::Pool;
 use crate::forward::TrustedProxies;
 use crate::health::{ActiveHealth, PassiveHealth};
-use crate::pool::Pool;
 use crate::service::{ReverseProxy, Shared};
 use crate::settings::{MAX_TRIES, ProxyHeader, ProxySettings, UpstreamProtocol};
 use crate::tls::UpstreamTls;

@@ -47,7 +47,7 @@
 //! - **Metrics** per upstream: see [`metrics`].
 //!
 //! The client's address (for `X-Forwarded-For` and hashing) is read from scb's
-//! [`ConnectInfo`](scb_core::server::ConnectInfo) request extension, which scb's server
+//! [`ConnectInfo`](scb_core::connection::ConnectInfo) request extension, which scb's server
 //! sets; elsewhere insert a [`ClientIp`] (in axum, from its own `ConnectInfo`; see
 //! `examples/proxy_axum.rs`).
 
@@ -57,11 +57,10 @@ mod builder;
 mod client;
 mod error;
 mod forward;
-mod h2;
 mod health;
 pub mod layer;
 pub mod metrics;
-mod pool;
+mod probe;
 mod service;
 mod settings;
 mod tls;

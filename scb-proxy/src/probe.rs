@@ -10,9 +10,9 @@ use tokio::task::JoinSet;
 use tokio::time::MissedTickBehavior;
 use tokio_rustls::TlsConnector;
 
-use super::ActiveHealth;
 use crate::client::{Connection, SendError, Stream};
 use crate::error::ProxyError;
+use crate::health::ActiveHealth;
 use crate::settings::{ProxyHeader, UpstreamProtocol};
 use crate::upstream::{Upstream, UpstreamState};
 
@@ -197,7 +197,7 @@ async fn head_h2(
     path: &PathAndQuery,
     tls: Option<&TlsConnector>,
 ) -> Result<StatusCode, CheckError> {
-    let mut send = crate::h2::connect(upstream, tls)
+    let mut send = crate::client::h2::connect(upstream, tls)
         .await
         .map_err(CheckError::H2Connect)?;
     let mut request = Request::builder()
@@ -213,7 +213,7 @@ async fn head_h2(
     } else {
         http::uri::Scheme::HTTP
     };
-    crate::h2::address(&mut request, scheme, &authority, &upstream.authority);
+    crate::client::h2::address(&mut request, scheme, &authority, &upstream.authority);
     let response = send.send_request(request).await.map_err(CheckError::H2)?;
     Ok(response.status())
 }

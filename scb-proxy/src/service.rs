@@ -17,25 +17,25 @@ use http::uri::Scheme;
 use http::{Method, Request, Response, Uri, Version};
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
+use scb_core::connection::{ClientCertificate, ConnectInfo};
 use scb_core::request_id::Id;
-use scb_core::server::{ClientCertificate, ConnectInfo};
 use scb_core::{Body, BoxError};
 use tokio::io::AsyncWriteExt as _;
 use tower::Service;
 
 use crate::balance::{Balance, Balancer};
-use crate::body::{BodyFault, Guarded, TooLarge, Watched};
+use crate::body::{BodyFault, Guarded, Watched, too_large};
+use crate::client::h2;
+use crate::client::pool::{Conn, Home, Owner, Pool};
 use crate::client::{Connection, Framing, ResponseHead, SendError, Start};
 use crate::error::{InvalidResponse, ProxyError};
 use crate::forward::{self, Hop};
-use crate::h2;
-use crate::health::{self, ActiveHealth};
-use crate::pool::{Conn, Home, Owner, Pool};
+use crate::health::ActiveHealth;
 use crate::settings::{MAX_TRIES, ProxySettings};
 use crate::upstream::{InFlight, Upstream, UpstreamState};
 
 /// The client's address, for servers other than scb's (which sets
-/// [`ConnectInfo`](scb_core::server::ConnectInfo)): insert it into a request's extensions
+/// [`ConnectInfo`](scb_core::connection::ConnectInfo)): insert it into a request's extensions
 /// and the proxy uses it for `X-Forwarded-For` and client-address hashing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ClientIp(pub std::net::IpAddr);
@@ -135,7 +135,7 @@ impl ReverseProxy {
         if self.shared.active_started.swap(true, Ordering::Relaxed) {
             return;
         }
-        let task = tokio::spawn(health::run_active(
+        let task = tokio::spawn(crate::probe::run_active(
             Arc::clone(&self.shared.upstreams),
             active.clone(),
             self.shared.settings.send_proxy_protocol,
@@ -692,23 +692,6 @@ fn client_body_error(e: &BoxError) -> ProxyError {
     } else {
         ProxyError::RequestBody
     }
-}
-
-/// Whether the proxy's own `max_body`, or the server's `max_body_bytes`, is in the chain
-/// of `source`.
-pub(crate) fn too_large(mut source: Option<&(dyn std::error::Error + 'static)>) -> bool {
-    while let Some(err) = source {
-        if err.is::<TooLarge>()
-            || matches!(
-                err.downcast_ref::<scb_core::server::BodyError>(),
-                Some(scb_core::server::BodyError::TooLarge)
-            )
-        {
-            return true;
-        }
-        source = err.source();
-    }
-    false
 }
 
 /// The error for an HTTP/2 exchange that failed after the request went out: the client's

@@ -2,9 +2,9 @@
 
 use std::time::Duration;
 
+use crate::client::pool::PoolConfig;
 use crate::forward::TrustedProxies;
 use crate::health::PassiveHealth;
-use crate::pool::PoolConfig;
 pub use scb_core::server::proxy_protocol::Version as ProxyHeader;
 
 /// The most tries one request gets, whatever `max_tries` says: each try is a different

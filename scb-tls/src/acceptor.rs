@@ -57,7 +57,7 @@ impl TlsAcceptor {
     /// not PEM, no certificate, no or unsupported key, a key that does not match its
     /// certificate, a certificate expired or not yet valid.
     pub fn new(settings: TlsSettings) -> Result<Self, TlsError> {
-        let provider = Arc::new(config::provider());
+        let provider = Arc::new(crate::provider::provider());
         let set = CertSet::new(certs::load_all(&settings, &provider)?);
         let challenges = settings
             .acme

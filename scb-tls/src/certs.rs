@@ -10,8 +10,8 @@ use rustls::pki_types::pem::{self, PemObject};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::sign::CertifiedKey;
 use rustls::{Error as RustlsError, InconsistentKeys};
+use scb_core::connection::ClientCertificate;
 use scb_core::date::from_unix_secs;
-use scb_core::server::ClientCertificate;
 
 use crate::der;
 use crate::error::TlsError;

@@ -73,7 +73,7 @@
 //! and its handshakes cost less CPU (about 15-30% with ECDSA, half with RSA-2048); per
 //! record the two are within 10%. The price is build time once (aws-lc-sys compiles a C
 //! library with the system C compiler). The measurements are in `bench/RESULTS.md`
-//! ("TLS crypto provider"). The provider is named in one place (`config::provider`), never
+//! ("TLS crypto provider"). The provider is named in one place (`provider.rs`), never
 //! taken from rustls' process-wide default, so a build that also turns on rustls' `ring`
 //! feature changes nothing here.
 //!
@@ -91,6 +91,7 @@ mod certs;
 mod config;
 mod der;
 mod error;
+mod provider;
 mod resolver;
 mod settings;
 

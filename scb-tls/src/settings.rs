@@ -159,7 +159,7 @@ impl TlsSettings {
 
     /// Asks clients for certificates (mutual TLS). The verified subject and names of
     /// a client's certificate are in every request's extensions as a
-    /// [`ClientCertificate`](scb_core::server::ClientCertificate). Defaults to none:
+    /// [`ClientCertificate`](scb_core::connection::ClientCertificate). Defaults to none:
     /// no client is asked.
     pub fn client_auth(mut self, auth: ClientAuth) -> Self {
         self.client_auth = Some(auth);

@@ -10,6 +10,8 @@
 //!   licences. `.ci/run` runs
 //!   exactly this. It runs no fuzzing: that needs `-Z` flags, which CI has no business
 //!   relying on.
+//! - `circles`: fails on any import circle between the modules of a crate (see
+//!   `circles.rs`); `ci` runs it first.
 //! - `bench [ARGS]`: builds the release binaries and runs the load harness (`bench/`):
 //!   scb against nginx, Caddy and axum + ServeDir; ARGS go to the harness
 //!   (`--quick`, `--servers`, `--scenarios`, `--duration`, `--workers`, ...).
@@ -49,6 +51,8 @@ use std::process::{Command, ExitCode};
 
 use anyhow::{Context as _, bail};
 
+mod circles;
+
 const USAGE: &str = "usage: cargo xtask <command>
 
 commands:
@@ -56,6 +60,7 @@ commands:
                       clippy over fuzz/ (no fuzzing), packaging, then `bench --quick`
                       (every server and scenario, bytes verified) and h2spec (skipped
                       when it is not found, unless SCB_REQUIRE_TOOLS is set)
+  circles             no import circle between the modules of a crate
   bench [ARGS]        build release binaries, run the load harness; ARGS go to it
                       (--quick --servers a,b --scenarios a,b --duration S --workers N ...)
   profile SCENARIO    syscalls, context switches and instructions per request for scb
@@ -80,6 +85,7 @@ fn main() -> ExitCode {
                 return ExitCode::from(2);
             }
         },
+        Some("circles") if std::env::args().len() == 2 => circles::check(&workspace_root()),
         Some("bench") => bench(&std::env::args().skip(2).collect::<Vec<_>>(), "run"),
         Some("profile") if std::env::args().len() >= 3 => {
             bench(&std::env::args().skip(2).collect::<Vec<_>>(), "profile")
@@ -121,7 +127,7 @@ struct Step {
 }
 
 /// The CI steps, cheapest first so that a formatting slip fails in seconds.
-const CI: [Step; 8] = [
+const CI: [Step; 9] = [
     Step {
         args: &["fmt", "--all", "--check"],
         env: &[],
@@ -145,8 +151,21 @@ const CI: [Step; 8] = [
         env: &[],
         counts_tests: false,
     },
-    // ServeStatic without on-the-fly compression, as an axum user who turns the default
-    // feature off builds it.
+    // ServeStatic without on-the-fly compression, and scb-core without basic auth and
+    // regex rewrites, as a user who turns the default features off builds them.
+    Step {
+        args: &[
+            "clippy",
+            "-p",
+            "scb-core",
+            "--no-default-features",
+            "--",
+            "-D",
+            "warnings",
+        ],
+        env: &[],
+        counts_tests: false,
+    },
     Step {
         args: &[
             "clippy",
@@ -214,6 +233,8 @@ fn ci(h2spec: Option<&str>) -> anyhow::Result<()> {
     let root = workspace_root();
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
     let mut totals = TestTotals::default();
+    say(&format!("==> [1/{}] cargo xtask circles", CI.len() + 4));
+    circles::check(&root).context("import circles")?;
     for (i, step) in CI.iter().enumerate() {
         let shown: String = step
             .env
@@ -221,7 +242,7 @@ fn ci(h2spec: Option<&str>) -> anyhow::Result<()> {
             .map(|(k, v)| format!("{k}=\"{v}\" "))
             .chain(std::iter::once(format!("cargo {}", step.args.join(" "))))
             .collect();
-        say(&format!("==> [{}/{}] {shown}", i + 1, CI.len() + 3));
+        say(&format!("==> [{}/{}] {shown}", i + 2, CI.len() + 4));
         let mut command = Command::new(&cargo);
         command
             .args(step.args)
@@ -239,20 +260,20 @@ fn ci(h2spec: Option<&str>) -> anyhow::Result<()> {
     }
     say(&format!(
         "==> [{}/{}] cargo package --list, each library crate",
-        CI.len() + 1,
-        CI.len() + 3
+        CI.len() + 2,
+        CI.len() + 4
     ));
     packaging(&cargo).context("packaging")?;
     say(&format!(
         "==> [{}/{}] cargo xtask bench --quick",
-        CI.len() + 2,
-        CI.len() + 3
+        CI.len() + 3,
+        CI.len() + 4
     ));
     bench(&["--quick".to_owned()], "run").context("the benchmark smoke test")?;
     say(&format!(
         "==> [{}/{}] cargo xtask h2spec 2",
-        CI.len() + 3,
-        CI.len() + 3
+        CI.len() + 4,
+        CI.len() + 4
     ));
     let mut h2spec_args = vec!["--runs".to_owned(), "2".to_owned()];
     if let Some(path) = h2spec {

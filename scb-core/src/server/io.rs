@@ -6,6 +6,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use super::sys::PlainSocket;
 use bytes::{Buf, Bytes};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
@@ -100,68 +101,6 @@ impl Transport for tokio::net::UnixStream {
 }
 
 impl Transport for Box<dyn super::SecureIo> {}
-
-/// A plain socket under a transport: the same readiness-based writes on TCP and on a Unix
-/// socket, and `TCP_CORK` on TCP only.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum PlainSocket<'a> {
-    Tcp(&'a tokio::net::TcpStream),
-    Unix(&'a tokio::net::UnixStream),
-}
-
-impl PlainSocket<'_> {
-    /// Runs `f` (a non-blocking syscall on the socket) if the socket is ready for
-    /// `interest`, clearing the readiness when it says `WouldBlock`.
-    pub(crate) fn try_io<R>(
-        &self,
-        interest: tokio::io::Interest,
-        f: impl FnOnce() -> io::Result<R>,
-    ) -> io::Result<R> {
-        match self {
-            Self::Tcp(s) => s.try_io(interest, f),
-            Self::Unix(s) => s.try_io(interest, f),
-        }
-    }
-
-    /// Waits until the socket can take more bytes.
-    pub(crate) async fn writable(&self) -> io::Result<()> {
-        match self {
-            Self::Tcp(s) => s.writable().await,
-            Self::Unix(s) => s.writable().await,
-        }
-    }
-
-    pub(crate) fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
-        match self {
-            Self::Tcp(s) => s.try_write(buf),
-            Self::Unix(s) => s.try_write(buf),
-        }
-    }
-
-    fn try_write_vectored(&self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
-        match self {
-            Self::Tcp(s) => s.try_write_vectored(bufs),
-            Self::Unix(s) => s.try_write_vectored(bufs),
-        }
-    }
-
-    /// Holds partial segments back (`TCP_CORK`) until uncorked: a head and the file
-    /// behind it go out in full segments. Nothing to do on a Unix socket.
-    pub(crate) fn cork(&self, corked: bool) {
-        if let Self::Tcp(s) = self {
-            super::sys::cork(s, corked);
-        }
-    }
-}
-
-impl std::os::fd::AsFd for PlainSocket<'_> {
-    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
-        match self {
-            Self::Tcp(s) => s.as_fd(),
-            Self::Unix(s) => s.as_fd(),
-        }
-    }
-}
 
 /// Writes all of `buf`, failing with `TimedOut` when the transport stays unwritable for
 /// `send_timeout`: a slow reader is given as long as it keeps reading, a stalled one is not.

@@ -11,7 +11,7 @@ use scb_core::http1::chunked::{ChunkedDecoder, Decoded};
 use tokio::io::AsyncReadExt as _;
 
 use super::{Connection, Framing};
-use crate::pool::Home;
+use crate::client::pool::Home;
 
 /// Bytes read at a time while a body streams.
 const BODY_READ: usize = 64 * 1024;

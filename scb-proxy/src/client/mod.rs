@@ -22,6 +22,8 @@
 //! answer), pipelining, HTTP/2 upstreams, request trailers (dropped, as hyper does).
 
 mod body;
+pub(crate) mod h2;
+pub(crate) mod pool;
 mod request;
 mod response;
 mod stream;

@@ -21,9 +21,9 @@ use std::time::{Duration, Instant};
 
 use scb_core::server::proxy_protocol;
 
+use crate::client::h2::Multiplexed;
 use crate::client::{Connection, Stream};
 use crate::error::ProxyError;
-use crate::h2::Multiplexed;
 use crate::upstream::Upstream;
 
 /// Settings of a pool.

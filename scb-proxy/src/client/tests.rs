@@ -10,7 +10,7 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
 
 use super::*;
-use crate::pool::{Home, Pool, PoolConfig};
+use crate::client::pool::{Home, Pool, PoolConfig};
 
 const MAX_HEAD: usize = 8 * 1024;
 

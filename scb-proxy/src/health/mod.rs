@@ -4,11 +4,9 @@
 //! not in a passive cool-down. Both states are atomics in [`UpstreamState`], shared by all
 //! workers, so one worker's failures steer the others' requests away too.
 
-mod active;
 mod settings;
 mod state;
 
-pub(crate) use active::run_active;
 pub use settings::{ActiveHealth, PassiveHealth};
 pub(crate) use state::Health;
 

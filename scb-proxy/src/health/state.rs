@@ -117,7 +117,7 @@ impl Health {
 
     /// Notes that a cool-down has run out by `now`: the gauge goes back to the active state.
     /// Returns true when this brought the upstream back.
-    pub(super) fn settle(&self, now: Instant, metrics: &UpstreamMetrics) -> bool {
+    pub(crate) fn settle(&self, now: Instant, metrics: &UpstreamMetrics) -> bool {
         if !self.cooling.load(Ordering::Relaxed)
             || nanos(now) < self.cool_down_until.load(Ordering::SeqCst)
             || !self.cooling.swap(false, Ordering::SeqCst)
@@ -136,7 +136,7 @@ impl Health {
     }
 
     /// Counts one active check. Returns the new state when this check changed it.
-    pub(super) fn record_check(
+    pub(crate) fn record_check(
         &self,
         passed: bool,
         now: Instant,

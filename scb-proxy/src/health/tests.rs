@@ -10,6 +10,7 @@ use tokio::net::TcpListener;
 use super::state::{AT_BASE, BASE, nanos};
 use super::*;
 use crate::metrics::UPSTREAM_HEALTHY;
+use crate::probe::run_active;
 use crate::settings::UpstreamProtocol;
 use crate::upstream::{Upstream, UpstreamState};
 

@@ -140,7 +140,7 @@ mod tests {
 
     #[test]
     fn answers_are_found_until_cleared() {
-        let provider = crate::config::provider();
+        let provider = crate::provider::provider();
         let challenges = Challenges::default();
         challenges.put_http01("tok".into(), "tok.thumb".into());
         challenges

@@ -55,7 +55,7 @@ pub(crate) fn directory_client(
             }
         }
     }
-    let provider = Arc::new(crate::config::provider());
+    let provider = Arc::new(crate::provider::provider());
     let tls = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| AcmeError::Other(e.to_string()))?

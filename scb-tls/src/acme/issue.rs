@@ -40,7 +40,7 @@ pub(crate) async fn obtain(
         AcmeChallenge::TlsAlpn01 => (ChallengeType::TlsAlpn01, "tls-alpn-01"),
         AcmeChallenge::Http01 => (ChallengeType::Http01, "http-01"),
     };
-    let provider = crate::config::provider();
+    let provider = crate::provider::provider();
     let mut authorizations = order.authorizations();
     while let Some(authorization) = authorizations.next().await {
         let mut authorization = authorization?;

@@ -313,7 +313,7 @@ fn installable(settings: &AcmeSettings) -> Result<(), AcmeError> {
 }
 
 fn check_issued(settings: &AcmeSettings, store: &Store) -> Result<(), AcmeError> {
-    let info = crate::certs::load_issued(&store.staged(), &crate::config::provider())?;
+    let info = crate::certs::load_issued(&store.staged(), &crate::provider::provider())?;
     let missing: Vec<&str> = settings
         .domains
         .iter()

@@ -6,9 +6,9 @@ use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
 use tokio::io::Interest;
 use tokio::net::TcpStream;
 
+use super::PlainSocket;
 use crate::FileRegion;
 use crate::body::FileShrunk;
-use crate::server::io::PlainSocket;
 
 /// The most one `sendfile` call is asked to move; the kernel caps it near 2 GiB anyway, and
 /// a bounded count keeps one huge file from starving the worker's other connections.

@@ -12,3 +12,67 @@ mod portable;
 pub(crate) use linux::{cork, raise_nofile_limit, send_file};
 #[cfg(not(target_os = "linux"))]
 pub(crate) use portable::{cork, raise_nofile_limit, send_file};
+
+use std::io;
+
+/// A plain socket under a transport: the same readiness-based writes on TCP and on a Unix
+/// socket, and `TCP_CORK` on TCP only.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum PlainSocket<'a> {
+    Tcp(&'a tokio::net::TcpStream),
+    Unix(&'a tokio::net::UnixStream),
+}
+
+impl PlainSocket<'_> {
+    /// Runs `f` (a non-blocking syscall on the socket) if the socket is ready for
+    /// `interest`, clearing the readiness when it says `WouldBlock`.
+    pub(crate) fn try_io<R>(
+        &self,
+        interest: tokio::io::Interest,
+        f: impl FnOnce() -> io::Result<R>,
+    ) -> io::Result<R> {
+        match self {
+            Self::Tcp(s) => s.try_io(interest, f),
+            Self::Unix(s) => s.try_io(interest, f),
+        }
+    }
+
+    /// Waits until the socket can take more bytes.
+    pub(crate) async fn writable(&self) -> io::Result<()> {
+        match self {
+            Self::Tcp(s) => s.writable().await,
+            Self::Unix(s) => s.writable().await,
+        }
+    }
+
+    pub(crate) fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Self::Tcp(s) => s.try_write(buf),
+            Self::Unix(s) => s.try_write(buf),
+        }
+    }
+
+    pub(crate) fn try_write_vectored(&self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        match self {
+            Self::Tcp(s) => s.try_write_vectored(bufs),
+            Self::Unix(s) => s.try_write_vectored(bufs),
+        }
+    }
+
+    /// Holds partial segments back (`TCP_CORK`) until uncorked: a head and the file
+    /// behind it go out in full segments. Nothing to do on a Unix socket.
+    pub(crate) fn cork(&self, corked: bool) {
+        if let Self::Tcp(s) = self {
+            cork(s, corked);
+        }
+    }
+}
+
+impl std::os::fd::AsFd for PlainSocket<'_> {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        match self {
+            Self::Tcp(s) => s.as_fd(),
+            Self::Unix(s) => s.as_fd(),
+        }
+    }
+}

@@ -14,7 +14,7 @@ pub(crate) fn cork(_stream: &TcpStream, _corked: bool) {}
 
 /// Portable stand-in for `sendfile(2)`: positional reads and ordinary writes.
 pub(crate) async fn send_file(
-    stream: crate::server::io::PlainSocket<'_>,
+    stream: super::PlainSocket<'_>,
     region: &crate::FileRegion,
     send_timeout: Duration,
 ) -> io::Result<()> {
