@@ -18,6 +18,7 @@
 
 mod activation;
 mod config;
+mod labels;
 mod one_of;
 mod plan;
 mod reload_status;

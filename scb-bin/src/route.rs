@@ -103,65 +103,102 @@ pub(crate) enum RouteService {
 /// preflights, which carry no credentials, and marking refusals too), basic auth and
 /// compression.
 pub(crate) type Guarded = OneOf<Filtered, ErrorPages<Filtered>>;
-type Filtered = IpFilter<OneOf<Limited, RateLimit<Limited>>>;
+type Filtered = OneOf<Rated, IpFilter<Rated>>;
+type Rated = OneOf<Limited, RateLimit<Limited>>;
 type Limited = OneOf<Headed, MaxConcurrent<Headed>>;
-type Headed = HeaderRulesService<OneOf<WithCors, Rewrite<WithCors>>>;
+type Headed = OneOf<Rewritten, HeaderRulesService<Rewritten>>;
+type Rewritten = OneOf<WithCors, Rewrite<WithCors>>;
 type WithCors = OneOf<Authed, Cors<Authed>>;
 type Authed = OneOf<Compressed, BasicAuth<Compressed>>;
 type Compressed = OneOf<RouteService, Compress<RouteService>>;
 
-/// What a route puts in front of its handler; nothing at all when every part is empty.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct Guards<'a> {
-    pub(crate) ip_filter: Option<&'a IpFilterLayer>,
-    pub(crate) rate_limit: Option<&'a RateLimitLayer>,
-    pub(crate) max_concurrent: Option<&'a MaxConcurrentLayer>,
-    pub(crate) headers: Option<&'a HeaderRulesLayer>,
-    pub(crate) rewrite: Option<&'a RewriteLayer>,
-    pub(crate) cors: Option<&'a CorsLayer>,
-    pub(crate) basic_auth: Option<&'a BasicAuthLayer>,
-    pub(crate) compress: Option<&'a CompressLayer>,
-    pub(crate) error_pages: Option<&'a ErrorPagesLayer>,
+/// What a route puts in front of its handler, each part only when configured: owned by
+/// the route's plan, shared by every worker's stack.
+///
+/// Adding a guard is a field here and its line in [`wrap`](Self::wrap) (plus its place in
+/// the [`Guarded`] type above, which spells the same order).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Guards {
+    /// The site's `error_pages`.
+    pub(crate) error_pages: Option<ErrorPagesLayer>,
+    /// `allow` and `deny`.
+    pub(crate) ip_filter: Option<IpFilterLayer>,
+    /// `rate_limit`: one table for every worker.
+    pub(crate) rate_limit: Option<RateLimitLayer>,
+    /// `max_concurrent`: one count for every worker.
+    pub(crate) max_concurrent: Option<MaxConcurrentLayer>,
+    /// The site's header rules, then the route's.
+    pub(crate) headers: Option<HeaderRulesLayer>,
+    /// `rewrite`.
+    pub(crate) rewrite: Option<RewriteLayer>,
+    /// `cors`.
+    pub(crate) cors: Option<CorsLayer>,
+    /// `basic_auth`, its users read at load.
+    pub(crate) basic_auth: Option<BasicAuthLayer>,
+    /// On-the-fly compression of a handler other than static files (whose compression is
+    /// part of [`Handler::Static`]).
+    pub(crate) compress: Option<CompressLayer>,
 }
 
-impl Guards<'_> {
-    fn is_empty(&self) -> bool {
-        self.ip_filter.is_none_or(IpFilterLayer::is_empty)
-            && self.rate_limit.is_none()
-            && self.max_concurrent.is_none()
-            && self.headers.is_none_or(HeaderRulesLayer::is_empty)
-            && self.rewrite.is_none()
-            && self.cors.is_none()
-            && self.basic_auth.is_none()
-            && self.compress.is_none()
-            && self.error_pages.is_none_or(ErrorPagesLayer::is_empty)
-    }
+/// Builds a guard chain, noting whether any guard was there.
+#[derive(Debug, Default)]
+struct Chain {
+    used: bool,
 }
 
-/// `inner` behind `layer` when there is one.
-fn maybe<L: Layer<S>, S>(layer: Option<&L>, inner: S) -> OneOf<S, L::Service> {
-    match layer {
-        Some(layer) => OneOf::Layered(layer.layer(inner)),
-        None => OneOf::Plain(inner),
-    }
-}
-
-impl RouteService {
-    /// `self` behind `guards`, or as it is when they are all empty.
-    pub(crate) fn guarded(self, guards: Guards<'_>) -> Self {
-        if guards.is_empty() {
-            return self;
+impl Chain {
+    /// `inner` behind `layer` when there is one.
+    fn maybe<L: Layer<S>, S>(&mut self, layer: Option<&L>, inner: S) -> OneOf<S, L::Service> {
+        match layer {
+            Some(layer) => {
+                self.used = true;
+                OneOf::Layered(layer.layer(inner))
+            }
+            None => OneOf::Plain(inner),
         }
-        let compressed = maybe(guards.compress, self);
-        let authed = maybe(guards.basic_auth, compressed);
-        let with_cors = maybe(guards.cors, authed);
-        let rewritten = maybe(guards.rewrite, with_cors);
-        let headed = guards.headers.cloned().unwrap_or_default().layer(rewritten);
-        let limited = maybe(guards.max_concurrent, headed);
-        let rated = maybe(guards.rate_limit, limited);
-        let filtered = guards.ip_filter.cloned().unwrap_or_default().layer(rated);
-        let error_pages = guards.error_pages.filter(|pages| !pages.is_empty());
-        Self::Guarded(Box::new(maybe(error_pages, filtered)))
+    }
+}
+
+impl Guards {
+    /// The guards there are, in the order requests meet them, for `scb check --print`
+    /// (the site's error pages are the site's, not listed per route).
+    pub(crate) fn names(&self) -> Vec<&'static str> {
+        [
+            ("allow/deny", self.ip_filter.is_some()),
+            ("rate_limit", self.rate_limit.is_some()),
+            ("max_concurrent", self.max_concurrent.is_some()),
+            ("headers", self.headers.is_some()),
+            ("rewrite", self.rewrite.is_some()),
+            ("cors", self.cors.is_some()),
+            ("basic_auth", self.basic_auth.is_some()),
+            ("compressed", self.compress.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(name, there)| there.then_some(name))
+        .collect()
+    }
+
+    /// `handler` behind the guards, outermost first; `handler` as it is when there are
+    /// none (no box, no dynamic future: most routes have no guard).
+    pub(crate) fn wrap(&self, handler: RouteService) -> RouteService {
+        // Built once per worker, so the copy that is returned when no guard applies
+        // costs nothing per request.
+        let plain = handler.clone();
+        let mut chain = Chain::default();
+        let compressed = chain.maybe(self.compress.as_ref(), handler);
+        let authed = chain.maybe(self.basic_auth.as_ref(), compressed);
+        let with_cors = chain.maybe(self.cors.as_ref(), authed);
+        let rewritten = chain.maybe(self.rewrite.as_ref(), with_cors);
+        let headed = chain.maybe(self.headers.as_ref(), rewritten);
+        let limited = chain.maybe(self.max_concurrent.as_ref(), headed);
+        let rated = chain.maybe(self.rate_limit.as_ref(), limited);
+        let filtered = chain.maybe(self.ip_filter.as_ref(), rated);
+        let guarded = chain.maybe(self.error_pages.as_ref(), filtered);
+        if chain.used {
+            RouteService::Guarded(Box::new(guarded))
+        } else {
+            plain
+        }
     }
 }
 

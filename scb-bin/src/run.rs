@@ -228,7 +228,7 @@ struct Running {
     /// Where a new process takes the listeners over (`--upgrade`).
     upgrade_socket: Option<std::path::PathBuf>,
     /// What a reload cannot change, to warn when it tries.
-    workers: Option<usize>,
+    workers: usize,
     pid_file: Option<std::path::PathBuf>,
     /// Reloads attempted so far, for the reload status file.
     reload_generation: u64,
@@ -365,7 +365,7 @@ impl Running {
             readiness: plan.readiness,
             drain_delay: plan.drain_delay,
             upgrade_socket: plan.upgrade_socket,
-            workers: plan.workers,
+            workers: plan.server.settings().workers,
             pid_file: plan.pid_file,
             reload_generation: 0,
             acme,
@@ -435,7 +435,7 @@ impl Running {
             self.recorder = Some(install_recorder()?);
         }
         let plan = parsed.plan_with(self.readiness.clone())?;
-        if plan.workers != self.workers {
+        if plan.server.settings().workers != self.workers {
             tracing::warn!("server.workers changed: it takes effect at the next start");
         }
         if plan.upgrade_socket != self.upgrade_socket {
@@ -550,15 +550,9 @@ impl Running {
 
 /// The metrics listener's server: one worker is plenty for a scrape every few seconds.
 fn metrics_server(plan: &Plan, metrics: &MetricsPlan) -> Server {
-    let mut builder = Server::builder()
+    Server::from_settings(plan.server.settings())
         .workers(1)
-        .limits(plan.limits.clone())
-        .request_id_header(plan.request_id_header.clone())
-        .listen(metrics.listen);
-    if let Some(grace_period) = plan.grace_period {
-        builder = builder.grace_period(grace_period);
-    }
-    builder
+        .listen(metrics.listen)
 }
 
 /// Builds the main stack of `plan` on a worker; `addrs` are the bound listeners,
@@ -569,14 +563,12 @@ fn app_maker(
     access: Option<&AccessLogWriter>,
 ) -> anyhow::Result<Maker<AppService>> {
     let sites: Arc<[SitePlan]> = Arc::clone(&plan.sites);
-    let header = plan.request_id_header.clone();
+    let header = plan.server.settings().request_id_header;
     let https = stack::Https::new(&plan.https, addrs);
     let acme =
         (!plan.https.acme.is_empty()).then(|| scb_tls::Http01Layer::new(plan.https.acme.iter()));
     let metrics = plan.metrics.is_some();
-    let mut access_log = AccessLogLayer::new()
-        .trusted_proxies(plan.trusted_proxies.clone())
-        .route_names(stack::route_names(&sites)?);
+    let mut access_log = AccessLogLayer::new().trusted_proxies(plan.trusted_proxies.clone());
     if let Some(writer) = access {
         access_log = access_log.writer(writer.clone());
     }
@@ -622,7 +614,7 @@ fn metrics_maker(
     let path = metrics.path.clone();
     let probes = metrics.probes.clone();
     let readiness = plan.readiness.clone();
-    let header = plan.request_id_header.clone();
+    let header = plan.server.settings().request_id_header;
     Arc::new(move || {
         Ok(stack::metrics(
             handle.clone(),

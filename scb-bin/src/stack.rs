@@ -28,7 +28,7 @@ use std::task::{Context, Poll};
 use http::{HeaderName, HeaderValue, Request, Response, header};
 use metrics_exporter_prometheus::PrometheusHandle;
 use scb_core::Body;
-use scb_core::access_log::{AccessLog, AccessLogLayer, RouteNames};
+use scb_core::access_log::{AccessLog, AccessLogLayer};
 use scb_core::catch_panic::{CatchPanic, CatchPanicLayer};
 
 use scb_core::health::{HealthCheck, Readiness};
@@ -41,9 +41,10 @@ use scb_tls::acme::Http01;
 use tower::util::Either;
 use tower::{Layer, Service, ServiceBuilder};
 
+use crate::labels::{ACME, HTTPS_REDIRECT, UNMATCHED};
 use crate::one_of::OneOf;
-use crate::plan::{SitePlan, UNMATCHED};
-use crate::route::{Guards, RouteService};
+use crate::plan::SitePlan;
+use crate::route::RouteService;
 
 /// The sites with the https layers a config may add.
 type Routed = Either<RedirectHttps<Either<Hsts<Sites>, Sites>>, Either<Hsts<Sites>, Sites>>;
@@ -52,11 +53,6 @@ type Routed = Either<RedirectHttps<Either<Hsts<Sites>, Sites>>, Either<Hsts<Site
 type Sites = OneOf<Site, VirtualHosts<Site, Metrics<Misdirected>>>;
 /// A site's routes, each (and its fallback) behind the site's and its own rules.
 type Site = Router<Metrics<RouteService>, Metrics<RouteService>>;
-
-/// The `route` label of the redirects `redirect_https` answers.
-pub(crate) const HTTPS_REDIRECT_ROUTE: &str = "https_redirect";
-/// The `route` label of ACME HTTP-01 validations answered.
-pub(crate) const ACME_ROUTE: &str = "acme";
 
 /// The main server's stack on one worker.
 pub(crate) type AppService = RequestId<AccessLog<CatchPanic<Either<Http01<Routed>, Routed>>>>;
@@ -122,28 +118,14 @@ pub(crate) fn app(
     let site = |plan: &SitePlan| -> Result<Site, RouterError> {
         let mut router = Router::new();
         for route in plan.routes.iter() {
-            // The site's rules first on the request, the route's last on the response.
-            let headers = plan.headers.and(&route.headers);
-            let service = route.handler.service().guarded(Guards {
-                ip_filter: Some(&route.ip_filter),
-                rate_limit: route.rate_limit.as_ref(),
-                max_concurrent: route.max_concurrent.as_ref(),
-                headers: Some(&headers),
-                rewrite: route.rewrite.as_ref(),
-                cors: route.cors.as_ref(),
-                basic_auth: route.basic_auth.as_ref(),
-                compress: route.compress.as_ref(),
-                error_pages: Some(&plan.error_pages),
-            });
+            let service = route.guards.wrap(route.handler.service());
             let service = metrics_layer(&route.name).layer(service);
             router = router.route(Arc::clone(&route.name), route.matcher.clone(), service)?;
         }
-        let fallback = RouteService::NotFound(NotFound).guarded(Guards {
-            headers: Some(&plan.headers),
-            error_pages: Some(&plan.error_pages),
-            ..Guards::default()
-        });
-        Ok(router.fallback(metrics_layer(UNMATCHED).layer(fallback)))
+        let fallback = plan.fallback.wrap(RouteService::NotFound(NotFound));
+        Ok(router
+            .fallback(metrics_layer(UNMATCHED).layer(fallback))
+            .fallback_name(UNMATCHED))
     };
     let sites: Sites = match sites {
         [only] if only.hosts.is_empty() => OneOf::Plain(site(only)?),
@@ -166,12 +148,12 @@ pub(crate) fn app(
         .layer(access_log.clone())
         .layer(CatchPanicLayer::new())
         // ACME's HTTP-01 answers, before any redirect to https.
-        .option_layer(acme.map(|acme| acme.clone().metrics(metrics_layer(ACME_ROUTE))))
+        .option_layer(acme.map(|acme| acme.clone().metrics(metrics_layer(ACME))))
         .option_layer(https.redirect.as_ref().map(|(listeners, port)| {
             RedirectHttpsLayer::new()
                 .port(*port)
                 .only_on(listeners.iter().copied())
-                .metrics(metrics_layer(HTTPS_REDIRECT_ROUTE))
+                .metrics(metrics_layer(HTTPS_REDIRECT))
         }))
         .option_layer(https.hsts.as_ref().map(|(value, listeners)| {
             HstsLayer::new(value.clone()).only_on(listeners.iter().copied())
@@ -187,30 +169,6 @@ pub(crate) enum StackError {
     Router(#[from] RouterError),
     #[error(transparent)]
     Sites(#[from] VirtualHostsError),
-}
-
-/// Names a request's route as the routers of [`app`] will: the access log's `route`
-/// field (`unmatched` for a site's fallback, none for a request no site takes).
-pub(crate) fn route_names(sites: &[SitePlan]) -> Result<RouteNames, StackError> {
-    let mut hosts = VirtualHosts::<()>::new();
-    let mut routers = Vec::with_capacity(sites.len());
-    for plan in sites {
-        let mut names = Router::<()>::new();
-        for route in plan.routes.iter() {
-            names = names.route(Arc::clone(&route.name), route.matcher.clone(), ())?;
-        }
-        routers.push(names);
-        hosts = if plan.hosts.is_empty() {
-            hosts.default_site(())?
-        } else {
-            hosts.site(plan.hosts.iter().map(String::as_str), ())?
-        };
-    }
-    let unmatched: Arc<str> = Arc::from(UNMATCHED);
-    Ok(Arc::new(move |host: Option<&str>, path: &str| {
-        let router = routers.get(hosts.site_for(host)?)?;
-        Some(Arc::clone(router.route_name(path).unwrap_or(&unmatched)))
-    }))
 }
 
 /// The metrics server's stack: its routes boxed (a scrape every few seconds and a probe or
@@ -323,7 +281,7 @@ mod tests {
         let plan = Plan::from_source(CONFIG).unwrap();
         let svc = app(
             &plan.sites,
-            &plan.request_id_header,
+            &plan.server.settings().request_id_header,
             &Https::default(),
             &AccessLogLayer::new(),
             None,
@@ -352,7 +310,7 @@ mod tests {
         let plan = Plan::from_source(&config).unwrap();
         let svc = app(
             &plan.sites,
-            &plan.request_id_header,
+            &plan.server.settings().request_id_header,
             &Https::default(),
             &AccessLogLayer::new(),
             None,

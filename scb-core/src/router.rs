@@ -5,8 +5,11 @@
 //! one type `S`. Routes of different kinds (a closure, `ServeStatic`, `ReverseProxy`) go
 //! into a `Router<BoxRoute>` with [`Router::boxed_route`], which boxes each one; a route
 //! table that knows its kinds can use an enum instead and skip the box. Names identify routes in
-//! errors and in `Debug` output; the router touches neither the request nor the response,
-//! so a service that needs to know its route (a metrics label, say) is built knowing it.
+//! errors and in `Debug` output. A layer above the router that needs the route's name (the
+//! access log) asks with the request extension [`WantsRouteName`], and the router sets
+//! [`RouteName`] on the response; otherwise it touches neither the request nor the
+//! response, and a service that needs to know its route (a metrics label, say) is built
+//! knowing it.
 //!
 //! # Example
 //!
@@ -244,7 +247,55 @@ pub fn prefix_matches(prefix: &str, path: &str) -> bool {
 pub struct Router<S, F = NotFound> {
     table: Arc<Table<S>>,
     fallback: F,
+    fallback_name: Option<Arc<str>>,
 }
+
+/// The name of the route that answered: a response extension the [`Router`] that chose
+/// the route sets when the request carries [`WantsRouteName`]. Where routers nest, the
+/// innermost (the most specific) names it; a response from no router has none.
+///
+/// ```
+/// use http::{Request, StatusCode};
+/// use scb_core::Body;
+/// use scb_core::respond::Respond;
+/// use scb_core::router::{PathMatch, RouteName, Router, WantsRouteName};
+/// use tower::ServiceExt;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), scb_core::router::RouterError> {
+/// let router = Router::new()
+///     .route("api", PathMatch::Prefix("/api".into()), Respond::new(StatusCode::OK))?
+///     .fallback_name("unmatched");
+/// let mut req = Request::get("/api/users").body(Body::empty()).unwrap();
+/// req.extensions_mut().insert(WantsRouteName);
+/// let res = router.clone().oneshot(req).await.unwrap();
+/// assert_eq!(res.extensions().get::<RouteName>().map(RouteName::as_str), Some("api"));
+///
+/// let mut req = Request::get("/elsewhere").body(Body::empty()).unwrap();
+/// req.extensions_mut().insert(WantsRouteName);
+/// let res = router.clone().oneshot(req).await.unwrap();
+/// assert_eq!(res.extensions().get::<RouteName>().map(RouteName::as_str), Some("unmatched"));
+///
+/// // Not asked, not set: the common case costs one extension lookup.
+/// let res = router.oneshot(Request::get("/api").body(Body::empty()).unwrap()).await.unwrap();
+/// assert!(res.extensions().get::<RouteName>().is_none());
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RouteName(pub Arc<str>);
+
+impl RouteName {
+    /// The name.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Asks the [`Router`] for a [`RouteName`] on the response: a request extension, zero-sized
+/// (inserting it allocates nothing), that the access log adds when it records.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WantsRouteName;
 
 impl<S> Router<S> {
     /// A router without routes, answering everything with [`NotFound`].
@@ -255,6 +306,7 @@ impl<S> Router<S> {
                 prefixes: Vec::new(),
             }),
             fallback: NotFound,
+            fallback_name: None,
         }
     }
 }
@@ -287,8 +339,7 @@ impl<S, F> Router<S, F> {
     }
 
     /// The name of the route a request for `path` goes to; `None` when the fallback
-    /// answers it. For what records the route outside the router, such as the access
-    /// log's `route` field.
+    /// answers it.
     pub fn route_name(&self, path: &str) -> Option<&Arc<str>> {
         self.table.find(path).map(|route| &route.name)
     }
@@ -300,7 +351,16 @@ impl<S, F> Router<S, F> {
         Router {
             table: self.table,
             fallback,
+            fallback_name: self.fallback_name,
         }
+    }
+
+    /// The [`RouteName`] of the fallback's answers (for a request that asks with
+    /// [`WantsRouteName`]). Defaults to none: the fallback's answers carry no name.
+    #[must_use]
+    pub fn fallback_name(mut self, name: impl Into<Arc<str>>) -> Self {
+        self.fallback_name = Some(name.into());
+        self
     }
 }
 
@@ -309,6 +369,7 @@ impl<S, F: Clone> Clone for Router<S, F> {
         Self {
             table: Arc::clone(&self.table),
             fallback: self.fallback.clone(),
+            fallback_name: self.fallback_name.clone(),
         }
     }
 }
@@ -337,9 +398,12 @@ where
     }
 
     fn call(&mut self, req: Request<ReqB>) -> Self::Future {
+        let named = req.extensions().get::<WantsRouteName>().is_some();
         match self.table.find(req.uri().path()) {
-            Some(route) => ResponseFuture::chosen(route.service.clone(), req),
-            None => ResponseFuture::fallback(self.fallback.clone(), req),
+            Some(route) => ResponseFuture::chosen(route.service.clone(), req)
+                .named(named.then(|| Arc::clone(&route.name))),
+            None => ResponseFuture::fallback(self.fallback.clone(), req)
+                .named(self.fallback_name.clone().filter(|_| named)),
         }
     }
 }
@@ -355,6 +419,7 @@ where
             kind: Kind::Route {
                 future: Dispatch::new(service, req),
             },
+            name: None,
         }
     }
 
@@ -364,7 +429,14 @@ where
             kind: Kind::Fallback {
                 future: Dispatch::new(fallback, req),
             },
+            name: None,
         }
+    }
+
+    /// Sets `name` as the response's [`RouteName`], unless a router beneath set one.
+    fn named(mut self, name: Option<Arc<str>>) -> Self {
+        self.name = name;
+        self
     }
 }
 
@@ -379,6 +451,7 @@ pin_project! {
     {
         #[pin]
         kind: Kind<S, F, Req>,
+        name: Option<Arc<str>>,
     }
 }
 
@@ -479,10 +552,17 @@ where
     type Output = Result<Response<B>, S::Error>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match self.project().kind.project() {
+        let this = self.project();
+        let mut result = std::task::ready!(match this.kind.project() {
             KindProj::Route { future } => future.poll(cx),
             KindProj::Fallback { future } => future.poll(cx),
+        });
+        if let (Some(name), Ok(res)) = (this.name.take(), &mut result)
+            && res.extensions().get::<RouteName>().is_none()
+        {
+            res.extensions_mut().insert(RouteName(name));
         }
+        Poll::Ready(result)
     }
 }
 

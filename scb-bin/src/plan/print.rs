@@ -109,35 +109,11 @@ fn routes(out: &mut String, routes: &[RoutePlan]) {
 
 /// What stands in front of the handler, in the order requests meet it.
 fn guards(route: &RoutePlan) -> String {
-    let mut parts = Vec::new();
-    if !route.ip_filter.is_empty() {
-        parts.push("allow/deny");
-    }
-    if route.rate_limit.is_some() {
-        parts.push("rate_limit");
-    }
-    if route.max_concurrent.is_some() {
-        parts.push("max_concurrent");
-    }
-    if !route.headers.is_empty() {
-        parts.push("headers");
-    }
-    if route.rewrite.is_some() {
-        parts.push("rewrite");
-    }
-    if route.cors.is_some() {
-        parts.push("cors");
-    }
-    if route.basic_auth.is_some() {
-        parts.push("basic_auth");
-    }
-    if route.compress.is_some() {
-        parts.push("compressed");
-    }
-    if parts.is_empty() {
+    let names = route.guards.names();
+    if names.is_empty() {
         String::new()
     } else {
-        format!(" [{}]", parts.join(", "))
+        format!(" [{}]", names.join(", "))
     }
 }
 

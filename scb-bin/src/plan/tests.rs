@@ -1,6 +1,8 @@
 //! Configs from source text to `Plan`: what is accepted and how it is converted, and for
 //! what is refused, the exact `file:line:col: key: message` that `scb check` prints.
 
+use http::HeaderName;
+
 use super::*;
 
 const LISTEN: &str = "[[listen]]\naddr = \"127.0.0.1:8080\"\n";
@@ -37,17 +39,18 @@ fn the_schema_from_the_issue_is_accepted_as_written() {
             probes: None,
         })
     );
-    assert_eq!(plan.request_id_header, "x-request-id");
-    assert_eq!(plan.grace_period, Some(Duration::from_secs(10)));
+    assert_eq!(plan.server.settings().request_id_header, "x-request-id");
+    assert_eq!(plan.server.settings().grace_period, Duration::from_secs(10));
     assert!(plan.access_log.is_none());
 }
 
 #[test]
 fn absent_limits_are_scb_core_defaults() {
     let plan = plan(LISTEN);
-    assert_eq!(plan.limits, Limits::default());
+    assert_eq!(plan.server.settings().limits, Limits::default());
     assert_eq!(plan.metrics, None);
-    assert_eq!(plan.grace_period, None);
+    // Absent: scb-core's default.
+    assert_eq!(plan.server.settings(), Server::builder().settings());
     assert!(plan.routes().is_empty());
 }
 
@@ -71,10 +74,10 @@ fn limits_are_converted_with_their_units() {
     want.max_headers = 50;
     want.max_body_bytes = 1 << 20;
     want.max_connections = 64;
-    assert_eq!(plan.limits, want);
+    assert_eq!(plan.server.settings().limits, want);
 
     let plan = super::tests::plan(&format!("[limits]\nmax_body_bytes = 0\n{LISTEN}"));
-    assert_eq!(plan.limits.max_body_bytes, 0);
+    assert_eq!(plan.server.settings().limits.max_body_bytes, 0);
 }
 
 #[test]
@@ -876,7 +879,11 @@ fn access_and_rate_settings_are_checked_at_load_with_their_key() {
         good.display().to_string()
     )));
     let only = &plan.routes()[0];
-    assert!(only.basic_auth.is_some() && only.rate_limit.is_some() && only.compress.is_some());
+    assert!(
+        only.guards.basic_auth.is_some()
+            && only.guards.rate_limit.is_some()
+            && only.guards.compress.is_some()
+    );
     // Compression in a static route's handler, wherever it is said.
     let plan = plan_static(&dir, "compress = true");
     assert!(matches!(
@@ -886,7 +893,7 @@ fn access_and_rate_settings_are_checked_at_load_with_their_key() {
             ..
         }
     ));
-    assert!(plan.routes()[0].compress.is_none());
+    assert!(plan.routes()[0].guards.compress.is_none());
     let plan = plan_static(&dir, "");
     assert!(matches!(
         &plan.routes()[0].handler,
@@ -912,19 +919,26 @@ fn compress_takes_a_bool_or_a_table_in_one_place_and_names_bad_keys() {
             "{LISTEN}[[route]]\npath = \"/\"\nrespond = {{ body = \"x\" }}\ncompress = {compress}\n"
         )
     };
-    assert!(plan(&route("true")).routes()[0].compress.is_some());
-    assert!(plan(&route("false")).routes()[0].compress.is_none());
+    assert!(plan(&route("true")).routes()[0].guards.compress.is_some());
+    assert!(plan(&route("false")).routes()[0].guards.compress.is_none());
     assert!(
         plan(&route(
             "{ min_length = \"1KiB\", level = \"best\", types = [\"text/*\", \"application/json\"] }"
         ))
         .routes()[0]
+            .guards
             .compress
             .is_some()
     );
-    assert!(plan(&route("{ level = 4 }")).routes()[0].compress.is_some());
+    assert!(
+        plan(&route("{ level = 4 }")).routes()[0]
+            .guards
+            .compress
+            .is_some()
+    );
     assert!(
         plan(&respond(", compress = { min_length = 0 }")).routes()[0]
+            .guards
             .compress
             .is_some()
     );

@@ -2,8 +2,9 @@
 //!
 //! [`AccessLogLayer`] records, for each request: the time, the request id, the client's
 //! address (through [`TrustedProxies`] when set), the host, method, path and query,
-//! protocol, status, body bytes, duration, user agent and referer, the route's name (with
-//! [`route_names`](AccessLogLayer::route_names)) and, for a proxied request, the
+//! protocol, status, body bytes, duration, user agent and referer, the route's name (the
+//! [`RouteName`] a [`Router`](crate::router::Router) beneath sets on the response when the
+//! request carries [`WantsRouteName`], which this layer adds) and, for a proxied request, the
 //! upstream that answered (the [`UpstreamAddr`] response extension scb-proxy sets when
 //! the request carries [`WantsUpstream`], which this layer adds).
 //!
@@ -80,8 +81,9 @@ pub use record::AccessLogFormat;
 pub use writer::AccessLogWriter;
 
 use crate::client_ip::{TrustedProxies, client_ip};
+use crate::connection::ConnectInfo;
 use crate::request_id::Id;
-use crate::server::ConnectInfo;
+use crate::router::{RouteName, WantsRouteName};
 use record::{Record, Text};
 
 /// The `tracing` target of access-log events: `scb::access`.
@@ -100,10 +102,6 @@ pub struct UpstreamAddr(pub Authority);
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct WantsUpstream;
 
-/// Names the route a request goes to, given the host it named (if any) and its path,
-/// for the access log's `route` field.
-pub type RouteNames = Arc<dyn Fn(Option<&str>, &str) -> Option<Arc<str>> + Send + Sync>;
-
 /// Applies [`AccessLog`] to a service.
 #[derive(Clone, Default)]
 pub struct AccessLogLayer {
@@ -114,7 +112,6 @@ pub struct AccessLogLayer {
 struct Settings {
     writer: Option<AccessLogWriter>,
     trusted: TrustedProxies,
-    route_names: Option<RouteNames>,
 }
 
 impl fmt::Debug for AccessLogLayer {
@@ -138,7 +135,6 @@ impl AccessLogLayer {
             self.settings = Arc::new(Settings {
                 writer: s.writer.clone(),
                 trusted: s.trusted.clone(),
-                route_names: s.route_names.clone(),
             });
         }
         Arc::get_mut(&mut self.settings).expect("just made unique")
@@ -157,14 +153,6 @@ impl AccessLogLayer {
     #[must_use]
     pub fn trusted_proxies(mut self, trusted: TrustedProxies) -> Self {
         self.settings_mut().trusted = trusted;
-        self
-    }
-
-    /// Names each request's route with `names` (given the request's host and path), e.g.
-    /// a lookup in the same tables the router uses. Defaults to none: no `route` field.
-    #[must_use]
-    pub fn route_names(mut self, names: RouteNames) -> Self {
-        self.settings_mut().route_names = Some(names);
         self
     }
 }
@@ -258,7 +246,7 @@ where
                 .get(header::HOST)
                 .map(http::HeaderValue::as_bytes)
                 .or_else(|| uri.authority().map(|a| a.as_str().as_bytes()));
-            let mut record = Box::new(Record::new(
+            let record = Box::new(Record::new(
                 SystemTime::now(),
                 client,
                 req.method().clone(),
@@ -277,10 +265,6 @@ where
                         .map(http::HeaderValue::as_bytes),
                 ],
             ));
-            record.route = settings
-                .route_names
-                .as_ref()
-                .and_then(|names| names(crate::virtual_hosts::request_host(&req), uri.path()));
             Pending {
                 start: Instant::now(),
                 sink: settings.writer.clone(),
@@ -288,9 +272,10 @@ where
             }
         });
         if entry.is_some() {
-            // A zero-sized value: no allocation, one slot in the map the server's
+            // Zero-sized values: no allocation, slots in the map the server's
             // `ConnectInfo` and the request id are in already.
             req.extensions_mut().insert(WantsUpstream);
+            req.extensions_mut().insert(WantsRouteName);
         }
         ResponseFuture {
             inner: self.inner.call(req),
@@ -310,7 +295,13 @@ struct Pending {
 }
 
 impl Pending {
-    fn finish(self, status: Option<StatusCode>, bytes: u64, upstream: Option<&UpstreamAddr>) {
+    fn finish(
+        self,
+        status: Option<StatusCode>,
+        bytes: u64,
+        upstream: Option<&UpstreamAddr>,
+        route: Option<&RouteName>,
+    ) {
         let Self {
             start,
             sink,
@@ -320,6 +311,7 @@ impl Pending {
         record.bytes = bytes;
         record.duration = start.elapsed();
         record.upstream = upstream.map(|u| u.0.clone());
+        record.route = route.map(|r| Arc::clone(&r.0));
         match sink {
             Some(writer) => writer.send(*record),
             None => emit(&record),
@@ -383,8 +375,9 @@ where
                     Some(res.status()),
                     res.body().size_hint().exact().unwrap_or(0),
                     res.extensions().get::<UpstreamAddr>(),
+                    res.extensions().get::<RouteName>(),
                 ),
-                Err(_) => entry.finish(None, 0, None),
+                Err(_) => entry.finish(None, 0, None, None),
             }
         }
         Poll::Ready(result)
@@ -495,6 +488,8 @@ mod tests {
         assert_eq!(field(e, "path"), Some("/api/users?page=2"));
         assert_eq!(field(e, "status"), Some("200"));
         assert_eq!(field(e, "bytes"), Some("5"));
+        // Named by the router beneath, which the layer asks.
+        assert_eq!(field(e, "route"), Some("api"));
         let us: u64 = field(e, "duration_us").unwrap().parse().unwrap();
         assert!(us < 10_000_000, "{us}");
         let names: Vec<_> = e.keys().map(String::as_str).collect();
@@ -507,6 +502,7 @@ mod tests {
                 "path",
                 "protocol",
                 "request_id",
+                "route",
                 "status"
             ]
         );
@@ -614,9 +610,6 @@ mod tests {
         ));
         let writer = AccessLogWriter::file(&path, AccessLogFormat::Json).unwrap();
         let log = writer.clone();
-        let names: RouteNames = Arc::new(|_host: Option<&str>, path: &str| {
-            path.starts_with("/api").then(|| Arc::from("api"))
-        });
         let proxied = service_fn(|_req: Request<Body>| async {
             let mut res = Response::new(Body::from("from upstream"));
             res.extensions_mut()
@@ -628,10 +621,14 @@ mod tests {
             .layer(
                 AccessLogLayer::new()
                     .writer(writer)
-                    .route_names(names)
                     .trusted_proxies(TrustedProxies::new(["10.0.0.0/8"]).unwrap()),
             )
-            .service(proxied);
+            // The route's name comes from the router beneath, asked by the access log.
+            .service(
+                Router::new()
+                    .route("api", PathMatch::Prefix("/api".into()), proxied)
+                    .unwrap(),
+            );
         let mut req = Request::get("/api/x?y=1")
             .header("host", "example.com")
             .header("x-request-id", "r-1")

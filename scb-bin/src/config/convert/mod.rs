@@ -1,6 +1,18 @@
 //! Config types into scb-core's builders. Each conversion checks what it converts and
 //! reports errors with the key relative to its own table.
 
+mod basic_auth;
+mod cors;
+mod header_rules;
+mod rate_limit;
+mod rewrite;
+
+pub(crate) use basic_auth::basic_auth;
+pub(crate) use cors::cors;
+pub(crate) use header_rules::header_rules;
+pub(crate) use rate_limit::rate_limit;
+pub(crate) use rewrite::rewrite;
+
 use std::time::Duration;
 
 use http::uri::PathAndQuery;

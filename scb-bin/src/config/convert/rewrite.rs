@@ -1,0 +1,26 @@
+//! `rewrite = { prefix | regex, to }` into scb-core's rewrite.
+
+use scb_core::rewrite::RewriteLayer;
+use toml::Spanned;
+
+use crate::config::{Located, RewriteConfig};
+
+/// `rewrite = { prefix | regex, to }`.
+pub(crate) fn rewrite(config: &Spanned<RewriteConfig>) -> Result<RewriteLayer, Located> {
+    let r = config.get_ref();
+    match (&r.prefix, &r.regex) {
+        (Some(prefix), None) => RewriteLayer::prefix(prefix.get_ref(), r.to.get_ref())
+            .map_err(|e| Located::at(&r.to, "to", e)),
+        (None, Some(regex)) => {
+            RewriteLayer::regex(regex.get_ref(), r.to.get_ref()).map_err(|e| match e {
+                scb_core::rewrite::RewriteError::Regex(_) => Located::at(regex, "regex", e),
+                _ => Located::at(&r.to, "to", e),
+            })
+        }
+        _ => Err(Located::at(
+            config,
+            "",
+            "a rewrite has `prefix` or `regex` (one of them) and `to`",
+        )),
+    }
+}

@@ -1,0 +1,508 @@
+//! Listeners, TLS, ACME and the metrics endpoint: the `[[listen]]`, `[metrics]` and
+//! `[health]` tables, checked and turned into the server's listeners.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use scb_core::client_ip::Networks;
+use scb_core::server::{ListenOptions, ProxyProtocol, Server};
+use toml::Spanned;
+
+use crate::config::ListenAddr;
+use crate::config::{Config, Located, ProbesConfig};
+
+use super::route::check_path;
+
+/// What the plain and TLS listeners add to the stack, by `[[listen]]` index (the order of
+/// the bound addresses).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct HttpsPlan {
+    /// Plain listeners whose requests get a 308 to `https`.
+    pub(crate) redirect: Vec<usize>,
+    /// The listener whose port those redirects name: the first TLS listener (port 443
+    /// when there is none).
+    pub(crate) https_listener: Option<usize>,
+    /// The `Strict-Transport-Security` value, and the TLS listeners that send it.
+    pub(crate) hsts: Option<(http::HeaderValue, Vec<usize>)>,
+    /// The listeners whose certificates ACME obtains (one acceptor per certificate, shared
+    /// by the listeners that serve it): each runs one renewal task, and their HTTP-01
+    /// answers are served on every listener.
+    pub(crate) acme: Vec<scb_tls::TlsAcceptor>,
+}
+
+/// Where the Prometheus endpoint listens.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct MetricsPlan {
+    /// The metrics server's own address, clashing with no `[[listen]]` address.
+    pub(crate) listen: SocketAddr,
+    /// The path of the scrape, absolute.
+    pub(crate) path: String,
+    /// `[health]`: the liveness and readiness paths, answered beside the scrape.
+    pub(crate) probes: Option<(String, String)>,
+}
+
+/// Adds every `[[listen]]` to `server`: plain, or secured by a TLS acceptor loaded (and
+/// so checked: files, key match, validity dates) here.
+pub(super) fn listeners(
+    config: &Config,
+    mut server: Server,
+) -> Result<(Server, HttpsPlan), Located> {
+    let mut https = HttpsPlan::default();
+    // The index of each TCP listener among the TCP listeners: the order of the bound
+    // addresses the stack is built with.
+    let mut tcp = 0;
+    for (i, listen) in config.listen.iter().enumerate() {
+        let addr = match listen.addr.get_ref() {
+            ListenAddr::Unix(path) => {
+                server = server.listen_unix(unix_listen(listen, path, i)?);
+                continue;
+            }
+            ListenAddr::Tcp(addr) => *addr,
+        };
+        for (key, value) in [
+            ("mode", &listen.mode),
+            ("owner", &listen.owner),
+            ("group", &listen.group),
+        ] {
+            if let Some(value) = value {
+                return Err(Located::at(
+                    value,
+                    format!("listen[{i}].{key}"),
+                    "is for unix: listeners",
+                ));
+            }
+        }
+        let t = tcp;
+        tcp += 1;
+        let redirect = listen.redirect_https.as_ref();
+        let mut options = ListenOptions::new();
+        if let Some(proxy) = &listen.proxy_protocol {
+            let trusted = &proxy.get_ref().trusted;
+            let key = |rest: &str| format!("listen[{i}].proxy_protocol.trusted{rest}");
+            if trusted.get_ref().is_empty() {
+                return Err(Located::at(
+                    trusted,
+                    key(""),
+                    "name the balancers whose headers are believed",
+                ));
+            }
+            let networks = Networks::new(trusted.get_ref().iter().map(|t| t.get_ref().as_str()))
+                .map_err(|bad| {
+                    Located::at(
+                        &trusted.get_ref()[bad.index],
+                        key(&format!("[{}]", bad.index)),
+                        bad,
+                    )
+                })?;
+            options = options.proxy_protocol(ProxyProtocol::new(networks));
+        }
+        match &listen.tls {
+            None => {
+                server = server.listen_with(addr, options);
+                if redirect.is_some_and(|r| *r.get_ref()) {
+                    https.redirect.push(t);
+                }
+            }
+            Some(config_tls) => {
+                if let Some(redirect) = redirect.filter(|r| *r.get_ref()) {
+                    return Err(Located::at(
+                        redirect,
+                        format!("listen[{i}].redirect_https"),
+                        "is for plain listeners; this one has `tls`",
+                    ));
+                }
+                let mut acceptor =
+                    tls_acceptor(config_tls).map_err(|e| e.within(&format!("listen[{i}]")))?;
+                if acceptor.settings().acme_settings().is_some() {
+                    // Two listeners of one certificate (IPv4 and IPv6, say) share its
+                    // acceptor: one renewal task, one set of files.
+                    // Same files: the same state directory and first name.
+                    let files = |a: &scb_tls::TlsAcceptor| {
+                        a.settings()
+                            .acme_settings()
+                            .map(|s| (s.state_dir().to_owned(), s.domains().first().cloned()))
+                    };
+                    match https.acme.iter().find(|a| files(a) == files(&acceptor)) {
+                        Some(same) if same.settings() == acceptor.settings() => {
+                            acceptor = same.clone();
+                        }
+                        Some(_) => {
+                            return Err(Located::at(
+                                config_tls,
+                                format!("listen[{i}].tls"),
+                                "an earlier listener keeps its acme certificate in the same files \
+                                 (state_dir and first domain) with other settings; give both \
+                                 the same, or another state_dir",
+                            ));
+                        }
+                        None => https.acme.push(acceptor.clone()),
+                    }
+                }
+                server = server.listen_with(addr, options.secure(Arc::new(acceptor)));
+                https.https_listener.get_or_insert(t);
+                if let Some(hsts) = &config_tls.get_ref().hsts {
+                    let value = http::HeaderValue::from_str(hsts.get_ref()).map_err(|_| {
+                        Located::at(
+                            hsts,
+                            format!("listen[{i}].tls.hsts"),
+                            "invalid header value",
+                        )
+                    })?;
+                    match &mut https.hsts {
+                        None => https.hsts = Some((value, vec![t])),
+                        Some((first, listeners)) if *first == value => listeners.push(t),
+                        Some(_) => {
+                            return Err(Located::at(
+                                hsts,
+                                format!("listen[{i}].tls.hsts"),
+                                "differs from an earlier listener's: HSTS is a property of \
+                                 the site, give every TLS listener the same value",
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok((server, https))
+}
+
+/// A `unix:` listener: plain HTTP only, its file's mode and owner checked.
+fn unix_listen(
+    listen: &crate::config::ListenConfig,
+    path: &std::path::Path,
+    i: usize,
+) -> Result<scb_core::server::UnixListen, Located> {
+    let refuse = |span: std::ops::Range<usize>, key: &str| Located {
+        span: Some(span),
+        key: format!("listen[{i}].{key}"),
+        message: "is not for unix: listeners (plain HTTP only; TLS and PROXY headers are \
+                  for TCP)"
+            .to_owned(),
+    };
+    if let Some(tls) = &listen.tls {
+        return Err(refuse(tls.span(), "tls"));
+    }
+    if let Some(redirect) = &listen.redirect_https {
+        return Err(refuse(redirect.span(), "redirect_https"));
+    }
+    if let Some(proxy) = &listen.proxy_protocol {
+        return Err(refuse(proxy.span(), "proxy_protocol"));
+    }
+    let mut unix = scb_core::server::UnixListen::new(path);
+    if let Some(mode) = &listen.mode {
+        let bits = u32::from_str_radix(mode.get_ref().trim_start_matches("0o"), 8)
+            .ok()
+            .filter(|m| *m <= 0o777)
+            .ok_or_else(|| {
+                Located::at(
+                    mode,
+                    format!("listen[{i}].mode"),
+                    "expected octal permission bits, such as \"0660\"",
+                )
+            })?;
+        unix = unix.mode(bits);
+    }
+    if let Some(owner) = &listen.owner {
+        let uid = crate::users::uid(owner.get_ref())
+            .map_err(|e| Located::at(owner, format!("listen[{i}].owner"), e))?;
+        unix = unix.owner(uid);
+    }
+    if let Some(group) = &listen.group {
+        let gid = crate::users::gid(group.get_ref())
+            .map_err(|e| Located::at(group, format!("listen[{i}].group"), e))?;
+        unix = unix.group(gid);
+    }
+    Ok(unix)
+}
+
+/// Loads a listener's certificates.
+fn tls_acceptor(
+    config: &Spanned<crate::config::TlsConfig>,
+) -> Result<scb_tls::TlsAcceptor, Located> {
+    let tls = config.get_ref();
+    let mut files = Vec::new();
+    match (&tls.cert, &tls.key) {
+        (Some(cert), Some(key)) => files.push(scb_tls::CertFiles::new(
+            cert.get_ref().clone(),
+            key.get_ref().clone(),
+        )),
+        (None, None) => {}
+        (Some(cert), None) => {
+            return Err(Located::at(cert, "tls.key", "`cert` needs its `key`"));
+        }
+        (None, Some(key)) => {
+            return Err(Located::at(key, "tls.cert", "`key` needs its `cert`"));
+        }
+    }
+    for cert in &tls.certs {
+        let c = cert.get_ref();
+        files.push(scb_tls::CertFiles::new(c.cert.clone(), c.key.clone()));
+    }
+    let mut settings = match &tls.acme {
+        Some(acme) if !files.is_empty() => {
+            return Err(Located::at(
+                acme,
+                "tls.acme",
+                "certificates come from files or from ACME, not both",
+            ));
+        }
+        Some(acme) => scb_tls::TlsSettings::acme(acme_settings(acme)?),
+        None => scb_tls::TlsSettings::new(files),
+    };
+    if settings.certs().is_empty() && settings.acme_settings().is_none() {
+        return Err(Located::at(
+            config,
+            "tls",
+            "needs `cert` and `key`, `certs = [{ cert, key }, ...]`, or `acme = { domains, state_dir }`",
+        ));
+    }
+    match (&tls.client_ca, &tls.client_auth) {
+        (None, None) => {}
+        (None, Some(auth)) => {
+            return Err(Located::at(auth, "tls.client_auth", "needs `client_ca`"));
+        }
+        (Some(ca), auth) => {
+            let required = match auth {
+                None => true,
+                Some(a) if a.get_ref() == "required" => true,
+                Some(a) if a.get_ref() == "optional" => false,
+                Some(a) => {
+                    return Err(Located::at(
+                        a,
+                        "tls.client_auth",
+                        "expected \"required\" or \"optional\"",
+                    ));
+                }
+            };
+            let ca = ca.get_ref().clone();
+            settings = settings.client_auth(if required {
+                scb_tls::ClientAuth::required(ca)
+            } else {
+                scb_tls::ClientAuth::optional(ca)
+            });
+        }
+    }
+    scb_tls::TlsAcceptor::new(settings).map_err(|e| Located::at(config, "tls", e))
+}
+
+/// A listener's `acme` table, checked: names a CA can validate, an `https` directory.
+fn acme_settings(
+    config: &Spanned<crate::config::AcmeConfig>,
+) -> Result<scb_tls::AcmeSettings, Located> {
+    let acme = config.get_ref();
+    let domains = acme.domains.get_ref();
+    if domains.is_empty() {
+        return Err(Located::at(
+            &acme.domains,
+            "tls.acme.domains",
+            "name at least one domain",
+        ));
+    }
+    for (i, domain) in domains.iter().enumerate() {
+        let name = domain.get_ref();
+        let ip = name.parse::<std::net::IpAddr>().is_ok();
+        let dns = !name.is_empty()
+            && name.len() <= 253
+            && name.split('.').all(|label| {
+                !label.is_empty()
+                    && label.len() <= 63
+                    && label
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                    && !label.starts_with('-')
+                    && !label.ends_with('-')
+            });
+        if !ip && !dns {
+            return Err(Located::at(
+                domain,
+                format!("tls.acme.domains[{i}]"),
+                "is not a DNS name or an IP address (wildcards need the DNS-01 challenge, \
+                 which scb does not answer)",
+            ));
+        }
+    }
+    let mut settings = scb_tls::AcmeSettings::new(
+        domains.iter().map(|d| d.get_ref().clone()),
+        acme.state_dir.get_ref().clone(),
+    );
+    if let Some(email) = &acme.email {
+        if !email.get_ref().contains('@') {
+            return Err(Located::at(
+                email,
+                "tls.acme.email",
+                "is not an email address",
+            ));
+        }
+        settings = settings.email(email.get_ref().clone());
+    }
+    if let Some(directory) = &acme.directory {
+        let url = directory.get_ref();
+        if url
+            .parse::<http::Uri>()
+            .ok()
+            .and_then(|u| u.scheme_str().map(str::to_owned))
+            != Some("https".to_owned())
+        {
+            return Err(Located::at(
+                directory,
+                "tls.acme.directory",
+                "is not an https:// URL",
+            ));
+        }
+        settings = settings.directory(url.clone());
+    }
+    if let Some(root) = &acme.ca_root {
+        settings = settings.ca_root(root.get_ref().clone());
+    }
+    if let Some(challenge) = &acme.challenge {
+        settings = settings.challenge(match challenge.get_ref().as_str() {
+            "tls-alpn-01" => scb_tls::AcmeChallenge::TlsAlpn01,
+            "http-01" => scb_tls::AcmeChallenge::Http01,
+            _ => {
+                return Err(Located::at(
+                    challenge,
+                    "tls.acme.challenge",
+                    "expected \"tls-alpn-01\" or \"http-01\"",
+                ));
+            }
+        });
+    }
+    if let Some(retry) = &acme.retry {
+        settings = settings.retry(retry.get_ref().0);
+    }
+    if let Some(timeout) = &acme.timeout {
+        settings = settings.timeout(timeout.get_ref().0);
+    }
+    Ok(settings)
+}
+
+/// Whether two listen addresses would share connections. With `SO_REUSEPORT` on every
+/// listener, binding the same address twice does not fail: the kernel would silently
+/// spread connections across both, so the clash must be caught here. A wildcard address
+/// clashes with any address of its family on the same port; port 0 never clashes.
+pub(super) fn clash(a: SocketAddr, b: SocketAddr) -> bool {
+    a.port() != 0
+        && a.port() == b.port()
+        && a.is_ipv4() == b.is_ipv4()
+        && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified())
+}
+
+/// The TCP listen addresses, checked for clashes (and the Unix paths for repeats).
+pub(super) fn listen_addrs(config: &Config) -> Result<Vec<Spanned<SocketAddr>>, Located> {
+    if config.listen.is_empty() {
+        return Err(Located::nowhere(
+            "listen",
+            "at least one [[listen]] with an `addr` is required",
+        ));
+    }
+    let all: Vec<_> = config.listen.iter().map(|l| &l.addr).collect();
+    for (i, addr) in all.iter().enumerate() {
+        let earlier = &all[..i];
+        let other = match addr.get_ref() {
+            ListenAddr::Tcp(a) => earlier.iter().find_map(|e| match e.get_ref() {
+                ListenAddr::Tcp(b) if clash(*a, *b) => Some(b.to_string()),
+                _ => None,
+            }),
+            ListenAddr::Unix(p) => earlier.iter().find_map(|e| match e.get_ref() {
+                ListenAddr::Unix(q) if p == q => Some(format!("unix:{}", q.display())),
+                _ => None,
+            }),
+        };
+        if let Some(other) = other {
+            return Err(Located::at(
+                addr,
+                format!("listen[{i}].addr"),
+                format_args!("{} clashes with {other}", listen_text(addr.get_ref())),
+            ));
+        }
+    }
+    Ok(all
+        .into_iter()
+        .filter_map(|a| match a.get_ref() {
+            ListenAddr::Tcp(addr) => Some(Spanned::new(a.span(), *addr)),
+            ListenAddr::Unix(_) => None,
+        })
+        .collect())
+}
+
+/// A listen address as the log and `check --print` show it.
+pub(crate) fn listen_text(addr: &ListenAddr) -> String {
+    match addr {
+        ListenAddr::Tcp(addr) => addr.to_string(),
+        ListenAddr::Unix(path) => format!("unix:{}", path.display()),
+    }
+}
+
+pub(super) fn metrics(
+    config: &Config,
+    listen: &[Spanned<SocketAddr>],
+) -> Result<Option<MetricsPlan>, Located> {
+    let Some(metrics) = &config.metrics else {
+        if let Some(health) = &config.health {
+            return Err(Located::at(
+                health,
+                "health",
+                "the probes are served on the [metrics] listener: add a [metrics] table",
+            ));
+        }
+        return Ok(None);
+    };
+    let addr = *metrics.listen.get_ref();
+    if let Some(other) = listen.iter().find(|l| clash(*l.get_ref(), addr)) {
+        return Err(Located::at(
+            &metrics.listen,
+            "metrics.listen",
+            format_args!(
+                "{addr} clashes with the [[listen]] address {}: the metrics endpoint needs \
+                 its own address",
+                other.get_ref()
+            ),
+        ));
+    }
+    let path = match &metrics.path {
+        None => "/metrics".to_owned(),
+        Some(path) => {
+            check_path(path, "metrics.path")?;
+            path.get_ref().clone()
+        }
+    };
+    let probes = match &config.health {
+        None => None,
+        Some(health) => {
+            let (live, ready) = probes(health)?;
+            if path == live || path == ready {
+                return Err(Located::at(
+                    health,
+                    "health",
+                    "the probe paths and the metrics path must differ",
+                ));
+            }
+            Some((live, ready))
+        }
+    };
+    Ok(Some(MetricsPlan {
+        listen: addr,
+        path,
+        probes,
+    }))
+}
+
+/// `[health]`'s two paths, checked and distinct.
+fn probes(health: &Spanned<ProbesConfig>) -> Result<(String, String), Located> {
+    let config = health.get_ref();
+    let path = |value: &Option<Spanned<String>>, key: &str, default: &str| match value {
+        None => Ok(default.to_owned()),
+        Some(p) => check_path(p, key).map(|()| p.get_ref().clone()),
+    };
+    let live = path(&config.liveness, "health.liveness", "/healthz")?;
+    let ready = path(&config.readiness, "health.readiness", "/readyz")?;
+    if live == ready {
+        return Err(Located::at(
+            health,
+            "health",
+            "liveness and readiness need paths of their own",
+        ));
+    }
+    Ok((live, ready))
+}

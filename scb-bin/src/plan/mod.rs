@@ -1,0 +1,260 @@
+//! A checked config, ready to run: scb-core builders and per-route handlers.
+//!
+//! Building a [`Plan`] is the whole of validation: `scb check` builds one and discards it,
+//! `scb run` builds one and runs it, so whatever `check` accepts, `run` starts with, and
+//! the server never starts half-configured.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use scb_core::access_log::AccessLogFormat;
+use scb_core::health::Readiness;
+use scb_core::router::PathMatch;
+use scb_core::server::{Limits, Server};
+use scb_static::compress::CompressLayer;
+
+use crate::config::{Config, ConfigError, Located};
+use crate::route::{Guards, Handler};
+
+/// Everything `scb run` needs, checked.
+#[derive(Debug)]
+pub(crate) struct Plan {
+    /// The main server: workers, grace period, limits, request-id header, listeners; its
+    /// [`settings`](Server::settings) are what the stacks and the metrics server read.
+    pub(crate) server: Server,
+    /// The sites: the named ones in config order, then the default site (top-level
+    /// `[[route]]`s, or a `[[site]]` without `hosts`) if there is one.
+    pub(crate) sites: Arc<[SitePlan]>,
+    /// The metrics endpoint, if configured.
+    pub(crate) metrics: Option<MetricsPlan>,
+    /// The listeners in config order, described for `scb check --print`.
+    pub(crate) listeners: Vec<(String, &'static str)>,
+    /// The files the config was read from (the main one first), for `scb check --print`.
+    pub(crate) files: Vec<std::path::PathBuf>,
+    /// The access log, when on.
+    pub(crate) access_log: Option<AccessPlan>,
+    /// `[server] trusted_proxies`, for the access log's client address.
+    pub(crate) trusted_proxies: scb_core::client_ip::TrustedProxies,
+    /// Redirects to `https` and `Strict-Transport-Security`, by listener.
+    pub(crate) https: HttpsPlan,
+    /// `[server] upgrade_socket`: where `scb run --upgrade` takes the listeners over.
+    pub(crate) upgrade_socket: Option<std::path::PathBuf>,
+    /// Where `scb run` writes its process id.
+    pub(crate) pid_file: Option<std::path::PathBuf>,
+    /// The process's readiness, drained on SIGTERM: read by `[health]`'s readiness path
+    /// and by `health = true` routes.
+    pub(crate) readiness: Readiness,
+    /// How long readiness says 503 before the listeners close (`[health] drain_delay`).
+    pub(crate) drain_delay: Duration,
+}
+
+/// Where the access log goes and how it reads.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct AccessPlan {
+    /// The file; `None` is stderr.
+    pub(crate) path: Option<std::path::PathBuf>,
+    /// `None`: as the process's own log (`--log-format`).
+    pub(crate) format: Option<AccessLogFormat>,
+}
+
+/// A config file read and parsed, its plan not built yet: `scb run` looks at it first to
+/// install the metrics recorder before any layer registers a handle.
+#[derive(Debug)]
+pub(crate) struct Parsed {
+    source: crate::config::Source,
+    config: Config,
+}
+
+impl Parsed {
+    /// Whether the config has a `[metrics]` endpoint.
+    pub(crate) fn wants_metrics(&self) -> bool {
+        self.config.metrics.is_some()
+    }
+
+    /// Checks the config and builds the plan.
+    pub(crate) fn plan(&self) -> Result<Plan, ConfigError> {
+        self.plan_with(Readiness::new())
+    }
+
+    /// [`plan`](Self::plan) with the running process's `readiness`: a reload's routes
+    /// and probes must answer from the same one that SIGTERM drains.
+    pub(crate) fn plan_with(&self, readiness: Readiness) -> Result<Plan, ConfigError> {
+        let mut plan = Plan::new(&self.config, readiness).map_err(|e| self.source.locate(e))?;
+        plan.files = self.source.files().map(Path::to_path_buf).collect();
+        Ok(plan)
+    }
+}
+
+impl Plan {
+    /// The default site's routes (none when every site is named).
+    #[cfg(test)]
+    pub(crate) fn routes(&self) -> &[RoutePlan] {
+        self.sites
+            .iter()
+            .find(|s| s.hosts.is_empty())
+            .map_or(&[], |s| &s.routes)
+    }
+
+    /// Reads, parses and checks `file`.
+    pub(crate) fn load(file: &Path) -> Result<Self, ConfigError> {
+        Self::parse(file)?.plan()
+    }
+
+    /// Reads and parses `file` and the files it includes, its `${VAR}`s expanded from
+    /// the environment, without building anything.
+    pub(crate) fn parse(file: &Path) -> Result<Parsed, ConfigError> {
+        let source = crate::config::Source::load(file, &|name| std::env::var(name).ok())?;
+        let mut config = Config::parse(&source.text).map_err(|e| source.locate(e))?;
+        let dir = std::path::absolute(file)
+            .ok()
+            .and_then(|file| file.parent().map(Path::to_path_buf))
+            .unwrap_or_default();
+        config.resolve_paths(&dir);
+        Ok(Parsed { source, config })
+    }
+
+    /// `scb serve DIR`: every path beneath `dir`, on `listen`, with sidecars, the access
+    /// log and every other setting at its default.
+    pub(crate) fn serve(
+        dir: &Path,
+        listen: SocketAddr,
+        workers: Option<usize>,
+        compress: bool,
+    ) -> Result<Self, scb_static::BuildError> {
+        let files = scb_static::ServeStatic::builder(dir)
+            .precompressed(["br", "zstd", "gzip"])
+            .build()?;
+        let mut server = Server::builder().listen(listen);
+        if let Some(workers) = workers {
+            server = server.workers(workers);
+        }
+        Ok(Self {
+            server,
+            sites: Arc::from([SitePlan {
+                hosts: Vec::new(),
+                routes: Arc::from([RoutePlan {
+                    name: "static".into(),
+                    matcher: PathMatch::Prefix("/".to_owned()),
+                    handler: Handler::Static {
+                        files,
+                        compress: compress.then(CompressLayer::new),
+                    },
+                    guards: Guards::default(),
+                }]),
+                fallback: Guards::default(),
+            }]),
+            metrics: None,
+            listeners: vec![(listen.to_string(), "plain")],
+            files: Vec::new(),
+            access_log: Some(AccessPlan {
+                path: None,
+                format: None,
+            }),
+            trusted_proxies: scb_core::client_ip::TrustedProxies::default(),
+            https: HttpsPlan::default(),
+            upgrade_socket: None,
+            pid_file: None,
+            readiness: Readiness::new(),
+            drain_delay: Duration::ZERO,
+        })
+    }
+
+    /// Parses and checks a config document.
+    #[cfg(test)]
+    pub(crate) fn from_source(source: &str) -> Result<Self, Located> {
+        Self::new(&Config::parse(source)?, Readiness::new())
+    }
+
+    /// Checks `config` and converts it; `health = true` routes and the probes answer
+    /// from `readiness`.
+    pub(crate) fn new(config: &Config, readiness: Readiness) -> Result<Self, Located> {
+        let limits = Limits::try_from(&config.limits).map_err(|e| e.within("limits"))?;
+        let request_id_header = config
+            .request_id
+            .header_name()
+            .map_err(|e| e.within("request_id"))?;
+
+        let mut server = Server::builder()
+            .limits(limits)
+            .request_id_header(request_id_header)
+            // Its own answers, connections and handshakes: counted when something reads them.
+            .metrics(config.metrics.is_some());
+        if let Some(workers) = &config.server.workers {
+            if *workers.get_ref() == 0 {
+                return Err(Located::at(workers, "server.workers", "must be at least 1"));
+            }
+            server = server.workers(*workers.get_ref());
+        }
+        if let Some(grace_period) = config.server.grace_period.map(|g| g.0) {
+            server = server.grace_period(grace_period);
+        }
+
+        let listen = listen_addrs(config)?;
+        let (server, https) = listeners(config, server)?;
+        let metrics = metrics(config, &listen)?;
+        let trusted_proxies = match &config.server.trusted_proxies {
+            None => scb_core::client_ip::TrustedProxies::default(),
+            Some(entries) => {
+                crate::config::convert::trusted_proxies(entries).map_err(|e| e.within("server"))?
+            }
+        };
+        let sites = sites(config, &readiness, &trusted_proxies)?;
+
+        Ok(Self {
+            server,
+            sites: sites.into(),
+            metrics,
+            listeners: config
+                .listen
+                .iter()
+                .map(|l| {
+                    let kind = match (&l.tls, l.redirect_https.as_ref().map(|r| *r.get_ref())) {
+                        (Some(tls), _) if tls.get_ref().acme.is_some() => {
+                            "tls (h2, http/1.1), acme"
+                        }
+                        (Some(_), _) => "tls (h2, http/1.1)",
+                        (None, Some(true)) => "plain, redirects to https",
+                        (None, _) => "plain",
+                    };
+                    (listen_text(l.addr.get_ref()), kind)
+                })
+                .collect(),
+            files: Vec::new(),
+            access_log: match &config.log.access {
+                crate::config::AccessConfig::Off => None,
+                crate::config::AccessConfig::On(table) => Some(AccessPlan {
+                    path: table.path.clone(),
+                    format: table.format.as_ref().map(|f| match f.get_ref() {
+                        crate::config::AccessFormat::Combined => AccessLogFormat::Combined,
+                        crate::config::AccessFormat::Json => AccessLogFormat::Json,
+                    }),
+                }),
+            },
+            trusted_proxies,
+            https,
+            upgrade_socket: config.server.upgrade_socket.clone(),
+            pid_file: config.server.pid_file.clone(),
+            readiness,
+            drain_delay: config
+                .health
+                .as_ref()
+                .and_then(|h| h.get_ref().drain_delay)
+                .map_or(Duration::ZERO, |d| d.0),
+        })
+    }
+}
+
+mod listen;
+mod print;
+mod route;
+mod site;
+#[cfg(test)]
+mod tests;
+
+pub(crate) use listen::{HttpsPlan, MetricsPlan, listen_text};
+use listen::{listen_addrs, listeners, metrics};
+pub(crate) use route::RoutePlan;
+pub(crate) use site::SitePlan;
+use site::sites;
