@@ -234,8 +234,8 @@ impl UpstreamTls {
             }
             builder
                 .dangerous()
-                .with_custom_certificate_verifier(Arc::new(PinnedCertificate {
-                    pins: self.pins.clone(),
+                .with_custom_certificate_verifier(Arc::new(WithoutRoots {
+                    pins: Some(self.pins.clone()),
                     provider,
                 }))
         } else if self.insecure_skip_verify {
@@ -245,7 +245,10 @@ impl UpstreamTls {
             );
             builder
                 .dangerous()
-                .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)))
+                .with_custom_certificate_verifier(Arc::new(WithoutRoots {
+                    pins: None,
+                    provider,
+                }))
         } else {
             builder.with_root_certificates(self.roots(hosts)?)
         };
@@ -322,15 +325,17 @@ fn own_ca_certificate<'a>(cert: &CertificateDer<'_>, hosts: &[&'a str]) -> Optio
     })
 }
 
-/// `pin`: the end-entity certificate's SHA-256 must be one of the pins; the handshake's
-/// signatures are checked with its key, as always.
+/// The two ways an upstream certificate is accepted without a CA: by `pin` (its SHA-256
+/// must be one of `pins`) or by `insecure_skip_verify` (`pins` is `None`: any certificate).
+/// Either way the handshake's signatures are checked with the certificate's key, so the
+/// peer holds the key of the certificate it sent.
 #[derive(Debug)]
-struct PinnedCertificate {
-    pins: Vec<CertificatePin>,
+struct WithoutRoots {
+    pins: Option<Vec<CertificatePin>>,
     provider: Arc<CryptoProvider>,
 }
 
-impl ServerCertVerifier for PinnedCertificate {
+impl ServerCertVerifier for WithoutRoots {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -339,7 +344,11 @@ impl ServerCertVerifier for PinnedCertificate {
         _ocsp_response: &[u8],
         _now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        if self.pins.contains(&CertificatePin::of(end_entity)) {
+        let accepted = self
+            .pins
+            .as_ref()
+            .is_none_or(|pins| pins.contains(&CertificatePin::of(end_entity)));
+        if accepted {
             Ok(ServerCertVerified::assertion())
         } else {
             Err(rustls::Error::InvalidCertificate(
@@ -407,54 +416,4 @@ fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, UpstreamTlsError> {
         path: path.to_owned(),
         message: e.to_string(),
     })
-}
-
-/// `insecure_skip_verify`: any certificate, but the handshake's signatures still checked
-/// (so the peer holds the key of the certificate it sent).
-#[derive(Debug)]
-struct AnyCertificate(Arc<CryptoProvider>);
-
-impl ServerCertVerifier for AnyCertificate {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
 }
