@@ -568,6 +568,7 @@ fn app_maker(
     let acme =
         (!plan.https.acme.is_empty()).then(|| scb_tls::Http01Layer::new(plan.https.acme.iter()));
     let metrics = plan.metrics.is_some();
+    let logged = access.is_some();
     let mut access_log = AccessLogLayer::new().trusted_proxies(plan.trusted_proxies.clone());
     if let Some(writer) = access {
         access_log = access_log.writer(writer.clone());
@@ -580,6 +581,7 @@ fn app_maker(
             &access_log,
             acme.as_ref(),
             metrics,
+            logged,
         )?)
     }))
 }

@@ -94,7 +94,8 @@ impl Https {
 
 /// Builds the main stack for one worker. Metric handles are registered here, so the
 /// recorder must be installed first; with `metrics` false (no endpoint reads them) the
-/// routes record nothing and read no clock for it.
+/// routes record nothing and read no clock for it. With `logged` false (the access log
+/// writes nowhere) the routers do not note route names for it.
 ///
 /// # Errors
 ///
@@ -107,6 +108,7 @@ pub(crate) fn app(
     access_log: &AccessLogLayer,
     acme: Option<&scb_tls::Http01Layer>,
     metrics: bool,
+    logged: bool,
 ) -> Result<AppService, StackError> {
     let metrics_layer = |route: &str| {
         if metrics {
@@ -116,7 +118,7 @@ pub(crate) fn app(
         }
     };
     let site = |plan: &SitePlan| -> Result<Site, RouterError> {
-        let mut router = Router::new();
+        let mut router = Router::new().note_routes(logged);
         for route in plan.routes.iter() {
             let service = route.guards.wrap(route.handler.service());
             let service = metrics_layer(&route.name).layer(service);
@@ -286,6 +288,7 @@ mod tests {
             &AccessLogLayer::new(),
             None,
             true,
+            true,
         )
         .unwrap();
 
@@ -314,6 +317,7 @@ mod tests {
             &Https::default(),
             &AccessLogLayer::new(),
             None,
+            true,
             true,
         )
         .unwrap();

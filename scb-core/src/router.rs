@@ -5,10 +5,11 @@
 //! one type `S`. Routes of different kinds (a closure, `ServeStatic`, `ReverseProxy`) go
 //! into a `Router<BoxRoute>` with [`Router::boxed_route`], which boxes each one; a route
 //! table that knows its kinds can use an enum instead and skip the box. Names identify routes in
-//! errors and in `Debug` output. A layer above the router that needs the route's name (the
-//! access log) asks with the request extension [`WantsRouteName`], and the router sets
-//! [`RouteName`] on the response; otherwise it touches neither the request nor the
-//! response, and a service that needs to know its route (a metrics label, say) is built
+//! errors and in `Debug` output, and an access log above the router gets the name of the
+//! route that took each request: the router notes it in the request's
+//! [`AccessNotes`] when there are any
+//! ([`note_routes`](Router::note_routes)). It touches nothing else of the request or the
+//! response, so a service that needs to know its route (a metrics label, say) is built
 //! knowing it.
 //!
 //! # Example
@@ -88,6 +89,7 @@ use tower::Service;
 use tower::util::{Oneshot, ServiceExt as _};
 
 use crate::Body;
+use crate::access_log::AccessNotes;
 
 /// How a route matches a request path. Both forms must start with `/`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -147,6 +149,10 @@ struct Table<S> {
     exact: Vec<(Box<str>, Route<S>)>,
     /// Longest first, so the first match is the longest.
     prefixes: Vec<(Box<str>, Route<S>)>,
+    /// The route name noted for the fallback's answers.
+    fallback_name: Option<Arc<str>>,
+    /// Whether the route is noted in the request's `AccessNotes`.
+    note_routes: bool,
 }
 
 impl<S> Table<S> {
@@ -247,55 +253,7 @@ pub fn prefix_matches(prefix: &str, path: &str) -> bool {
 pub struct Router<S, F = NotFound> {
     table: Arc<Table<S>>,
     fallback: F,
-    fallback_name: Option<Arc<str>>,
 }
-
-/// The name of the route that answered: a response extension the [`Router`] that chose
-/// the route sets when the request carries [`WantsRouteName`]. Where routers nest, the
-/// innermost (the most specific) names it; a response from no router has none.
-///
-/// ```
-/// use http::{Request, StatusCode};
-/// use scb_core::Body;
-/// use scb_core::respond::Respond;
-/// use scb_core::router::{PathMatch, RouteName, Router, WantsRouteName};
-/// use tower::ServiceExt;
-///
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), scb_core::router::RouterError> {
-/// let router = Router::new()
-///     .route("api", PathMatch::Prefix("/api".into()), Respond::new(StatusCode::OK))?
-///     .fallback_name("unmatched");
-/// let mut req = Request::get("/api/users").body(Body::empty()).unwrap();
-/// req.extensions_mut().insert(WantsRouteName);
-/// let res = router.clone().oneshot(req).await.unwrap();
-/// assert_eq!(res.extensions().get::<RouteName>().map(RouteName::as_str), Some("api"));
-///
-/// let mut req = Request::get("/elsewhere").body(Body::empty()).unwrap();
-/// req.extensions_mut().insert(WantsRouteName);
-/// let res = router.clone().oneshot(req).await.unwrap();
-/// assert_eq!(res.extensions().get::<RouteName>().map(RouteName::as_str), Some("unmatched"));
-///
-/// // Not asked, not set: the common case costs one extension lookup.
-/// let res = router.oneshot(Request::get("/api").body(Body::empty()).unwrap()).await.unwrap();
-/// assert!(res.extensions().get::<RouteName>().is_none());
-/// # Ok(())
-/// # }
-/// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RouteName(pub Arc<str>);
-
-impl RouteName {
-    /// The name.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-/// Asks the [`Router`] for a [`RouteName`] on the response: a request extension, zero-sized
-/// (inserting it allocates nothing), that the access log adds when it records.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct WantsRouteName;
 
 impl<S> Router<S> {
     /// A router without routes, answering everything with [`NotFound`].
@@ -304,9 +262,10 @@ impl<S> Router<S> {
             table: Arc::new(Table {
                 exact: Vec::new(),
                 prefixes: Vec::new(),
+                fallback_name: None,
+                note_routes: true,
             }),
             fallback: NotFound,
-            fallback_name: None,
         }
     }
 }
@@ -351,15 +310,30 @@ impl<S, F> Router<S, F> {
         Router {
             table: self.table,
             fallback,
-            fallback_name: self.fallback_name,
         }
     }
 
-    /// The [`RouteName`] of the fallback's answers (for a request that asks with
-    /// [`WantsRouteName`]). Defaults to none: the fallback's answers carry no name.
+    /// The route name an access log records for the fallback's answers. Defaults to none:
+    /// they are recorded without a route.
     #[must_use]
-    pub fn fallback_name(mut self, name: impl Into<Arc<str>>) -> Self {
-        self.fallback_name = Some(name.into());
+    pub fn fallback_name(mut self, name: impl Into<Arc<str>>) -> Self
+    where
+        S: Clone,
+    {
+        Arc::make_mut(&mut self.table).fallback_name = Some(name.into());
+        self
+    }
+
+    /// Whether the router notes the route it chooses in the request's
+    /// [`AccessNotes`], for an access log above it.
+    /// Defaults to true; a stack with no access log turns it off and saves the lookup
+    /// (one extension read per request).
+    #[must_use]
+    pub fn note_routes(mut self, on: bool) -> Self
+    where
+        S: Clone,
+    {
+        Arc::make_mut(&mut self.table).note_routes = on;
         self
     }
 }
@@ -369,7 +343,6 @@ impl<S, F: Clone> Clone for Router<S, F> {
         Self {
             table: Arc::clone(&self.table),
             fallback: self.fallback.clone(),
-            fallback_name: self.fallback_name.clone(),
         }
     }
 }
@@ -398,12 +371,16 @@ where
     }
 
     fn call(&mut self, req: Request<ReqB>) -> Self::Future {
-        let named = req.extensions().get::<WantsRouteName>().is_some();
-        match self.table.find(req.uri().path()) {
-            Some(route) => ResponseFuture::chosen(route.service.clone(), req)
-                .named(named.then(|| Arc::clone(&route.name))),
-            None => ResponseFuture::fallback(self.fallback.clone(), req)
-                .named(self.fallback_name.clone().filter(|_| named)),
+        let route = self.table.find(req.uri().path());
+        if self.table.note_routes
+            && let Some(notes) = req.extensions().get::<AccessNotes>()
+            && let Some(name) = route.map(|r| &r.name).or(self.table.fallback_name.as_ref())
+        {
+            notes.route(name);
+        }
+        match route {
+            Some(route) => ResponseFuture::chosen(route.service.clone(), req),
+            None => ResponseFuture::fallback(self.fallback.clone(), req),
         }
     }
 }
@@ -419,7 +396,6 @@ where
             kind: Kind::Route {
                 future: Dispatch::new(service, req),
             },
-            name: None,
         }
     }
 
@@ -429,14 +405,7 @@ where
             kind: Kind::Fallback {
                 future: Dispatch::new(fallback, req),
             },
-            name: None,
         }
-    }
-
-    /// Sets `name` as the response's [`RouteName`], unless a router beneath set one.
-    fn named(mut self, name: Option<Arc<str>>) -> Self {
-        self.name = name;
-        self
     }
 }
 
@@ -451,7 +420,6 @@ pin_project! {
     {
         #[pin]
         kind: Kind<S, F, Req>,
-        name: Option<Arc<str>>,
     }
 }
 
@@ -552,17 +520,10 @@ where
     type Output = Result<Response<B>, S::Error>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.project();
-        let mut result = std::task::ready!(match this.kind.project() {
+        match self.project().kind.project() {
             KindProj::Route { future } => future.poll(cx),
             KindProj::Fallback { future } => future.poll(cx),
-        });
-        if let (Some(name), Ok(res)) = (this.name.take(), &mut result)
-            && res.extensions().get::<RouteName>().is_none()
-        {
-            res.extensions_mut().insert(RouteName(name));
         }
-        Poll::Ready(result)
     }
 }
 

@@ -17,6 +17,7 @@ use http::uri::Scheme;
 use http::{Method, Request, Response, Uri, Version};
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
+use scb_core::access_log::AccessNotes;
 use scb_core::connection::{ClientCertificate, ConnectInfo};
 use scb_core::request_id::Id;
 use scb_core::{Body, BoxError};
@@ -146,11 +147,11 @@ impl ReverseProxy {
     }
 
     /// Sends `req` up; `tried_last` is set to each upstream tried, so that an error
-    /// answer can name the last; a response names its upstream when `name_upstream`.
+    /// answer can name the last; the upstream that answered is noted in `notes`.
     async fn forward<B>(
         &self,
         mut req: Request<B>,
-        name_upstream: bool,
+        notes: Option<&AccessNotes>,
         tried_last: &mut Option<usize>,
     ) -> Result<Response<Body>, ProxyError>
     where
@@ -256,13 +257,9 @@ impl ReverseProxy {
                 // Boxed: the HTTP/1.1 path's future stays as small as it was.
                 let tried = Box::pin(self.try_h2(index, req, deadline, client_host.as_ref(), id));
                 match tried.await {
-                    H2Try::Done(Ok(mut response)) => {
-                        if name_upstream {
-                            response
-                                .extensions_mut()
-                                .insert(scb_core::access_log::UpstreamAddr(
-                                    state.upstream.authority().clone(),
-                                ));
+                    H2Try::Done(Ok(response)) => {
+                        if let Some(notes) = notes {
+                            notes.upstream(state.upstream.authority());
                         }
                         return Ok(response);
                     }
@@ -316,14 +313,10 @@ impl ReverseProxy {
                 Ok(Ok(head)) => {
                     state.metrics.response(sent.elapsed());
                     state.health.record_success(&state.metrics);
-                    let mut response =
+                    let response =
                         self.client_response(index, owner, connection, head, client_upgrade, id);
-                    if name_upstream {
-                        response
-                            .extensions_mut()
-                            .insert(scb_core::access_log::UpstreamAddr(
-                                state.upstream.authority().clone(),
-                            ));
+                    if let Some(notes) = notes {
+                        notes.upstream(state.upstream.authority());
                     }
                     return Ok(response);
                 }
@@ -747,29 +740,23 @@ where
         // Only HTTP/2 upstreams carry gRPC (it needs trailers): HTTP/1.1 proxies skip the
         // lookup.
         let grpc = self.shared.settings.protocol.is_h2() && is_grpc(req.headers());
-        // The access log asks; the extension costs allocations nobody else needs.
-        let name_upstream = req
-            .extensions()
-            .get::<scb_core::access_log::WantsUpstream>()
-            .is_some();
+        // The access log's notes, when it records: the upstream is noted there.
+        let notes = req.extensions().get::<AccessNotes>().cloned();
         ResponseFuture {
             inner: Box::pin(async move {
                 let mut tried = None;
                 Ok(proxy
-                    .forward(req, name_upstream, &mut tried)
+                    .forward(req, notes.as_ref(), &mut tried)
                     .await
                     .unwrap_or_else(|e| {
-                        let mut res = if grpc {
+                        let res = if grpc {
                             e.into_grpc_response()
                         } else {
                             e.into_response()
                         };
                         // The upstream that failed, for the access log, as for an answer.
-                        if name_upstream && let Some(index) = tried {
-                            res.extensions_mut()
-                                .insert(scb_core::access_log::UpstreamAddr(
-                                    proxy.shared.upstreams[index].upstream.authority().clone(),
-                                ));
+                        if let (Some(notes), Some(index)) = (&notes, tried) {
+                            notes.upstream(proxy.shared.upstreams[index].upstream.authority());
                         }
                         res
                     }))

@@ -1858,7 +1858,7 @@ async fn invalid_chunk_sizes_get_400_and_nothing_whole_reaches_the_upstream() {
 }
 
 #[tokio::test]
-async fn the_upstream_is_named_on_the_response_only_when_the_access_log_asks() {
+async fn the_upstream_is_noted_for_the_access_log_above_and_nothing_is_added_without_it() {
     let up = HttpUpstream::spawn(|_req: Request<hyper::body::Incoming>| async move {
         Response::new(Body::from("ok"))
     })
@@ -1866,21 +1866,30 @@ async fn the_upstream_is_named_on_the_response_only_when_the_access_log_asks() {
     let proxy = proxy_to(up.addr, |b| b);
     let res = proxy.clone().oneshot(get("/")).await.unwrap();
     assert_eq!(res.status(), StatusCode::OK);
+    assert!(res.extensions().is_empty(), "no access log, nothing added");
+
+    let path = std::env::temp_dir().join(format!(
+        "scb-proxy-upstream-note-{}-{}.log",
+        std::process::id(),
+        fastrand::u64(..)
+    ));
+    let writer = scb_core::access_log::AccessLogWriter::file(
+        &path,
+        scb_core::access_log::AccessLogFormat::Json,
+    )
+    .unwrap();
+    let logged = tower::ServiceBuilder::new()
+        .layer(scb_core::access_log::AccessLogLayer::new().writer(writer.clone()))
+        .service(proxy);
+    let res = logged.oneshot(get("/")).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert!(writer.close(Duration::from_secs(10)));
+    let line = std::fs::read_to_string(&path).unwrap();
+    let _ = std::fs::remove_file(&path);
     assert!(
-        res.extensions()
-            .get::<scb_core::access_log::UpstreamAddr>()
-            .is_none()
+        line.contains(&format!("\"upstream\":\"{}\"", up.addr)),
+        "{line}"
     );
-    let mut asking = get("/");
-    asking
-        .extensions_mut()
-        .insert(scb_core::access_log::WantsUpstream);
-    let res = proxy.oneshot(asking).await.unwrap();
-    let named = res
-        .extensions()
-        .get::<scb_core::access_log::UpstreamAddr>()
-        .expect("the upstream, asked for");
-    assert_eq!(named.0.as_str(), up.addr.to_string());
 }
 
 // ---------------------------------------------------------------------------------------

@@ -2,11 +2,11 @@
 //!
 //! [`AccessLogLayer`] records, for each request: the time, the request id, the client's
 //! address (through [`TrustedProxies`] when set), the host, method, path and query,
-//! protocol, status, body bytes, duration, user agent and referer, the route's name (the
-//! [`RouteName`] a [`Router`](crate::router::Router) beneath sets on the response when the
-//! request carries [`WantsRouteName`], which this layer adds) and, for a proxied request, the
-//! upstream that answered (the [`UpstreamAddr`] response extension scb-proxy sets when
-//! the request carries [`WantsUpstream`], which this layer adds).
+//! protocol, status, body bytes, duration, user agent and referer, the route's name and,
+//! for a proxied request, the upstream that answered. Those two come from beneath: the
+//! layer puts [`AccessNotes`] in the request's extensions, the
+//! [`Router`](crate::router::Router) that chooses a route notes its name there, and
+//! scb-proxy notes the upstream.
 //!
 //! Records go to one of two places:
 //!
@@ -60,6 +60,7 @@
 //! costs one filter check per request: it reads no clock, clones nothing and emits
 //! nothing.
 
+mod notes;
 mod record;
 mod writer;
 
@@ -77,13 +78,13 @@ use http_body::Body as HttpBody;
 use pin_project_lite::pin_project;
 use tower::{Layer, Service};
 
+pub use notes::AccessNotes;
 pub use record::AccessLogFormat;
 pub use writer::AccessLogWriter;
 
 use crate::client_ip::{TrustedProxies, client_ip};
 use crate::connection::ConnectInfo;
 use crate::request_id::Id;
-use crate::router::{RouteName, WantsRouteName};
 use record::{Record, Text};
 
 /// The `tracing` target of access-log events: `scb::access`.
@@ -91,16 +92,6 @@ use record::{Record, Text};
 /// Route it to its own output, or turn it off, with a target filter
 /// (e.g. `RUST_LOG=scb::access=off`).
 pub const TARGET: &str = "scb::access";
-
-/// The upstream that answered a proxied request: a response extension the access log
-/// records. scb-proxy's `ReverseProxy` sets it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct UpstreamAddr(pub Authority);
-
-/// Asks for [`UpstreamAddr`]: a request extension the access log adds when it records,
-/// so that a proxy adds the response extension (a few allocations) only then.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct WantsUpstream;
 
 /// Applies [`AccessLog`] to a service.
 #[derive(Clone, Default)]
@@ -246,7 +237,7 @@ where
                 .get(header::HOST)
                 .map(http::HeaderValue::as_bytes)
                 .or_else(|| uri.authority().map(|a| a.as_str().as_bytes()));
-            let record = Box::new(Record::new(
+            let notes = AccessNotes::new(Record::new(
                 SystemTime::now(),
                 client,
                 req.method().clone(),
@@ -268,14 +259,13 @@ where
             Pending {
                 start: Instant::now(),
                 sink: settings.writer.clone(),
-                record,
+                notes,
             }
         });
-        if entry.is_some() {
-            // Zero-sized values: no allocation, slots in the map the server's
+        if let Some(entry) = &entry {
+            // For the router and the proxy beneath: a slot in the map the server's
             // `ConnectInfo` and the request id are in already.
-            req.extensions_mut().insert(WantsUpstream);
-            req.extensions_mut().insert(WantsRouteName);
+            req.extensions_mut().insert(entry.notes.clone());
         }
         ResponseFuture {
             inner: self.inner.call(req),
@@ -289,31 +279,22 @@ where
 struct Pending {
     start: Instant,
     sink: Option<AccessLogWriter>,
-    // Boxed: what goes to the writer's queue is a pointer, and so is what the future
-    // carries (and moves through every layer).
-    record: Box<Record>,
+    // The record, behind a pointer: what the future carries (and moves through every
+    // layer) is small, and the layers beneath write into it.
+    notes: AccessNotes,
 }
 
 impl Pending {
-    fn finish(
-        self,
-        status: Option<StatusCode>,
-        bytes: u64,
-        upstream: Option<&UpstreamAddr>,
-        route: Option<&RouteName>,
-    ) {
-        let Self {
-            start,
-            sink,
-            mut record,
-        } = self;
+    fn finish(self, status: Option<StatusCode>, bytes: u64) {
+        let Self { start, sink, notes } = self;
+        let Some(mut record) = notes.take() else {
+            return;
+        };
         record.status = status;
         record.bytes = bytes;
         record.duration = start.elapsed();
-        record.upstream = upstream.map(|u| u.0.clone());
-        record.route = route.map(|r| Arc::clone(&r.0));
         match sink {
-            Some(writer) => writer.send(*record),
+            Some(writer) => writer.send(record),
             None => emit(&record),
         }
     }
@@ -374,10 +355,8 @@ where
                 Ok(res) => entry.finish(
                     Some(res.status()),
                     res.body().size_hint().exact().unwrap_or(0),
-                    res.extensions().get::<UpstreamAddr>(),
-                    res.extensions().get::<RouteName>(),
                 ),
-                Err(_) => entry.finish(None, 0, None, None),
+                Err(_) => entry.finish(None, 0),
             }
         }
         Poll::Ready(result)
@@ -525,6 +504,49 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn the_route_is_the_innermost_router_s_its_fallback_s_name_or_none_when_not_noted() {
+        let events = Events::default();
+        let _guard = events.capture();
+        type Nested = Router<Router<Respond>, Router<Respond>>;
+        let route_of = |svc: AccessLog<Nested>, path: &'static str| async move {
+            svc.oneshot(Request::get(path).body(Body::empty()).unwrap())
+                .await
+                .unwrap();
+        };
+        let nested = |outer: Nested| AccessLog::new(outer);
+        let inner = router().fallback_name("inner-unmatched");
+        let outer = Router::new()
+            .route("outer", PathMatch::Prefix("/".into()), inner.clone())
+            .unwrap()
+            .fallback(inner.clone());
+        route_of(nested(outer.clone()), "/api/x").await;
+        route_of(nested(outer.clone()), "/elsewhere").await;
+        let quiet = Router::new()
+            .note_routes(false)
+            .route(
+                "outer",
+                PathMatch::Prefix("/".into()),
+                inner.clone().note_routes(false),
+            )
+            .unwrap()
+            .fallback(inner.note_routes(false));
+        route_of(nested(quiet), "/api/x").await;
+        let routes: Vec<Option<String>> = events
+            .take()
+            .iter()
+            .map(|e| field(e, "route").map(str::to_owned))
+            .collect();
+        assert_eq!(
+            routes,
+            [
+                Some("api".to_owned()),
+                Some("inner-unmatched".to_owned()),
+                None
+            ]
+        );
+    }
+
+    #[tokio::test]
     async fn generated_id_is_logged_as_the_response_carries_it() {
         let events = Events::default();
         let _guard = events.capture();
@@ -610,11 +632,12 @@ mod tests {
         ));
         let writer = AccessLogWriter::file(&path, AccessLogFormat::Json).unwrap();
         let log = writer.clone();
-        let proxied = service_fn(|_req: Request<Body>| async {
-            let mut res = Response::new(Body::from("from upstream"));
-            res.extensions_mut()
-                .insert(UpstreamAddr("127.0.0.1:8081".parse().unwrap()));
-            Ok::<_, Infallible>(res)
+        // As scb-proxy does: the upstream noted in the request's notes.
+        let proxied = service_fn(|req: Request<Body>| async move {
+            if let Some(notes) = req.extensions().get::<AccessNotes>() {
+                notes.upstream(&"127.0.0.1:8081".parse().unwrap());
+            }
+            Ok::<_, Infallible>(Response::new(Body::from("from upstream")))
         });
         let svc = ServiceBuilder::new()
             .layer(RequestIdLayer::new())
