@@ -54,6 +54,7 @@
 mod balance;
 mod body;
 mod builder;
+pub mod cache;
 mod client;
 mod error;
 mod forward;

@@ -1,0 +1,96 @@
+//! A response body that goes to the client as it arrives and is stored when it has
+//! arrived whole: a body that fails, is cut short, has trailers or grows past the object
+//! bound is never stored.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::{Bytes, BytesMut};
+use http::response::Parts;
+use http_body::{Body as HttpBody, Frame, SizeHint};
+use http_cache_semantics::CachePolicy;
+use scb_core::{Body, BoxError};
+
+use super::store::{Entry, Key, Store};
+
+/// What to store once the body is whole.
+#[derive(Debug)]
+pub(crate) struct Pending {
+    pub(crate) store: Arc<Store>,
+    pub(crate) key: Key,
+    pub(crate) policy: CachePolicy,
+    pub(crate) head: Parts,
+    pub(crate) replaces: Option<Arc<Entry>>,
+    pub(crate) max_object: usize,
+}
+
+/// The body, copied into `buf` on its way to the client.
+#[derive(Debug)]
+pub(crate) struct Tee {
+    inner: Body,
+    buf: BytesMut,
+    pending: Option<Pending>,
+}
+
+impl Tee {
+    pub(crate) fn new(inner: Body, pending: Pending) -> Self {
+        Self {
+            inner,
+            buf: BytesMut::new(),
+            pending: Some(pending),
+        }
+    }
+}
+
+impl HttpBody for Tee {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = &mut *self;
+        let frame = std::task::ready!(Pin::new(&mut this.inner).poll_frame(cx));
+        match &frame {
+            Some(Ok(frame)) => match frame.data_ref() {
+                Some(data) => {
+                    let fits = this
+                        .pending
+                        .as_ref()
+                        .is_some_and(|p| this.buf.len() + data.len() <= p.max_object);
+                    if fits {
+                        this.buf.extend_from_slice(data);
+                    } else {
+                        this.pending = None;
+                    }
+                }
+                // Trailers are not stored: a hit could not send them.
+                None => this.pending = None,
+            },
+            // Failed or cut short: nothing is stored.
+            Some(Err(_)) => this.pending = None,
+            None => {
+                if let Some(p) = this.pending.take() {
+                    let body = std::mem::take(&mut this.buf).freeze();
+                    p.store.insert(
+                        p.key,
+                        Entry::new(p.policy, p.head, body),
+                        p.replaces.as_ref(),
+                    );
+                }
+            }
+        }
+        Poll::Ready(frame)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        // Not the inner body's answer: the end must be polled, so that it is stored.
+        false
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}

@@ -1,0 +1,338 @@
+//! The cache over an origin that counts its requests and answers what each test scripts.
+
+use std::convert::Infallible;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use bytes::Bytes;
+use http_body_util::BodyExt as _;
+use tower::ServiceBuilder;
+use tower::util::BoxCloneSyncService;
+
+use super::*;
+
+type Origin = BoxCloneSyncService<Request<Body>, Response<Body>, Infallible>;
+
+/// An origin answering `script(request, count)`, counting requests.
+#[derive(Clone)]
+struct Scripted {
+    calls: Arc<AtomicUsize>,
+    seen: Arc<Mutex<Vec<http::HeaderMap>>>,
+}
+
+impl Scripted {
+    fn new() -> Self {
+        Self {
+            calls: Arc::default(),
+            seen: Arc::default(),
+        }
+    }
+
+    fn calls(&self) -> usize {
+        self.calls.load(Ordering::SeqCst)
+    }
+
+    fn origin(
+        &self,
+        script: impl Fn(&Request<Body>, usize) -> Response<Body> + Clone + Send + Sync + 'static,
+    ) -> Origin {
+        let calls = Arc::clone(&self.calls);
+        let seen = Arc::clone(&self.seen);
+        BoxCloneSyncService::new(tower::service_fn(move |req: Request<Body>| {
+            let n = calls.fetch_add(1, Ordering::SeqCst);
+            seen.lock().unwrap().push(req.headers().clone());
+            let res = script(&req, n);
+            async move { Ok::<_, Infallible>(res) }
+        }))
+    }
+}
+
+fn response(status: u16, headers: &[(&str, &str)], body: impl Into<Bytes>) -> Response<Body> {
+    let body: Bytes = body.into();
+    let len = body.len();
+    let mut res = Response::new(Body::full(body));
+    *res.status_mut() = StatusCode::from_u16(status).unwrap();
+    for (name, value) in headers {
+        res.headers_mut().append(
+            header::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+            HeaderValue::from_str(value).unwrap(),
+        );
+    }
+    res.headers_mut()
+        .insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+    res
+}
+
+fn request(method: Method, path: &str, headers: &[(&str, &str)]) -> Request<Body> {
+    let mut req = Request::builder()
+        .method(method)
+        .uri(path)
+        .header("host", "example.com");
+    for (name, value) in headers {
+        req = req.header(*name, *value);
+    }
+    req.body(Body::empty()).unwrap()
+}
+
+fn get(path: &str) -> Request<Body> {
+    request(Method::GET, path, &[])
+}
+
+/// Sends `req` and reads the whole answer (which is what stores a miss).
+async fn send(svc: &Cache<Origin>, req: Request<Body>) -> (Response<()>, Bytes) {
+    let res = svc.clone().oneshot(req).await.unwrap();
+    let (head, body) = res.into_parts();
+    let body = body.collect().await.unwrap().to_bytes();
+    (Response::from_parts(head, ()), body)
+}
+
+fn status_of(res: &Response<()>) -> &str {
+    res.headers()
+        .get("cache-status")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+}
+
+fn cache(origin: Origin) -> Cache<Origin> {
+    ServiceBuilder::new()
+        .layer(CacheLayer::new(1 << 20))
+        .service(origin)
+}
+
+#[tokio::test]
+async fn a_fresh_response_is_answered_from_the_store_with_age_and_head_from_get() {
+    let origin = Scripted::new();
+    let svc = cache(origin.origin(|_, _| {
+        // `public`: without it a shared cache does not reuse an answer that sets a cookie.
+        response(
+            200,
+            &[
+                ("cache-control", "public, max-age=60"),
+                ("set-cookie", "a=1"),
+            ],
+            "hello",
+        )
+    }));
+    let (first, body) = send(&svc, get("/a")).await;
+    assert_eq!(body, "hello");
+    assert_eq!(status_of(&first), "scb; fwd=uri-miss; stored");
+    assert_eq!(
+        first.headers()["set-cookie"],
+        "a=1",
+        "the first client gets its cookie"
+    );
+
+    let (hit, body) = send(&svc, get("/a")).await;
+    assert_eq!(body, "hello");
+    assert_eq!(status_of(&hit), "scb; hit");
+    assert!(hit.headers().contains_key(header::AGE));
+    assert!(
+        !hit.headers().contains_key("set-cookie"),
+        "no other client gets it"
+    );
+
+    let (head, body) = send(&svc, request(Method::HEAD, "/a", &[])).await;
+    assert_eq!(status_of(&head), "scb; hit");
+    assert!(body.is_empty());
+    assert_eq!(head.headers()[header::CONTENT_LENGTH], "5");
+    assert_eq!(origin.calls(), 1, "one trip to the origin for all three");
+}
+
+#[tokio::test]
+async fn what_may_not_be_stored_is_not_and_every_request_goes_to_the_origin() {
+    for cache_control in ["no-store", "private, max-age=60", "max-age=0, no-cache"] {
+        let origin = Scripted::new();
+        let svc = cache(
+            origin.origin(move |_, _| response(200, &[("cache-control", cache_control)], "x")),
+        );
+        for _ in 0..3 {
+            let (res, _) = send(&svc, get("/")).await;
+            assert!(
+                !status_of(&res).contains("hit"),
+                "{cache_control}: {}",
+                status_of(&res)
+            );
+        }
+        assert_eq!(origin.calls(), 3, "{cache_control}");
+    }
+    // An authorized request's answer is not shared unless the origin says it may be.
+    let origin = Scripted::new();
+    let svc = cache(origin.origin(|_, _| response(200, &[("cache-control", "max-age=60")], "x")));
+    for _ in 0..2 {
+        send(
+            &svc,
+            request(Method::GET, "/", &[("authorization", "Basic YTpi")]),
+        )
+        .await;
+    }
+    assert_eq!(origin.calls(), 2);
+    // An answer that sets a cookie is not reused for another client unless it is public.
+    let origin = Scripted::new();
+    let svc = cache(origin.origin(|_, _| {
+        response(
+            200,
+            &[("cache-control", "max-age=60"), ("set-cookie", "s=1")],
+            "x",
+        )
+    }));
+    for _ in 0..2 {
+        let (res, _) = send(&svc, get("/")).await;
+        assert_eq!(res.headers()["set-cookie"], "s=1");
+    }
+    assert_eq!(origin.calls(), 2);
+}
+
+#[tokio::test]
+async fn vary_keeps_a_variant_per_value_and_answers_each_from_its_own() {
+    let origin = Scripted::new();
+    let svc = cache(origin.origin(|req, _| {
+        let lang = req.headers()["accept-language"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        let body: &'static str = if lang == "fr" { "bonjour" } else { "hello" };
+        response(
+            200,
+            &[("cache-control", "max-age=60"), ("vary", "accept-language")],
+            body,
+        )
+    }));
+    let lang = |l: &str| request(Method::GET, "/", &[("accept-language", l)]);
+    assert_eq!(send(&svc, lang("en")).await.1, "hello");
+    let (fr, body) = send(&svc, lang("fr")).await;
+    assert_eq!(body, "bonjour");
+    assert_eq!(status_of(&fr), "scb; fwd=vary-miss; stored");
+    assert_eq!(send(&svc, lang("en")).await.1, "hello");
+    assert_eq!(send(&svc, lang("fr")).await.1, "bonjour");
+    assert_eq!(origin.calls(), 2);
+}
+
+#[tokio::test]
+async fn a_stale_response_is_revalidated_and_a_304_refreshes_it() {
+    let origin = Scripted::new();
+    let svc = cache(origin.origin(|req, n| {
+        if n == 0 {
+            response(
+                200,
+                &[("cache-control", "max-age=0"), ("etag", "\"v1\"")],
+                "body-1",
+            )
+        } else {
+            assert_eq!(req.headers()["if-none-match"], "\"v1\"");
+            let mut res = response(
+                304,
+                &[("cache-control", "max-age=60"), ("etag", "\"v1\"")],
+                "",
+            );
+            res.headers_mut().remove(header::CONTENT_LENGTH);
+            res
+        }
+    }));
+    send(&svc, get("/r")).await;
+    let (revalidated, body) = send(&svc, get("/r")).await;
+    assert_eq!(revalidated.status(), StatusCode::OK);
+    assert_eq!(body, "body-1");
+    assert_eq!(status_of(&revalidated), "scb; fwd=stale; fwd-status=304");
+    // The 304's max-age now applies: a hit, no third trip.
+    let (hit, body) = send(&svc, get("/r")).await;
+    assert_eq!(status_of(&hit), "scb; hit");
+    assert_eq!(body, "body-1");
+    assert_eq!(origin.calls(), 2);
+}
+
+#[tokio::test]
+async fn an_unsafe_method_drops_what_is_stored_for_its_uri_and_its_location() {
+    let origin = Scripted::new();
+    let svc = cache(origin.origin(|req, _| {
+        if req.method() == Method::POST {
+            response(201, &[("location", "/items/2")], "")
+        } else {
+            response(200, &[("cache-control", "max-age=60")], "item")
+        }
+    }));
+    for path in ["/items", "/items/2", "/other"] {
+        send(&svc, get(path)).await;
+    }
+    assert_eq!(origin.calls(), 3);
+    send(&svc, request(Method::POST, "/items", &[])).await;
+    for path in ["/items", "/items/2", "/other"] {
+        send(&svc, get(path)).await;
+    }
+    assert_eq!(
+        origin.calls(),
+        4 + 2,
+        "/items and /items/2 fetched again, /other not"
+    );
+}
+
+#[tokio::test]
+async fn only_if_cached_without_a_stored_response_is_504_and_the_origin_is_not_asked() {
+    let origin = Scripted::new();
+    let svc = cache(origin.origin(|_, _| response(200, &[("cache-control", "max-age=60")], "x")));
+    let (res, _) = send(
+        &svc,
+        request(Method::GET, "/", &[("cache-control", "only-if-cached")]),
+    )
+    .await;
+    assert_eq!(res.status(), StatusCode::GATEWAY_TIMEOUT);
+    assert_eq!(origin.calls(), 0);
+}
+
+#[tokio::test]
+async fn a_body_that_fails_or_is_too_large_is_not_stored() {
+    // Fails midway: the client sees the error, nothing is stored.
+    let origin = Scripted::new();
+    let svc = cache(origin.origin(|_, _| {
+        let chunks: Vec<Result<http_body::Frame<Bytes>, std::io::Error>> = vec![
+            Ok(http_body::Frame::data(Bytes::from_static(b"part"))),
+            Err(std::io::Error::other("upstream reset")),
+        ];
+        let mut res = Response::new(Body::new(http_body_util::StreamBody::new(
+            futures_util::stream::iter(chunks),
+        )));
+        res.headers_mut().insert(
+            header::CACHE_CONTROL,
+            HeaderValue::from_static("max-age=60"),
+        );
+        res
+    }));
+    for _ in 0..2 {
+        let res = svc.clone().oneshot(get("/broken")).await.unwrap();
+        assert!(res.into_body().collect().await.is_err());
+    }
+    assert_eq!(origin.calls(), 2);
+
+    // Larger than max_object: streamed, not stored.
+    let origin = Scripted::new();
+    let svc = ServiceBuilder::new()
+        .layer(CacheLayer::new(1 << 20).max_object(4))
+        .service(
+            origin.origin(|_, _| response(200, &[("cache-control", "max-age=60")], "too big")),
+        );
+    for _ in 0..2 {
+        let (res, body) = send(&svc, get("/big")).await;
+        assert_eq!(body, "too big");
+        assert_eq!(status_of(&res), "scb; fwd=uri-miss");
+    }
+    assert_eq!(origin.calls(), 2);
+}
+
+#[tokio::test]
+async fn the_store_stays_within_its_bound_evicting_the_least_recently_used() {
+    let origin = Scripted::new();
+    let svc = ServiceBuilder::new()
+        .layer(CacheLayer::new(32 << 10))
+        .service(
+            origin
+                .origin(|_, _| response(200, &[("cache-control", "max-age=60")], vec![b'x'; 1500])),
+        );
+    let store = Arc::clone(&svc.store);
+    send(&svc, get("/hot")).await;
+    for i in 0..20 {
+        send(&svc, get(&format!("/cold/{i}"))).await;
+        // The hot object stays in use.
+        let (res, _) = send(&svc, get("/hot")).await;
+        assert_eq!(status_of(&res), "scb; hit", "after cold {i}");
+        assert!(store.bytes() <= 32 << 10, "{}", store.bytes());
+    }
+}
