@@ -27,6 +27,7 @@ use tower_http::cors::{Cors, CorsLayer};
 
 use crate::one_of::OneOf;
 use scb_proxy::ReverseProxy;
+use scb_proxy::cache::{Cache, CacheLayer};
 use scb_static::ServeStatic;
 use scb_static::compress::{Compress, CompressLayer};
 use tower::{Layer, Service};
@@ -51,7 +52,13 @@ pub(crate) enum Handler {
     },
     /// A reverse proxy. Its upstream state (health, balancing, in-flight counts) is shared
     /// by every worker; each worker's service has a connection pool of its own.
-    Proxy(ReverseProxy),
+    Proxy {
+        /// The proxy.
+        proxy: ReverseProxy,
+        /// Its response cache, when the route has one: one store for every worker, so
+        /// that an object is fetched once per server.
+        cache: Option<CacheLayer>,
+    },
     /// A redirect.
     Redirect(Redirect),
 }
@@ -70,7 +77,11 @@ impl Handler {
                 files,
                 compress: Some(layer),
             } => RouteService::CompressedStatic(layer.layer(files.clone())),
-            Self::Proxy(proxy) => RouteService::Proxy(proxy.with_own_pool()),
+            Self::Proxy { proxy, cache: None } => RouteService::Proxy(proxy.with_own_pool()),
+            Self::Proxy {
+                proxy,
+                cache: Some(cache),
+            } => RouteService::CachedProxy(cache.layer(proxy.with_own_pool())),
             Self::Redirect(redirect) => RouteService::Redirect(redirect.clone()),
         }
     }
@@ -89,6 +100,8 @@ pub(crate) enum RouteService {
     CompressedStatic(Compress<ServeStatic>),
     /// A reverse proxy with this worker's connection pool.
     Proxy(ReverseProxy),
+    /// A reverse proxy behind the route's cache.
+    CachedProxy(Cache<ReverseProxy>),
     /// A redirect.
     Redirect(Redirect),
     /// What a site answers when no route matches.
@@ -214,6 +227,7 @@ impl Service<Request<Body>> for RouteService {
             Self::Static(svc) => Service::<Request<Body>>::poll_ready(svc, cx),
             Self::CompressedStatic(svc) => Service::<Request<Body>>::poll_ready(svc, cx),
             Self::Proxy(svc) => Service::<Request<Body>>::poll_ready(svc, cx),
+            Self::CachedProxy(svc) => Service::<Request<Body>>::poll_ready(svc, cx),
             Self::Redirect(svc) => Service::<Request<Body>>::poll_ready(svc, cx),
             Self::NotFound(svc) => Service::<Request<Body>>::poll_ready(svc, cx),
             Self::Guarded(svc) => svc.poll_ready(cx),
@@ -236,6 +250,9 @@ impl Service<Request<Body>> for RouteService {
                 future: Box::pin(svc.call(req)),
             },
             Self::Proxy(svc) => ResponseFuture::Proxy {
+                future: svc.call(req),
+            },
+            Self::CachedProxy(svc) => ResponseFuture::Cached {
                 future: svc.call(req),
             },
             // An answer ready at once, like a fixed response's.
@@ -276,6 +293,10 @@ pin_project! {
             #[pin]
             future: scb_proxy::ResponseFuture,
         },
+        /// A cached proxy answering (boxed by the cache).
+        Cached {
+            future: scb_proxy::cache::ResponseFuture<Infallible>,
+        },
         /// A guarded route answering.
         Guarded {
             future: Pin<Box<dyn Future<Output = Result<Response<Body>, Infallible>>>>,
@@ -290,6 +311,7 @@ impl std::fmt::Debug for ResponseFuture {
             Self::Static { .. } => "ResponseFuture::Static",
             Self::CompressedStatic { .. } => "ResponseFuture::CompressedStatic",
             Self::Proxy { .. } => "ResponseFuture::Proxy",
+            Self::Cached { .. } => "ResponseFuture::Cached",
             Self::Guarded { .. } => "ResponseFuture::Guarded",
         })
     }
@@ -304,6 +326,7 @@ impl Future for ResponseFuture {
             ResponseFutureProj::Static { future } => future.poll(cx),
             ResponseFutureProj::CompressedStatic { future } => future.as_mut().poll(cx),
             ResponseFutureProj::Proxy { future } => future.poll(cx),
+            ResponseFutureProj::Cached { future } => future.as_mut().poll(cx),
             ResponseFutureProj::Guarded { future } => future.as_mut().poll(cx),
         }
     }
@@ -337,11 +360,12 @@ mod tests {
             .unwrap()
             .local_addr()
             .unwrap();
-        let handler = Handler::Proxy(
-            ReverseProxy::builder([scb_proxy::Upstream::new(&closed.to_string()).unwrap()])
+        let handler = Handler::Proxy {
+            proxy: ReverseProxy::builder([scb_proxy::Upstream::new(&closed.to_string()).unwrap()])
                 .build()
                 .unwrap(),
-        );
+            cache: None,
+        };
         let res = handler
             .service()
             .oneshot(Request::new(Body::empty()))

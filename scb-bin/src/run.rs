@@ -69,7 +69,7 @@ pub(crate) enum LoadError {
 fn warn_insecure(plan: &Plan) {
     for site in plan.sites.iter() {
         for route in site.routes.iter() {
-            if let crate::route::Handler::Proxy(proxy) = &route.handler
+            if let crate::route::Handler::Proxy { proxy, .. } = &route.handler
                 && proxy
                     .settings()
                     .upstream_tls

@@ -342,6 +342,8 @@ pub(crate) struct RouteConfig {
     pub(crate) static_files: Option<Spanned<StaticConfig>>,
     /// `proxy = { ... }`: forwarded to upstream servers.
     pub(crate) proxy: Option<Spanned<ProxyConfig>>,
+    /// `cache = { max_bytes, max_object, ... }`: a response cache in front of the proxy.
+    pub(crate) cache: Option<Spanned<CacheConfig>>,
     /// `health = true`: the process's readiness, as `[health]`'s readiness path answers.
     pub(crate) health: Option<Spanned<bool>>,
     /// `redirect = { to, status }`: a redirect.
@@ -367,6 +369,26 @@ pub(crate) struct RouteConfig {
     /// On-the-fly compression of whatever the handler answers (any handler; a static,
     /// proxy or fixed-response route may say it in its handler's table instead).
     pub(crate) compress: Option<Spanned<CompressConfig>>,
+}
+
+/// `cache = { max_bytes = "512MiB", max_object = "64MiB" }`: RFC 9111 caching of a proxy
+/// route's responses.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct CacheConfig {
+    /// Bytes of stored responses held in memory (all workers share them).
+    pub(crate) max_bytes: Spanned<ByteSize>,
+    /// The largest response stored; absent means 64 MiB or an eighth of `max_bytes`.
+    pub(crate) max_object: Option<Spanned<ByteSize>>,
+    /// A directory for the disk tier.
+    pub(crate) path: Option<Spanned<std::path::PathBuf>>,
+    /// How long a miss waits for another request filling the same key before it goes
+    /// upstream itself; absent means 5 s.
+    pub(crate) collapse_timeout: Option<Spanned<HumanDuration>>,
+    /// How long past its freshness a response may be served when the upstream fails or
+    /// answers 5xx, where the response itself does not say (`stale-if-error`); absent
+    /// means not at all.
+    pub(crate) stale_if_error: Option<Spanned<HumanDuration>>,
 }
 
 /// `basic_auth = { users = "/etc/scb/admin.htpasswd", realm = "admin" }`.
@@ -816,6 +838,9 @@ impl Config {
             }
             if let Some(auth) = &mut route.basic_auth {
                 resolve(auth.get_mut().users.get_mut());
+            }
+            if let Some(path) = route.cache.as_mut().and_then(|c| c.get_mut().path.as_mut()) {
+                resolve(path.get_mut());
             }
             if let Some(proxy) = &mut route.proxy {
                 let proxy = proxy.get_mut();

@@ -139,7 +139,7 @@ fn handler(handler: &Handler) -> String {
                 ""
             }
         ),
-        Handler::Proxy(proxy) => {
+        Handler::Proxy { proxy, cache } => {
             let upstreams: Vec<String> = proxy.upstreams().map(ToString::to_string).collect();
             // The config's name for it: `LeastConn` is `least_conn`.
             let mut balance = String::new();
@@ -160,8 +160,9 @@ fn handler(handler: &Handler) -> String {
             } else {
                 format!(", forwards X-Forwarded-* from {trusted}")
             };
+            let cached = if cache.is_some() { ", cached" } else { "" };
             format!(
-                "proxy {} ({balance}{protocol}{trusted})",
+                "proxy {} ({balance}{protocol}{trusted}){cached}",
                 upstreams.join(", ")
             )
         }

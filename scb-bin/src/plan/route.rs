@@ -340,7 +340,24 @@ fn handler(
         });
     }
     if let Some(proxy) = &route.proxy {
-        return proxy_handler(proxy.get_ref(), matcher, trusted).map_err(|e| e.within("proxy"));
+        let proxy =
+            proxy_handler(proxy.get_ref(), matcher, trusted).map_err(|e| e.within("proxy"))?;
+        let cache = route
+            .cache
+            .as_ref()
+            .map(|c| {
+                crate::config::convert::cache_layer(c.get_ref()).map_err(|e| e.within("cache"))
+            })
+            .transpose()?;
+        return Ok(Handler::Proxy { proxy, cache });
+    }
+    if let Some(cache) = &route.cache {
+        return Err(Located::at(
+            cache,
+            "cache",
+            "a cache stores what a `proxy` answers: put it on a proxy route (a static route \
+             needs none, its files are already at hand)",
+        ));
     }
     if let Some(redirect) = &route.redirect {
         return redirect_handler(redirect.get_ref(), matcher, named_site)
@@ -397,7 +414,7 @@ fn proxy_handler(
     config: &ProxyConfig,
     matcher: &PathMatch,
     trusted: &TrustedProxies,
-) -> Result<Handler, Located> {
+) -> Result<scb_proxy::ReverseProxy, Located> {
     let mut builder = scb_proxy::ReverseProxyBuilder::try_from(config)?;
     match config.trusted_proxies.as_deref() {
         None => builder = builder.trusted_proxies(trusted.clone()),
@@ -460,7 +477,7 @@ fn proxy_handler(
         }
         Located::at(&config.upstreams, "upstreams", e)
     })?;
-    Ok(Handler::Proxy(proxy))
+    Ok(proxy)
 }
 
 /// A route path: absolute, and a valid URI path (no query, no fragment), so that some

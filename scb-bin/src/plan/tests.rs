@@ -27,7 +27,7 @@ fn the_schema_from_the_issue_is_accepted_as_written() {
         PathMatch::Exact("/respond".into())
     );
     assert_eq!(&*plan.routes()[1].name, "api");
-    let Handler::Proxy(proxy) = &plan.routes()[1].handler else {
+    let Handler::Proxy { proxy, .. } = &plan.routes()[1].handler else {
         panic!("not a proxy: {:?}", plan.routes()[1].handler);
     };
     assert_eq!(proxy.upstreams().count(), 2);
@@ -284,7 +284,7 @@ fn the_servers_trusted_proxies_are_the_proxys_and_its_own_key_may_only_narrow_th
         )
     };
     let trusted = |plan: &Plan| {
-        let Handler::Proxy(proxy) = &plan.routes()[0].handler else {
+        let Handler::Proxy { proxy, .. } = &plan.routes()[0].handler else {
             panic!("not a proxy");
         };
         proxy.settings().trusted_proxies.to_string()
@@ -329,7 +329,7 @@ fn proxy_routes_are_built_from_their_table() {
          passes = 3, fails = 1 }} }}\n\
          [[route]]\npath = \"/one\"\nproxy = {{ upstreams = [\"app.internal:80\"] }}\n"
     ));
-    let Handler::Proxy(proxy) = &plan.routes()[0].handler else {
+    let Handler::Proxy { proxy, .. } = &plan.routes()[0].handler else {
         panic!("not a proxy: {:?}", plan.routes()[0].handler);
     };
     let settings = proxy.settings();
@@ -371,7 +371,7 @@ fn proxy_routes_are_built_from_their_table() {
         )
     );
 
-    let Handler::Proxy(proxy) = &plan.routes()[1].handler else {
+    let Handler::Proxy { proxy, .. } = &plan.routes()[1].handler else {
         panic!("not a proxy: {:?}", plan.routes()[1].handler);
     };
     assert_eq!(*proxy.balance(), scb_proxy::Balance::RoundRobin);
@@ -385,7 +385,7 @@ fn hash_balance_hashes_the_client_ip_by_default() {
         "{LISTEN}[[route]]\nprefix = \"/\"\n\
          proxy = {{ upstreams = [\"127.0.0.1:1\"], balance = \"hash\" }}\n"
     ));
-    let Handler::Proxy(proxy) = &plan.routes()[0].handler else {
+    let Handler::Proxy { proxy, .. } = &plan.routes()[0].handler else {
         panic!("not a proxy");
     };
     assert_eq!(

@@ -13,6 +13,8 @@ use bytes::Bytes;
 use http::response::Parts;
 use http_cache_semantics::CachePolicy;
 
+use super::stale::StaleRules;
+
 /// What a response is stored under: the host and the path with its query (the method is
 /// always GET: HEAD is answered from a stored GET).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -28,6 +30,8 @@ pub(crate) struct Entry {
     pub(crate) policy: CachePolicy,
     pub(crate) head: Parts,
     pub(crate) body: Bytes,
+    /// What it allows once stale.
+    pub(crate) stale: StaleRules,
     /// When it was last used, on the store's clock.
     used: AtomicU64,
 }
@@ -35,6 +39,7 @@ pub(crate) struct Entry {
 impl Entry {
     pub(crate) fn new(policy: CachePolicy, head: Parts, body: Bytes) -> Self {
         Self {
+            stale: StaleRules::of(&policy, &head.headers, std::time::SystemTime::now()),
             policy,
             head,
             body,
@@ -102,12 +107,16 @@ impl Store {
     /// refreshed) if given, and evicts the least recently used until the bound holds.
     /// An entry larger than the whole bound is not stored.
     pub(crate) fn insert(&self, key: Key, entry: Entry, replaces: Option<&Arc<Entry>>) {
+        self.insert_arc(key, Arc::new(entry), replaces);
+    }
+
+    /// [`insert`](Self::insert) of an entry the caller keeps a handle to.
+    pub(crate) fn insert_arc(&self, key: Key, entry: Arc<Entry>, replaces: Option<&Arc<Entry>>) {
         let size = entry.size();
         if size > self.max_bytes {
             return;
         }
         self.touch(&entry);
-        let entry = Arc::new(entry);
         let mut inner = self.lock();
         let variants = inner.entries.entry(key).or_default();
         let mut freed = 0;

@@ -12,6 +12,7 @@ use http_body::{Body as HttpBody, Frame, SizeHint};
 use http_cache_semantics::CachePolicy;
 use scb_core::{Body, BoxError};
 
+use super::fill::FillGuard;
 use super::store::{Entry, Key, Store};
 
 /// What to store once the body is whole.
@@ -23,6 +24,9 @@ pub(crate) struct Pending {
     pub(crate) head: Parts,
     pub(crate) replaces: Option<Arc<Entry>>,
     pub(crate) max_object: usize,
+    /// The fill this body ends, if it leads one: dropped (waking the waiters) once the
+    /// body is stored, or once it is known that it will not be.
+    pub(crate) guard: Option<FillGuard>,
 }
 
 /// The body, copied into `buf` on its way to the client.
@@ -79,6 +83,8 @@ impl HttpBody for Tee {
                         Entry::new(p.policy, p.head, body),
                         p.replaces.as_ref(),
                     );
+                    // Stored before the waiters wake.
+                    drop(p.guard);
                 }
             }
         }

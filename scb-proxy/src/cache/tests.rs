@@ -3,11 +3,16 @@
 use std::convert::Infallible;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::BodyExt as _;
 use tower::ServiceBuilder;
 use tower::util::BoxCloneSyncService;
+
+use http::{HeaderValue, Method, Request, Response, StatusCode, header};
+use scb_core::Body;
+use tower::ServiceExt as _;
 
 use super::*;
 
@@ -326,7 +331,7 @@ async fn the_store_stays_within_its_bound_evicting_the_least_recently_used() {
             origin
                 .origin(|_, _| response(200, &[("cache-control", "max-age=60")], vec![b'x'; 1500])),
         );
-    let store = Arc::clone(&svc.store);
+    let store = Arc::clone(&svc.shared.store);
     send(&svc, get("/hot")).await;
     for i in 0..20 {
         send(&svc, get(&format!("/cold/{i}"))).await;
@@ -335,4 +340,213 @@ async fn the_store_stays_within_its_bound_evicting_the_least_recently_used() {
         assert_eq!(status_of(&res), "scb; hit", "after cold {i}");
         assert!(store.bytes() <= 32 << 10, "{}", store.bytes());
     }
+}
+
+/// An origin that holds every answer until the test releases it, counting requests.
+#[derive(Clone)]
+struct Gated {
+    calls: Arc<AtomicUsize>,
+    gate: Arc<tokio::sync::Semaphore>,
+}
+
+impl Gated {
+    fn new() -> Self {
+        Self {
+            calls: Arc::default(),
+            gate: Arc::new(tokio::sync::Semaphore::new(0)),
+        }
+    }
+
+    fn origin(
+        &self,
+        script: impl Fn(usize) -> Response<Body> + Clone + Send + Sync + 'static,
+    ) -> Origin {
+        let calls = Arc::clone(&self.calls);
+        let gate = Arc::clone(&self.gate);
+        BoxCloneSyncService::new(tower::service_fn(move |_req: Request<Body>| {
+            let n = calls.fetch_add(1, Ordering::SeqCst);
+            let gate = Arc::clone(&gate);
+            let script = script.clone();
+            async move {
+                gate.acquire().await.unwrap().forget();
+                Ok::<_, Infallible>(script(n))
+            }
+        }))
+    }
+}
+
+/// Lets the current-thread runtime run every task that is ready.
+async fn settle() {
+    for _ in 0..50 {
+        tokio::task::yield_now().await;
+    }
+}
+
+#[tokio::test]
+async fn concurrent_misses_of_one_key_send_one_request_upstream() {
+    let origin = Gated::new();
+    let svc =
+        cache(origin.origin(|_| response(200, &[("cache-control", "max-age=60")], "popular")));
+    let clients: Vec<_> = (0..100)
+        .map(|_| tokio::spawn(send_owned(svc.clone(), get("/popular"))))
+        .collect();
+    settle().await;
+    assert_eq!(origin.calls.load(Ordering::SeqCst), 1, "the others wait");
+    origin.gate.add_permits(1);
+    let mut statuses = Vec::new();
+    for client in clients {
+        let (res, body) = client.await.unwrap();
+        assert_eq!(body, "popular");
+        statuses.push(status_of(&res).to_owned());
+    }
+    assert_eq!(origin.calls.load(Ordering::SeqCst), 1);
+    assert_eq!(statuses.iter().filter(|s| s.contains("stored")).count(), 1);
+    assert_eq!(statuses.iter().filter(|s| *s == "scb; hit").count(), 99);
+    assert_eq!(svc.shared.fills.len(), 0, "the fill is over");
+}
+
+#[tokio::test]
+async fn waiters_go_upstream_themselves_when_the_fill_stores_nothing_and_the_key_then_passes() {
+    let origin = Gated::new();
+    let svc = cache(origin.origin(|n| {
+        if n == 0 {
+            // The upstream dies during the collapsed miss.
+            response(502, &[], "bad gateway")
+        } else {
+            response(200, &[("cache-control", "no-store")], "fresh each time")
+        }
+    }));
+    let clients: Vec<_> = (0..5)
+        .map(|_| tokio::spawn(send_owned(svc.clone(), get("/flaky"))))
+        .collect();
+    settle().await;
+    assert_eq!(origin.calls.load(Ordering::SeqCst), 1);
+    origin.gate.add_permits(100);
+    let mut bodies = Vec::new();
+    for client in clients {
+        bodies.push(client.await.unwrap().1);
+    }
+    assert_eq!(bodies.iter().filter(|b| **b == "bad gateway").count(), 1);
+    assert_eq!(
+        bodies.iter().filter(|b| **b == "fresh each time").count(),
+        4
+    );
+    assert_eq!(origin.calls.load(Ordering::SeqCst), 5);
+    // Marked to pass: concurrent requests now go upstream at once, none waits.
+    let clients: Vec<_> = (0..3)
+        .map(|_| tokio::spawn(send_owned(svc.clone(), get("/flaky"))))
+        .collect();
+    settle().await;
+    assert_eq!(origin.calls.load(Ordering::SeqCst), 8);
+    for client in clients {
+        client.await.unwrap();
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiter_stops_waiting_after_the_collapse_timeout() {
+    let origin = Gated::new();
+    let svc = ServiceBuilder::new()
+        .layer(CacheLayer::new(1 << 20).collapse_timeout(Duration::from_secs(2)))
+        .service(origin.origin(|_| response(200, &[("cache-control", "max-age=60")], "slow")));
+    let leader = tokio::spawn(send_owned(svc.clone(), get("/slow")));
+    settle().await;
+    let waiter = tokio::spawn(send_owned(svc.clone(), get("/slow")));
+    settle().await;
+    assert_eq!(origin.calls.load(Ordering::SeqCst), 1);
+    tokio::time::advance(Duration::from_secs(3)).await;
+    settle().await;
+    assert_eq!(
+        origin.calls.load(Ordering::SeqCst),
+        2,
+        "the waiter went itself"
+    );
+    origin.gate.add_permits(2);
+    leader.await.unwrap();
+    waiter.await.unwrap();
+}
+
+async fn send_owned(svc: Cache<Origin>, req: Request<Body>) -> (Response<()>, Bytes) {
+    send(&svc, req).await
+}
+
+#[tokio::test]
+async fn stale_while_revalidate_answers_at_once_and_refreshes_in_the_background() {
+    let origin = Scripted::new();
+    let svc = cache(origin.origin(|_, n| {
+        response(
+            200,
+            &[("cache-control", "max-age=0, stale-while-revalidate=60")],
+            format!("v{n}"),
+        )
+    }));
+    assert_eq!(send(&svc, get("/swr")).await.1, "v0");
+    let (stale, body) = send(&svc, get("/swr")).await;
+    assert_eq!(body, "v0", "the stale body, at once");
+    assert_eq!(status_of(&stale), "scb; hit; detail=stale-while-revalidate");
+    settle().await;
+    assert_eq!(origin.calls(), 2, "refreshed once in the background");
+    assert_eq!(send(&svc, get("/swr")).await.1, "v1", "the refreshed body");
+    // A client that wants a validated answer does not get a stale one.
+    let (validated, body) = send(
+        &svc,
+        request(Method::GET, "/swr", &[("cache-control", "no-cache")]),
+    )
+    .await;
+    assert!(!status_of(&validated).contains("hit"));
+    assert!(body.starts_with(b"v"));
+}
+
+#[tokio::test]
+async fn stale_if_error_answers_the_stale_response_when_the_upstream_fails() {
+    let origin = Scripted::new();
+    let svc = cache(origin.origin(|_, n| match n {
+        0 => response(
+            200,
+            &[("cache-control", "max-age=0, stale-if-error=60")],
+            "good",
+        ),
+        1 => response(503, &[], "down"),
+        _ => response(500, &[], "broken"),
+    }));
+    send(&svc, get("/sie")).await;
+    let (res, body) = send(&svc, get("/sie")).await;
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(body, "good");
+    assert_eq!(
+        status_of(&res),
+        "scb; fwd=stale; fwd-status=503; detail=stale-if-error"
+    );
+    // Several faults in a row: still the stale answer.
+    let (res, body) = send(&svc, get("/sie")).await;
+    assert_eq!((res.status(), &body[..]), (StatusCode::OK, &b"good"[..]));
+
+    // Without the directive (or the route's default), the error goes to the client.
+    let origin = Scripted::new();
+    let plain = cache(origin.origin(|_, n| match n {
+        0 => response(200, &[("cache-control", "max-age=0")], "good"),
+        _ => response(503, &[], "down"),
+    }));
+    send(&plain, get("/x")).await;
+    assert_eq!(
+        send(&plain, get("/x")).await.0.status(),
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    // ... and must-revalidate forbids it whatever the route says.
+    let origin = Scripted::new();
+    let strict = ServiceBuilder::new()
+        .layer(CacheLayer::new(1 << 20).stale_if_error(Duration::from_secs(3600)))
+        .service(origin.origin(|_, n| match n {
+            0 => response(
+                200,
+                &[("cache-control", "max-age=0, must-revalidate")],
+                "good",
+            ),
+            _ => response(503, &[], "down"),
+        }));
+    send(&strict, get("/x")).await;
+    assert_eq!(
+        send(&strict, get("/x")).await.0.status(),
+        StatusCode::SERVICE_UNAVAILABLE
+    );
 }

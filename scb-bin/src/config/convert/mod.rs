@@ -2,12 +2,14 @@
 //! reports errors with the key relative to its own table.
 
 mod basic_auth;
+mod cache;
 mod cors;
 mod header_rules;
 mod rate_limit;
 mod rewrite;
 
 pub(crate) use basic_auth::basic_auth;
+pub(crate) use cache::cache_layer;
 pub(crate) use cors::cors;
 pub(crate) use header_rules::header_rules;
 pub(crate) use rate_limit::rate_limit;

@@ -1,0 +1,45 @@
+//! `cache = { max_bytes, max_object, collapse_timeout, stale_if_error }` into scb-proxy's
+//! cache layer.
+
+use scb_proxy::cache::CacheLayer;
+
+use crate::config::{CacheConfig, Located};
+
+/// `cache = { ... }`. Keys in errors are relative to the table.
+pub(crate) fn cache_layer(config: &CacheConfig) -> Result<CacheLayer, Located> {
+    let max_bytes = config.max_bytes.get_ref().0;
+    if max_bytes == 0 {
+        return Err(Located::at(
+            &config.max_bytes,
+            "max_bytes",
+            "must be more than 0 (remove `cache` to cache nothing)",
+        ));
+    }
+    let mut layer = CacheLayer::new(max_bytes);
+    if let Some(max_object) = &config.max_object {
+        let bytes = max_object.get_ref().0;
+        if bytes == 0 || bytes > max_bytes {
+            return Err(Located::at(
+                max_object,
+                "max_object",
+                format_args!("must be between 1 byte and max_bytes ({max_bytes})"),
+            ));
+        }
+        layer = layer.max_object(usize::try_from(bytes).unwrap_or(usize::MAX));
+    }
+    if let Some(path) = &config.path {
+        return Err(Located::at(
+            path,
+            "path",
+            "the disk tier is not built yet: this cache keeps responses in memory only; \
+             remove `path`",
+        ));
+    }
+    if let Some(timeout) = &config.collapse_timeout {
+        layer = layer.collapse_timeout(timeout.get_ref().0);
+    }
+    if let Some(window) = &config.stale_if_error {
+        layer = layer.stale_if_error(window.get_ref().0);
+    }
+    Ok(layer)
+}
