@@ -15,7 +15,7 @@ use http::HeaderValue;
 
 use crate::encoding::{self, Coding};
 use crate::path;
-use crate::range::{self, Ranges};
+use scb_core::range::{self, Ranges};
 
 /// A request path [`normalize_path`] accepted.
 #[derive(Clone, Debug, PartialEq, Eq)]

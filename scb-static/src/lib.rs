@@ -100,10 +100,6 @@ mod mime;
 
 mod cache_control;
 
-mod conditional;
-
-mod range;
-
 #[cfg(feature = "compress")]
 pub mod compress;
 

@@ -13,10 +13,10 @@ use super::config::Config;
 use super::entry::{Entry, Probe, Variant, WouldBlock};
 use super::listing;
 use super::lookup::Resolver;
-use crate::conditional::{self, Precondition};
+use scb_core::conditional::{self, Precondition};
 use crate::encoding::{self, Candidates, Coding};
 use crate::path::{self, PathError};
-use crate::range::{self, Boundary, Ranges};
+use scb_core::range::{self, Boundary, Ranges};
 
 /// Answers one request. `Err(WouldBlock)` only when `resolver` may not wait for the disk.
 /// `not_found_page`: whether a 404 may send the configured page (the layer form throws

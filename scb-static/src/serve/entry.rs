@@ -17,7 +17,7 @@ use http::HeaderValue;
 use scb_core::{Body, FileRegion, FileStamp};
 
 use super::config::Config;
-use crate::conditional;
+use scb_core::conditional;
 use crate::encoding::Coding;
 use crate::sys::{Identity, Kind, Meta, Mode, OpenError, Opened, RootDir, read_at_nowait};
 

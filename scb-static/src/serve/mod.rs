@@ -51,7 +51,7 @@ use self::lookup::{FileCache, Resolver};
 use crate::cache::{self, OpenFileCache, Owner};
 use crate::cache_control::{CacheControlError, CacheControlRules};
 use crate::encoding::{Coding, UnknownCoding};
-use crate::range::DEFAULT_MAX_RANGES;
+use scb_core::range::DEFAULT_MAX_RANGES;
 use crate::sys::{Mode, RootDir, Symlinks};
 
 /// Serves the files beneath a root directory: each request is decided inline on the worker

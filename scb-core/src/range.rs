@@ -53,10 +53,10 @@ use std::time::SystemTime;
 
 use http::Method;
 use http::header::{self, HeaderMap, HeaderValue};
-use scb_core::date::unix_secs;
-use scb_core::http1::trim_ows;
+use crate::date::unix_secs;
+use crate::http1::trim_ows;
 
-use crate::conditional::{http_date_secs, parse_entity_tag};
+use crate::conditional::{EntityTag, Validators, http_date_secs, parse_entity_tag};
 
 /// How many range-specs a request may carry before it gets the whole representation.
 ///
@@ -65,28 +65,28 @@ use crate::conditional::{http_date_secs, parse_entity_tag};
 /// while keeping the work of one response (a part header and a positioned read per range)
 /// small. A request over the cap still gets a correct answer, the whole file, so the cap
 /// costs bandwidth, never correctness.
-pub(crate) const DEFAULT_MAX_RANGES: usize = 16;
+pub const DEFAULT_MAX_RANGES: usize = 16;
 
 /// A satisfiable byte range of a representation: `start..=end_inclusive`, both below its
 /// length.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct ByteRange {
+pub struct ByteRange {
     /// The first byte.
-    pub(crate) start: u64,
+    pub start: u64,
     /// The last byte, included (as in `Content-Range`).
-    pub(crate) end_inclusive: u64,
+    pub end_inclusive: u64,
 }
 
 impl ByteRange {
     /// How many bytes the range holds (at least one).
-    pub(crate) fn len(self) -> u64 {
+    pub fn len(self) -> u64 {
         self.end_inclusive - self.start + 1
     }
 }
 
 /// What to send for a request, as far as ranges go.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Ranges {
+pub enum Ranges {
     /// The whole representation, 200: no `Range` field, or one to ignore (module docs).
     Full,
     /// 206 with these ranges, at most the cap, disjoint: one range is sent with
@@ -103,12 +103,37 @@ pub(crate) enum Ranges {
 ///
 /// [`Ranges::Full`] unless the method is GET, there is exactly one `Range` field, and
 /// `If-Range`, if present (once), holds ([`if_range_allows`]); otherwise [`parse`].
-pub(crate) fn for_request(
+pub fn for_request(
     method: &Method,
     headers: &HeaderMap,
     len: u64,
     etag: &str,
     last_modified: SystemTime,
+    max_ranges: usize,
+) -> Ranges {
+    for_request_validators(
+        method,
+        headers,
+        len,
+        Validators {
+            etag: Some(EntityTag {
+                weak: false,
+                opaque: etag.as_bytes(),
+            }),
+            last_modified: Some(unix_secs(last_modified)),
+        },
+        max_ranges,
+    )
+}
+
+/// [`for_request`] against validators that may be absent or weak (a cache's): an
+/// `If-Range` naming a validator the representation lacks, or a weak one, gets the
+/// whole representation.
+pub fn for_request_validators(
+    method: &Method,
+    headers: &HeaderMap,
+    len: u64,
+    validators: Validators<'_>,
     max_ranges: usize,
 ) -> Ranges {
     if method != Method::GET {
@@ -121,7 +146,7 @@ pub(crate) fn for_request(
     let mut if_range = headers.get_all(header::IF_RANGE).iter();
     match (if_range.next(), if_range.next()) {
         (None, _) => {}
-        (Some(validator), None) if if_range_allows(validator, etag, last_modified) => {}
+        (Some(validator), None) if if_range_holds(validator, validators) => {}
         _ => return Ranges::Full,
     }
     parse(range, len, max_ranges)
@@ -130,7 +155,7 @@ pub(crate) fn for_request(
 /// Parses a `Range` field against a representation of `len` bytes, allowing at most
 /// `max_ranges` range-specs (0 turns ranges off). The policy for odd requests is in the
 /// module docs.
-pub(crate) fn parse(value: &HeaderValue, len: u64, max_ranges: usize) -> Ranges {
+pub fn parse(value: &HeaderValue, len: u64, max_ranges: usize) -> Ranges {
     if len == 0 {
         return Ranges::Full;
     }
@@ -154,20 +179,36 @@ pub(crate) fn parse(value: &HeaderValue, len: u64, max_ranges: usize) -> Ranges 
 /// representation, which is always safe. §13.1.5 also wants a date to be a strong
 /// validator, which a Last-Modified is not if the file changed twice in the second it
 /// names; exact equality is all this checks, as nginx does.
-pub(crate) fn if_range_allows(value: &HeaderValue, etag: &str, last_modified: SystemTime) -> bool {
+pub fn if_range_allows(value: &HeaderValue, etag: &str, last_modified: SystemTime) -> bool {
+    if_range_holds(
+        value,
+        Validators {
+            etag: Some(EntityTag {
+                weak: false,
+                opaque: etag.as_bytes(),
+            }),
+            last_modified: Some(unix_secs(last_modified)),
+        },
+    )
+}
+
+/// [`if_range_allows`] against validators that may be absent or weak.
+pub fn if_range_holds(value: &HeaderValue, validators: Validators<'_>) -> bool {
     let value = trim_ows(value.as_bytes());
     // §13.1.5: an entity-tag is told from a date by a DQUOTE in the first three characters.
     if value.iter().take(3).any(|&b| b == b'"') {
-        return match parse_entity_tag(value) {
-            Some((tag, rest)) => rest.is_empty() && !tag.weak && tag.opaque == etag.as_bytes(),
-            None => false,
+        return match (parse_entity_tag(value), validators.etag) {
+            (Some((tag, rest)), Some(etag)) => {
+                rest.is_empty() && !tag.weak && !etag.weak && tag.opaque == etag.opaque
+            }
+            _ => false,
         };
     }
-    http_date_secs(value) == Some(unix_secs(last_modified))
+    validators.last_modified.is_some() && http_date_secs(value) == validators.last_modified
 }
 
 /// `Content-Range` of a 206 with one part: `bytes FIRST-LAST/LEN`.
-pub(crate) fn content_range(range: ByteRange, complete_len: u64) -> HeaderValue {
+pub fn content_range(range: ByteRange, complete_len: u64) -> HeaderValue {
     header_value(format!(
         "bytes {}-{}/{complete_len}",
         range.start, range.end_inclusive
@@ -175,7 +216,7 @@ pub(crate) fn content_range(range: ByteRange, complete_len: u64) -> HeaderValue 
 }
 
 /// `Content-Range` of a 416: `bytes */LEN`.
-pub(crate) fn unsatisfied_content_range(complete_len: u64) -> HeaderValue {
+pub fn unsatisfied_content_range(complete_len: u64) -> HeaderValue {
     header_value(format!("bytes */{complete_len}"))
 }
 
@@ -188,11 +229,11 @@ pub(crate) fn unsatisfied_content_range(complete_len: u64) -> HeaderValue {
 /// file and misframe the parts of that one response, which shows the client nothing that
 /// person could not already have put in the file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Boundary(u128);
+pub struct Boundary(u128);
 
 impl Boundary {
     /// A fresh boundary.
-    pub(crate) fn random() -> Self {
+    pub fn random() -> Self {
         Self(fastrand::u128(..))
     }
 }
@@ -207,26 +248,26 @@ impl fmt::Display for Boundary {
 /// `head`, then the bytes of its `range`, then `closing`. Exactly `content_length` bytes
 /// in all, so the response can carry `Content-Length` without buffering anything.
 #[derive(Clone, Debug)]
-pub(crate) struct Multipart {
+pub struct Multipart {
     /// `multipart/byteranges; boundary=...`, the response's `Content-Type`.
-    pub(crate) content_type: HeaderValue,
+    pub content_type: HeaderValue,
     /// The parts, in the order given.
-    pub(crate) parts: Vec<Part>,
+    pub parts: Vec<Part>,
     /// The close-delimiter: `\r\n--BOUNDARY--\r\n`.
-    pub(crate) closing: Vec<u8>,
+    pub closing: Vec<u8>,
     /// The length of the whole body: heads, ranges and closing.
-    pub(crate) content_length: u64,
+    pub content_length: u64,
 }
 
 /// One part of a [`Multipart`] body.
 #[derive(Clone, Debug)]
-pub(crate) struct Part {
+pub struct Part {
     /// The delimiter and the part's header section, up to and including the empty line:
     /// `--BOUNDARY\r\nContent-Type: ...\r\nContent-Range: bytes a-b/LEN\r\n\r\n`, with a
     /// leading `\r\n` (the end of the previous part's line) on every part but the first.
-    pub(crate) head: Vec<u8>,
+    pub head: Vec<u8>,
     /// The bytes of the representation that follow the head.
-    pub(crate) range: ByteRange,
+    pub range: ByteRange,
 }
 
 /// Frames `ranges` of a representation of `complete_len` bytes as `multipart/byteranges`.
@@ -235,7 +276,7 @@ pub(crate) struct Part {
 /// line is left out when the representation has none). For one range, send
 /// [`content_range`] instead: §15.3.7.2 forbids a multipart answer to a single-range
 /// request, and a lone part is only overhead.
-pub(crate) fn multipart(
+pub fn multipart(
     ranges: &[ByteRange],
     complete_len: u64,
     content_type: Option<&HeaderValue>,

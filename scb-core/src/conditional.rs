@@ -37,12 +37,12 @@ use std::time::SystemTime;
 
 use http::Method;
 use http::header::{self, GetAll, HeaderMap, HeaderValue};
-use scb_core::date::unix_secs;
-use scb_core::http1::trim_ows;
+use crate::date::unix_secs;
+use crate::http1::trim_ows;
 
 /// What the preconditions of a request say to do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Precondition {
+pub enum Precondition {
     /// No precondition stops the request: serve it (ranges may still apply).
     Proceed,
     /// `304 Not Modified`, with the headers a 200 would have carried among ETag,
@@ -65,20 +65,72 @@ pub(crate) enum Precondition {
 /// `etag` is the representation's strong entity-tag with its quotes (as
 /// [`strong_etag`] makes it); `last_modified` its modification time, compared in whole
 /// seconds because that is all an HTTP-date carries.
-pub(crate) fn evaluate(
+pub fn evaluate(
     method: &Method,
     headers: &HeaderMap,
     etag: &str,
     last_modified: SystemTime,
 ) -> Precondition {
-    let modified = unix_secs(last_modified);
+    evaluate_validators(
+        method,
+        headers,
+        Validators {
+            etag: Some(EntityTag {
+                weak: false,
+                opaque: etag.as_bytes(),
+            }),
+            last_modified: Some(unix_secs(last_modified)),
+        },
+    )
+}
+
+/// The validators of a representation, as a cache holds them: either may be absent, and
+/// the entity-tag may be weak.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Validators<'a> {
+    /// Its `ETag`.
+    pub etag: Option<EntityTag<'a>>,
+    /// Its `Last-Modified`, in Unix seconds.
+    pub last_modified: Option<i64>,
+}
+
+impl<'a> Validators<'a> {
+    /// The validators of a response with these fields (an `ETag` that does not parse is
+    /// no validator).
+    pub fn of(headers: &'a HeaderMap) -> Self {
+        Self {
+            etag: headers
+                .get(header::ETAG)
+                .and_then(|v| parse_entity_tag(trim_ows(v.as_bytes())))
+                .filter(|(_, rest)| rest.is_empty())
+                .map(|(tag, _)| tag),
+            last_modified: headers
+                .get(header::LAST_MODIFIED)
+                .and_then(|v| http_date_secs(v.as_bytes())),
+        }
+    }
+}
+
+/// [`evaluate`] against validators that may be absent or weak: a field that compares
+/// against a validator the representation lacks does not hold (`If-Match` fails,
+/// `If-None-Match` and `If-Modified-Since` let the request proceed), and a weak tag
+/// never passes the strong comparison of `If-Match`.
+pub fn evaluate_validators(
+    method: &Method,
+    headers: &HeaderMap,
+    validators: Validators<'_>,
+) -> Precondition {
+    let Validators {
+        etag,
+        last_modified: modified,
+    } = validators;
 
     if headers.contains_key(header::IF_MATCH) {
         if !tag_list_matches(headers.get_all(header::IF_MATCH), etag, Comparison::Strong) {
             return Precondition::Failed;
         }
     } else if let Some(date) = single_date(&headers.get_all(header::IF_UNMODIFIED_SINCE))
-        && modified > date
+        && modified.is_none_or(|modified| modified > date)
     {
         return Precondition::Failed;
     }
@@ -98,7 +150,7 @@ pub(crate) fn evaluate(
         }
     } else if safe
         && let Some(date) = single_date(&headers.get_all(header::IF_MODIFIED_SINCE))
-        && modified <= date
+        && modified.is_some_and(|modified| modified <= date)
     {
         return Precondition::NotModified;
     }
@@ -129,7 +181,7 @@ pub(crate) fn evaluate(
 /// Written by hand rather than with `format!`: the formatting machinery cost about a
 /// thousand instructions per response (callgrind, static-small over HTTP/2), the same
 /// `{:x}` text for a tenth of it.
-pub(crate) fn strong_etag(len: u64, mtime_secs: i64, mtime_nanos: u32, ino: u64) -> String {
+pub fn strong_etag(len: u64, mtime_secs: i64, mtime_nanos: u32, ino: u64) -> String {
     let mut out = String::with_capacity(64);
     out.push('"');
     push_hex(&mut out, len);
@@ -145,12 +197,12 @@ pub(crate) fn strong_etag(len: u64, mtime_secs: i64, mtime_nanos: u32, ino: u64)
 }
 
 fn push_hex(out: &mut String, value: u64) {
-    out.push_str(scb_core::http1::lower_hex(value).as_str());
+    out.push_str(crate::http1::lower_hex(value).as_str());
 }
 
 /// [`last_modified`] as a header value.
 #[cfg(test)]
-pub(crate) fn last_modified_header(mtime: SystemTime, now: SystemTime) -> Option<HeaderValue> {
+pub fn last_modified_header(mtime: SystemTime, now: SystemTime) -> Option<HeaderValue> {
     HeaderValue::from_bytes(&last_modified(mtime, now)?).ok()
 }
 
@@ -162,18 +214,18 @@ pub(crate) fn last_modified_header(mtime: SystemTime, now: SystemTime) -> Option
 /// [`evaluate`] compares against the file's real mtime, not this clamped value; for a file
 /// dated in the future that only means date-based revalidation keeps answering 200 until
 /// the clock catches up.
-pub(crate) fn last_modified(mtime: SystemTime, now: SystemTime) -> Option<[u8; 29]> {
-    scb_core::date::imf_fixdate(mtime.min(now))
+pub fn last_modified(mtime: SystemTime, now: SystemTime) -> Option<[u8; 29]> {
+    crate::date::imf_fixdate(mtime.min(now))
 }
 
 /// One entity-tag: `W/` or not, and the opaque-tag with its quotes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct EntityTag<'a> {
+pub struct EntityTag<'a> {
     /// Prefixed with `W/`.
-    pub(crate) weak: bool,
+    pub weak: bool,
     /// `"..."`, quotes included, so it compares directly with a tag made by
     /// [`strong_etag`].
-    pub(crate) opaque: &'a [u8],
+    pub opaque: &'a [u8],
 }
 
 /// How two entity-tags are compared (RFC 9110 §8.8.3.2).
@@ -186,9 +238,10 @@ enum Comparison {
 }
 
 impl EntityTag<'_> {
-    /// Whether this tag names our strong `etag` (quotes included).
-    fn matches(self, etag: &str, comparison: Comparison) -> bool {
-        (comparison == Comparison::Weak || !self.weak) && self.opaque == etag.as_bytes()
+    /// Whether this tag (the request's) names the representation's `etag`.
+    fn matches(self, etag: EntityTag<'_>, comparison: Comparison) -> bool {
+        (comparison == Comparison::Weak || !(self.weak || etag.weak))
+            && self.opaque == etag.opaque
     }
 }
 
@@ -197,7 +250,7 @@ impl EntityTag<'_> {
 /// `entity-tag = [ "W/" ] DQUOTE *etagc DQUOTE`, `etagc = %x21 / %x23-7E / obs-text`: any
 /// visible byte but `"`, commas included, so a list cannot be split on commas first. The
 /// `W/` is case-sensitive (RFC 9110 §8.8.3).
-pub(crate) fn parse_entity_tag(input: &[u8]) -> Option<(EntityTag<'_>, &[u8])> {
+pub fn parse_entity_tag(input: &[u8]) -> Option<(EntityTag<'_>, &[u8])> {
     let (weak, quoted) = match input.strip_prefix(b"W/") {
         Some(rest) => (true, rest),
         None => (false, input),
@@ -220,7 +273,11 @@ pub(crate) fn parse_entity_tag(input: &[u8]) -> Option<(EntityTag<'_>, &[u8])> {
 
 /// Whether `etag` is a member of an `If-Match` or `If-None-Match` field (`"*" / #entity-tag`),
 /// taking all its field lines as one list. A malformed field matches nothing (module docs).
-fn tag_list_matches(lines: GetAll<'_, HeaderValue>, etag: &str, comparison: Comparison) -> bool {
+fn tag_list_matches(
+    lines: GetAll<'_, HeaderValue>,
+    etag: Option<EntityTag<'_>>,
+    comparison: Comparison,
+) -> bool {
     let mut members = 0_usize;
     let mut star = false;
     let mut matched = false;
@@ -239,7 +296,7 @@ fn tag_list_matches(lines: GetAll<'_, HeaderValue>, etag: &str, comparison: Comp
                 let Some((tag, after)) = parse_entity_tag(rest) else {
                     return false;
                 };
-                matched |= tag.matches(etag, comparison);
+                matched |= etag.is_some_and(|etag| tag.matches(etag, comparison));
                 rest = after;
             }
             members += 1;
@@ -269,7 +326,7 @@ fn single_date(lines: &GetAll<'_, HeaderValue>) -> Option<i64> {
 
 /// Parses an HTTP-date (IMF-fixdate, or the obsolete RFC 850 and asctime forms) into
 /// Unix seconds. The weekday must agree with the date: `httpdate` checks it.
-pub(crate) fn http_date_secs(value: &[u8]) -> Option<i64> {
+pub fn http_date_secs(value: &[u8]) -> Option<i64> {
     let text = std::str::from_utf8(trim_ows(value)).ok()?;
     httpdate::parse_http_date(text).ok().map(unix_secs)
 }
