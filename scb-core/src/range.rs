@@ -82,6 +82,11 @@ impl ByteRange {
     pub fn len(self) -> u64 {
         self.end_inclusive - self.start + 1
     }
+
+    /// Never: a satisfiable range holds at least its first byte.
+    pub fn is_empty(self) -> bool {
+        false
+    }
 }
 
 /// What to send for a request, as far as ranges go.
