@@ -35,10 +35,10 @@
 
 use std::time::SystemTime;
 
-use http::Method;
-use http::header::{self, GetAll, HeaderMap, HeaderValue};
 use crate::date::unix_secs;
 use crate::http1::trim_ows;
+use http::Method;
+use http::header::{self, GetAll, HeaderMap, HeaderValue};
 
 /// What the preconditions of a request say to do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -240,8 +240,7 @@ enum Comparison {
 impl EntityTag<'_> {
     /// Whether this tag (the request's) names the representation's `etag`.
     fn matches(self, etag: EntityTag<'_>, comparison: Comparison) -> bool {
-        (comparison == Comparison::Weak || !(self.weak || etag.weak))
-            && self.opaque == etag.opaque
+        (comparison == Comparison::Weak || !(self.weak || etag.weak)) && self.opaque == etag.opaque
     }
 }
 

@@ -51,10 +51,10 @@ use std::cmp::Ordering;
 use std::fmt;
 use std::time::SystemTime;
 
-use http::Method;
-use http::header::{self, HeaderMap, HeaderValue};
 use crate::date::unix_secs;
 use crate::http1::trim_ows;
+use http::Method;
+use http::header::{self, HeaderMap, HeaderValue};
 
 use crate::conditional::{EntityTag, Validators, http_date_secs, parse_entity_tag};
 

@@ -4,21 +4,22 @@
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use http::{HeaderValue, Method, Request, Response, StatusCode, header};
+use bytes::Bytes;
+use http::header::{self, HeaderMap};
+use http::{Method, Request, Response, StatusCode};
 use http_body::Body as _;
 use http_body_util::BodyExt as _;
-use http_cache_semantics::{AfterResponse, BeforeRequest, CacheOptions, CachePolicy};
 use scb_core::Body;
+use scb_core::conditional::{Precondition, Validators, evaluate_validators};
 use tower::{Service, ServiceExt as _};
 
 use super::Settings;
+use super::answer::{copy_head, from_entry, respond, set_status};
+use super::directives::RequestDirectives;
 use super::fill::{FillGuard, Fills, Join};
-use super::stale::{request_accepts_stale, request_if_error};
+use super::policy::{Policy, Reuse, Storable, conditional_headers, refreshed};
 use super::store::{Entry, Key, Store};
 use super::tee::{Pending, Tee};
-
-/// The `Cache-Status` header (RFC 9211).
-const CACHE_STATUS: header::HeaderName = header::HeaderName::from_static("cache-status");
 
 /// One request through the cache, with the inner service that answers it.
 pub(super) struct Exchange<S> {
@@ -28,16 +29,19 @@ pub(super) struct Exchange<S> {
     pub(super) settings: Settings,
 }
 
-/// A stored response that matched but must be revalidated, with the conditional request
-/// the policy made for it.
-struct Stale {
-    entry: Arc<Entry>,
-    conditional: http::request::Parts,
-}
+/// Fields of a client request that are not sent upstream on a miss: the cache wants the
+/// whole representation to store, and answers the client's preconditions and ranges
+/// from it itself.
+const ANSWERED_HERE: [header::HeaderName; 4] = [
+    header::IF_NONE_MATCH,
+    header::IF_MODIFIED_SINCE,
+    header::RANGE,
+    header::IF_RANGE,
+];
 
 impl<S> Exchange<S>
 where
-    S: Service<Request<Body>, Response = Response<Body>> + Send + 'static,
+    S: Service<Request<Body>, Response = Response<Body>> + Clone + Send + 'static,
     S::Future: Send,
     S::Error: Send + 'static,
 {
@@ -48,57 +52,50 @@ where
         if !matches!(*req.method(), Method::GET | Method::HEAD) {
             return self.unsafe_method(req, key).await;
         }
-        // The policy sees the request as the GET it may be answered from, with its host
-        // in the header whatever the protocol (HTTP/2 carries it in the URI).
-        let view = policy_view(&req, &key);
+        let directives = RequestDirectives::parse(req.headers());
         let mut waited = false;
         let (stale, guard) = loop {
             let now = SystemTime::now();
             let variants = self.store.variants(&key);
-            let mut stale = None;
-            for entry in &variants {
-                match entry.policy.before_request(&view, now) {
-                    BeforeRequest::Fresh(_) => {
-                        self.store.touch(entry);
-                        return Ok(answer(&req, entry, now, "scb; hit"));
-                    }
-                    BeforeRequest::Stale {
-                        request: conditional,
-                        matches: true,
-                    } => {
-                        stale = Some(Stale {
-                            entry: Arc::clone(entry),
-                            conditional,
-                        });
-                        break;
-                    }
-                    BeforeRequest::Stale { .. } => {}
+            // The most recent variant the request selects decides.
+            let selected = variants
+                .iter()
+                .find(|e| e.policy.vary_matches(req.headers()));
+            let stale = match selected {
+                Some(entry) if entry.policy.reuse(&directives, now) == Reuse::Fresh => {
+                    self.store.touch(entry);
+                    return Ok(from_entry(
+                        req.method(),
+                        req.headers(),
+                        entry,
+                        now,
+                        "scb; hit",
+                    ));
                 }
-            }
-            if only_if_cached(&req) {
+                Some(entry) => Some(Arc::clone(entry)),
+                None => None,
+            };
+            if directives.only_if_cached {
                 let mut res = scb_core::respond::reason(StatusCode::GATEWAY_TIMEOUT);
                 set_status(&mut res, "scb; fwd=miss; detail=only-if-cached");
                 return Ok(res);
             }
-            let while_revalidate = stale.as_ref().is_some_and(|found| {
-                let entry = &found.entry;
-                entry
-                    .stale
-                    .allows_while_revalidate(entry.stale.staleness(entry.policy.age(now)))
-                    && request_accepts_stale(req.headers())
-            });
-            if while_revalidate && let Some(found) = stale {
-                self.store.touch(&found.entry);
-                let res = answer(
-                    &req,
-                    &found.entry,
+            if let Some(entry) = &stale
+                && entry.policy.allows_while_revalidate(&directives, now)
+            {
+                self.store.touch(entry);
+                let res = from_entry(
+                    req.method(),
+                    req.headers(),
+                    entry,
                     now,
                     "scb; hit; detail=stale-while-revalidate",
                 );
                 // One refresh at a time: if another request leads a fill of this key, it
                 // is already being refreshed.
                 if let Join::Lead(guard) = self.fills.join(&key) {
-                    tokio::spawn(self.refresh(req, key, view, found, guard));
+                    let entry = Arc::clone(entry);
+                    tokio::spawn(self.refresh(req, key, directives, entry, guard));
                 }
                 return Ok(res);
             }
@@ -117,14 +114,14 @@ where
             }
         };
         match stale {
-            Some(stale) => self.revalidate(req, key, view, stale, guard).await,
+            Some(entry) => self.revalidate(req, key, directives, entry, guard).await,
             None => {
                 let why = if self.store.variants(&key).is_empty() {
                     "uri-miss"
                 } else {
                     "vary-miss"
                 };
-                self.miss(req, key, view, why, guard).await
+                self.miss(req, key, why, guard).await
             }
         }
     }
@@ -134,32 +131,44 @@ where
         self,
         req: Request<Body>,
         key: Key,
-        view: http::request::Parts,
         why: &str,
         guard: Option<FillGuard>,
     ) -> Result<Response<Body>, S::Error> {
-        let head_only = req.method() == Method::HEAD;
-        let res = self.inner.oneshot(req).await?;
-        let policy = CachePolicy::new_options(&view, &res, SystemTime::now(), options());
-        // A HEAD's answer has no body to store.
-        if head_only || !policy.is_storable() {
-            if !head_only && let Some(guard) = guard {
+        let method = req.method().clone();
+        let client = req.headers().clone();
+        let mut upstream = req;
+        for name in &ANSWERED_HERE {
+            upstream.headers_mut().remove(name);
+        }
+        let request_time = SystemTime::now();
+        let res = self.inner.clone().oneshot(upstream).await?;
+        let (head, body) = res.into_parts();
+        let storable = (method == Method::GET)
+            .then(|| Policy::storable(&client, &head, request_time, SystemTime::now()))
+            .flatten();
+        let Some(storable) = storable else {
+            // A HEAD's answer has no body to store; that says nothing of the GET's.
+            if let Some(guard) = guard
+                && method == Method::GET
+            {
                 guard.pass();
             }
-            let mut res = res;
+            let mut res = Response::from_parts(head, body);
             set_status(&mut res, &format!("scb; fwd={why}"));
             return Ok(res);
-        }
-        Ok(store_while_sending(
-            &self.store,
-            self.settings.max_object,
+        };
+        let res = Response::from_parts(head, body);
+        let fill = Fill {
+            key,
+            storable,
+            replaces: None,
+            guard,
+        };
+        Ok(self.send_and_store(
+            &method,
+            &client,
             res,
-            Fill {
-                key,
-                policy,
-                replaces: None,
-                guard,
-            },
+            fill,
             &format!("scb; fwd={why}; stored"),
         ))
     }
@@ -170,93 +179,120 @@ where
         self,
         req: Request<Body>,
         key: Key,
-        view: http::request::Parts,
-        stale: Stale,
+        directives: RequestDirectives,
+        entry: Arc<Entry>,
         guard: Option<FillGuard>,
     ) -> Result<Response<Body>, S::Error> {
-        let head_only = req.method() == Method::HEAD;
-        let if_error = request_if_error(req.headers());
-        let accepts_stale = request_accepts_stale(req.headers());
+        let method = req.method().clone();
+        let client = req.headers().clone();
         let (parts, body) = req.into_parts();
+        // Kept for a second try without validators, should the 304 be about another
+        // representation.
+        let mut retry = Request::new(Body::empty());
+        *retry.uri_mut() = parts.uri.clone();
+        *retry.version_mut() = parts.version;
+        *retry.extensions_mut() = parts.extensions.clone();
         let mut upstream = Request::from_parts(parts, body);
-        // The validators the policy chose; a HEAD revalidates as the GET it is answered from.
-        *upstream.headers_mut() = stale.conditional.headers;
-        if head_only {
-            *upstream.method_mut() = Method::GET;
-        }
-        let result = self.inner.oneshot(upstream).await;
+        *upstream.headers_mut() = conditional_headers(&client, &entry.head);
+        // A HEAD revalidates as the GET it is answered from.
+        *upstream.method_mut() = Method::GET;
+        let request_time = SystemTime::now();
+        let spare = self.inner.clone();
+        let result = self.inner.clone().oneshot(upstream).await;
         let now = SystemTime::now();
-        let entry = &stale.entry;
-        let usable_on_error = || {
-            let staleness = entry.stale.staleness(entry.policy.age(now));
-            accepts_stale
-                && entry
-                    .stale
-                    .allows_if_error(staleness, if_error, self.settings.stale_if_error)
-        };
-        let res = match result {
-            Ok(res) if res.status().is_server_error() && usable_on_error() => {
-                let status = format!(
+        let on_error = |code: Option<StatusCode>| {
+            let status = match code {
+                Some(code) => format!(
                     "scb; fwd=stale; fwd-status={}; detail=stale-if-error",
-                    res.status().as_u16()
-                );
-                return Ok(answer_head_only(head_only, entry, now, &status));
+                    code.as_u16()
+                ),
+                None => "scb; fwd=stale; detail=stale-if-error".to_owned(),
+            };
+            from_entry(&method, &client, &entry, now, &status)
+        };
+        let allows = entry
+            .policy
+            .allows_if_error(&directives, self.settings.stale_if_error, now);
+        let res = match result {
+            Ok(res) if res.status().is_server_error() && allows => {
+                return Ok(on_error(Some(res.status())));
             }
             Ok(res) => res,
-            Err(_) if usable_on_error() => {
-                return Ok(answer_head_only(
-                    head_only,
-                    entry,
-                    now,
-                    "scb; fwd=stale; detail=stale-if-error",
-                ));
-            }
+            Err(_) if allows => return Ok(on_error(None)),
             Err(e) => return Err(e),
         };
-        match entry.policy.after_response(&view, &res, now) {
-            AfterResponse::NotModified(policy, head) => {
-                let body = entry.body.clone();
-                let refreshed = Arc::new(Entry::new(policy, stored_head(head), body));
-                self.store
-                    .insert_arc(key, Arc::clone(&refreshed), Some(entry));
-                // Stored before the waiters wake.
-                drop(guard);
-                Ok(answer_head_only(
-                    head_only,
-                    &refreshed,
-                    now,
-                    "scb; fwd=stale; fwd-status=304",
-                ))
-            }
-            AfterResponse::Modified(policy, _) => {
-                if res.status() == StatusCode::NOT_MODIFIED || !policy.is_storable() {
-                    if let Some(guard) = guard {
-                        guard.pass();
-                    }
-                    let mut res = res;
-                    set_status(&mut res, "scb; fwd=stale");
-                    return Ok(res);
+        if res.status() == StatusCode::NOT_MODIFIED {
+            let (not_modified, _) = res.into_parts();
+            let Some(mut merged) = refreshed(&entry.head, &not_modified) else {
+                // About another representation: it cannot refresh this one. Ask again,
+                // without validators.
+                self.store.remove(&key, &entry);
+                let mut retry = retry;
+                *retry.headers_mut() = client.clone();
+                for name in &ANSWERED_HERE {
+                    retry.headers_mut().remove(name);
                 }
-                let mut res = store_while_sending(
-                    &self.store,
-                    self.settings.max_object,
-                    res,
-                    Fill {
-                        key,
-                        policy,
-                        replaces: Some(Arc::clone(entry)),
-                        guard,
-                    },
-                    "scb; fwd=stale; stored",
-                );
-                if head_only {
-                    // The GET's body is still read to the end, so that it is stored.
-                    let body = std::mem::replace(res.body_mut(), Body::empty());
-                    tokio::spawn(drain(body));
+                let res = spare.oneshot(retry).await?;
+                let mut res = res;
+                set_status(&mut res, "scb; fwd=stale; detail=mismatch");
+                return Ok(res);
+            };
+            let cookies: Vec<_> = not_modified
+                .headers
+                .get_all(header::SET_COOKIE)
+                .iter()
+                .cloned()
+                .collect();
+            let status = "scb; fwd=stale; fwd-status=304";
+            let mut res = match Policy::storable(&client, &merged, request_time, now) {
+                Some(Storable { policy, head }) => {
+                    let refreshed = Arc::new(Entry::new(policy, head, entry.body.clone()));
+                    self.store
+                        .insert_arc(key, Arc::clone(&refreshed), Some(&entry));
+                    // Stored before the waiters wake.
+                    drop(guard);
+                    from_entry(&method, &client, &refreshed, now, status)
                 }
-                Ok(res)
+                None => {
+                    // The 304 says it may no longer be stored: answered once, dropped.
+                    self.store.remove(&key, &entry);
+                    merged.headers.remove(header::SET_COOKIE);
+                    let mut res = respond(&method, &client, merged, &entry.body);
+                    set_status(&mut res, status);
+                    res
+                }
+            };
+            // The 304's cookies are the revalidating client's.
+            for cookie in cookies {
+                res.headers_mut().append(header::SET_COOKIE, cookie);
             }
+            return Ok(res);
         }
+        let (head, body) = res.into_parts();
+        let Some(storable) = Policy::storable(&client, &head, request_time, now) else {
+            if let Some(guard) = guard {
+                guard.pass();
+            }
+            let mut res = Response::from_parts(head, body);
+            if method == Method::HEAD {
+                *res.body_mut() = Body::empty();
+            }
+            set_status(&mut res, "scb; fwd=stale");
+            return Ok(res);
+        };
+        let fill = Fill {
+            key,
+            storable,
+            replaces: Some(entry),
+            guard,
+        };
+        Ok(self.send_and_store(
+            &method,
+            &client,
+            Response::from_parts(head, body),
+            fill,
+            "scb; fwd=stale; stored",
+        ))
     }
 
     /// Revalidates in the background (`stale-while-revalidate`): the stale response was
@@ -265,16 +301,80 @@ where
         self,
         req: Request<Body>,
         key: Key,
-        view: http::request::Parts,
-        stale: Stale,
+        directives: RequestDirectives,
+        entry: Arc<Entry>,
         guard: FillGuard,
     ) {
         // The client has its answer; what goes upstream carries no body.
         let (head, _) = req.into_parts();
         let req = Request::from_parts(head, Body::empty());
-        if let Ok(res) = self.revalidate(req, key, view, stale, Some(guard)).await {
+        if let Ok(res) = self
+            .revalidate(req, key, directives, entry, Some(guard))
+            .await
+        {
             drain(res.into_body()).await;
         }
+    }
+
+    /// A storable response on its way to a client of `method` with `client` headers, its
+    /// body copied into the store as it goes. When the client's preconditions hold
+    /// against it (a 304) or it asked a HEAD, the client gets the head at once and the
+    /// body is read to the store in the background.
+    fn send_and_store(
+        &self,
+        method: &Method,
+        client: &HeaderMap,
+        res: Response<Body>,
+        fill: Fill,
+        status: &str,
+    ) -> Response<Body> {
+        let max_object = self.settings.max_object;
+        if res
+            .body()
+            .size_hint()
+            .exact()
+            .is_some_and(|len| len > max_object as u64)
+        {
+            let mut res = res;
+            set_status(&mut res, status.trim_end_matches("; stored"));
+            // Too large to store: the next requests should not wait for it.
+            if let Some(guard) = fill.guard {
+                guard.pass();
+            }
+            if method == Method::HEAD {
+                *res.body_mut() = Body::empty();
+            }
+            return res;
+        }
+        let (head, body) = res.into_parts();
+        let not_modified = head.status.is_success()
+            && evaluate_validators(method, client, Validators::of(&head.headers))
+                == Precondition::NotModified;
+        let answer_head = (not_modified || method == Method::HEAD).then(|| copy_head(&head));
+        let head_only = !not_modified;
+        let pending = Pending {
+            store: Arc::clone(&self.store),
+            key: fill.key,
+            policy: fill.storable.policy,
+            head: fill.storable.head,
+            replaces: fill.replaces,
+            max_object,
+            guard: fill.guard,
+        };
+        let body = Body::new(Tee::new(body, pending));
+        let mut res = match answer_head {
+            Some(head) => {
+                tokio::spawn(drain(body));
+                if head_only {
+                    Response::from_parts(head, Body::empty())
+                } else {
+                    respond(method, client, head, &Bytes::new())
+                }
+            }
+            None => Response::from_parts(head, body),
+        };
+        set_status(&mut res, status);
+        res
     }
 
     /// An unsafe method: forwarded, and on success what is stored for its URI (and for
@@ -313,55 +413,10 @@ async fn drain(body: Body) {
 /// What a response that may be stored is stored as, and the fill it ends.
 struct Fill {
     key: Key,
-    policy: CachePolicy,
+    storable: Storable,
     /// The variant it revalidated or refreshed.
     replaces: Option<Arc<Entry>>,
     guard: Option<FillGuard>,
-}
-
-/// `res` with its body copied into `store` as it goes to the client.
-fn store_while_sending(
-    store: &Arc<Store>,
-    max_object: usize,
-    res: Response<Body>,
-    fill: Fill,
-    status: &str,
-) -> Response<Body> {
-    if res
-        .body()
-        .size_hint()
-        .exact()
-        .is_some_and(|len| len > max_object as u64)
-    {
-        let mut res = res;
-        set_status(&mut res, status.trim_end_matches("; stored"));
-        // Too large to store: the next requests should not wait for it.
-        if let Some(guard) = fill.guard {
-            guard.pass();
-        }
-        return res;
-    }
-    let (head, body) = res.into_parts();
-    let pending = Pending {
-        store: Arc::clone(store),
-        key: fill.key,
-        policy: fill.policy,
-        head: stored_head(clone_head(&head)),
-        replaces: fill.replaces,
-        max_object,
-        guard: fill.guard,
-    };
-    let mut res = Response::from_parts(head, Body::new(Tee::new(body, pending)));
-    set_status(&mut res, status);
-    res
-}
-
-/// The options of a shared cache (a proxy's).
-fn options() -> CacheOptions {
-    CacheOptions {
-        shared: true,
-        ..CacheOptions::default()
-    }
 }
 
 /// The key of `req`: its host (the `Host` header, or the URI's authority) and its path
@@ -377,81 +432,4 @@ fn key_of(req: &Request<Body>) -> Option<Key> {
         host: host.to_ascii_lowercase().into(),
         target: target.into(),
     })
-}
-
-/// `req` as the policy compares it: a GET of the origin-form target with the host in
-/// the `Host` header.
-fn policy_view(req: &Request<Body>, key: &Key) -> http::request::Parts {
-    let mut view = Request::get(&*key.target)
-        .body(())
-        .expect("a path and query that parsed once")
-        .into_parts()
-        .0;
-    view.headers = req.headers().clone();
-    if let Ok(host) = HeaderValue::from_str(&key.host) {
-        view.headers.insert(header::HOST, host);
-    }
-    view
-}
-
-fn only_if_cached(req: &Request<Body>) -> bool {
-    req.headers()
-        .get_all(header::CACHE_CONTROL)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .any(|d| d.trim().eq_ignore_ascii_case("only-if-cached"))
-}
-
-/// What is kept of a response head: all of it but `Set-Cookie`, which belongs to the one
-/// client it was sent to.
-fn stored_head(mut head: http::response::Parts) -> http::response::Parts {
-    head.headers.remove(header::SET_COOKIE);
-    head
-}
-
-fn clone_head(head: &http::response::Parts) -> http::response::Parts {
-    let mut copy = Response::new(()).into_parts().0;
-    copy.status = head.status;
-    copy.version = head.version;
-    copy.headers = head.headers.clone();
-    copy
-}
-
-/// The stored `entry` as the answer to `req`: its head with its `Age` now, its body
-/// unless `req` is a HEAD.
-fn answer(req: &Request<Body>, entry: &Entry, now: SystemTime, status: &str) -> Response<Body> {
-    answer_head_only(req.method() == Method::HEAD, entry, now, status)
-}
-
-fn answer_head_only(
-    head_only: bool,
-    entry: &Entry,
-    now: SystemTime,
-    status: &str,
-) -> Response<Body> {
-    let mut head = clone_head(&entry.head);
-    head.headers.insert(
-        header::AGE,
-        HeaderValue::from(entry.policy.age(now).as_secs()),
-    );
-    let len = entry.body.len();
-    let mut res = Response::from_parts(
-        head,
-        if head_only {
-            Body::empty()
-        } else {
-            Body::full(entry.body.clone())
-        },
-    );
-    res.headers_mut()
-        .insert(header::CONTENT_LENGTH, HeaderValue::from(len));
-    set_status(&mut res, status);
-    res
-}
-
-fn set_status(res: &mut Response<Body>, status: &str) {
-    if let Ok(value) = HeaderValue::from_str(status) {
-        res.headers_mut().insert(CACHE_STATUS, value);
-    }
 }

@@ -60,9 +60,11 @@
 //!
 //! Not yet: ranges from a stored response, a disk tier, purging and metrics.
 
+mod answer;
+mod directives;
 mod exchange;
 mod fill;
-mod stale;
+mod policy;
 mod store;
 mod tee;
 

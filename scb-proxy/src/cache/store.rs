@@ -9,11 +9,9 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use super::policy::Policy;
 use bytes::Bytes;
 use http::response::Parts;
-use http_cache_semantics::CachePolicy;
-
-use super::stale::StaleRules;
 
 /// What a response is stored under: the host and the path with its query (the method is
 /// always GET: HEAD is answered from a stored GET).
@@ -27,19 +25,16 @@ pub(crate) struct Key {
 /// whole body.
 #[derive(Debug)]
 pub(crate) struct Entry {
-    pub(crate) policy: CachePolicy,
+    pub(crate) policy: Policy,
     pub(crate) head: Parts,
     pub(crate) body: Bytes,
-    /// What it allows once stale.
-    pub(crate) stale: StaleRules,
     /// When it was last used, on the store's clock.
     used: AtomicU64,
 }
 
 impl Entry {
-    pub(crate) fn new(policy: CachePolicy, head: Parts, body: Bytes) -> Self {
+    pub(crate) fn new(policy: Policy, head: Parts, body: Bytes) -> Self {
         Self {
-            stale: StaleRules::of(&policy, &head.headers, std::time::SystemTime::now()),
             policy,
             head,
             body,
@@ -157,6 +152,18 @@ impl Store {
         if let Some(variants) = inner.entries.remove(key) {
             let freed: u64 = variants.iter().map(|v| v.size()).sum();
             inner.bytes -= freed;
+        }
+    }
+
+    /// Drops `entry` from the variants of `key`, if it is still there.
+    pub(crate) fn remove(&self, key: &Key, entry: &Arc<Entry>) {
+        let mut inner = self.lock();
+        let at = inner
+            .entries
+            .get(key)
+            .and_then(|variants| variants.iter().position(|v| Arc::ptr_eq(v, entry)));
+        if let Some(at) = at {
+            self.remove_at(&mut inner, key, at);
         }
     }
 

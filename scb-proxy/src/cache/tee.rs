@@ -9,10 +9,10 @@ use std::task::{Context, Poll};
 use bytes::{Bytes, BytesMut};
 use http::response::Parts;
 use http_body::{Body as HttpBody, Frame, SizeHint};
-use http_cache_semantics::CachePolicy;
 use scb_core::{Body, BoxError};
 
 use super::fill::FillGuard;
+use super::policy::Policy;
 use super::store::{Entry, Key, Store};
 
 /// What to store once the body is whole.
@@ -20,7 +20,7 @@ use super::store::{Entry, Key, Store};
 pub(crate) struct Pending {
     pub(crate) store: Arc<Store>,
     pub(crate) key: Key,
-    pub(crate) policy: CachePolicy,
+    pub(crate) policy: Policy,
     pub(crate) head: Parts,
     pub(crate) replaces: Option<Arc<Entry>>,
     pub(crate) max_object: usize,

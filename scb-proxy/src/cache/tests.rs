@@ -550,3 +550,139 @@ async fn stale_if_error_answers_the_stale_response_when_the_upstream_fails() {
         StatusCode::SERVICE_UNAVAILABLE
     );
 }
+
+#[tokio::test]
+async fn a_hit_answers_the_client_s_preconditions_and_ranges_from_the_stored_response() {
+    let origin = Scripted::new();
+    let svc = cache(origin.origin(|req, _| {
+        assert!(
+            !req.headers().contains_key("range") && !req.headers().contains_key("if-none-match"),
+            "the cache asks for the whole representation"
+        );
+        response(
+            200,
+            &[
+                ("cache-control", "max-age=60"),
+                ("etag", "\"v1\""),
+                ("content-type", "text/plain"),
+            ],
+            "0123456789",
+        )
+    }));
+    // A conditional miss: the whole response is fetched and stored, the client gets 304.
+    let (res, body) = send(
+        &svc,
+        request(Method::GET, "/r", &[("if-none-match", "\"v1\"")]),
+    )
+    .await;
+    assert_eq!(res.status(), StatusCode::NOT_MODIFIED);
+    assert!(body.is_empty());
+    settle().await;
+    let (res, body) = send(&svc, request(Method::GET, "/r", &[("range", "bytes=2-4")])).await;
+    assert_eq!(res.status(), StatusCode::PARTIAL_CONTENT);
+    assert_eq!(res.headers()["content-range"], "bytes 2-4/10");
+    assert_eq!(body, "234");
+    assert_eq!(status_of(&res), "scb; hit");
+    let (res, body) = send(
+        &svc,
+        request(Method::GET, "/r", &[("range", "bytes=0-0,8-")]),
+    )
+    .await;
+    assert_eq!(res.status(), StatusCode::PARTIAL_CONTENT);
+    let text = String::from_utf8(body.to_vec()).unwrap();
+    assert!(
+        text.contains("Content-Range: bytes 8-9/10\r\n\r\n89"),
+        "{text}"
+    );
+    let (res, _) = send(&svc, request(Method::GET, "/r", &[("range", "bytes=20-")])).await;
+    assert_eq!(res.status(), StatusCode::RANGE_NOT_SATISFIABLE);
+    assert_eq!(res.headers()["content-range"], "bytes */10");
+    let (res, body) = send(
+        &svc,
+        request(
+            Method::GET,
+            "/r",
+            &[("range", "bytes=0-1"), ("if-range", "\"other\"")],
+        ),
+    )
+    .await;
+    assert_eq!((res.status(), body.len()), (StatusCode::OK, 10));
+    let (res, _) = send(
+        &svc,
+        request(Method::GET, "/r", &[("if-match", "\"other\"")]),
+    )
+    .await;
+    assert_eq!(res.status(), StatusCode::PRECONDITION_FAILED);
+    let (res, _) = send(
+        &svc,
+        request(Method::GET, "/r", &[("if-none-match", "W/\"v1\"")]),
+    )
+    .await;
+    assert_eq!(res.status(), StatusCode::NOT_MODIFIED, "weak comparison");
+    assert_eq!(origin.calls(), 1);
+}
+
+#[tokio::test]
+async fn a_304_without_validators_refreshes_the_response_it_was_asked_about() {
+    let origin = Scripted::new();
+    let svc = cache(origin.origin(|req, n| {
+        if n == 0 {
+            response(
+                200,
+                &[
+                    ("cache-control", "max-age=0"),
+                    ("etag", "\"a\""),
+                    ("x-v", "1"),
+                ],
+                "body",
+            )
+        } else {
+            assert_eq!(req.headers()["if-none-match"], "\"a\"");
+            let mut res = response(304, &[("cache-control", "max-age=60"), ("x-v", "2")], "");
+            res.headers_mut().remove(header::CONTENT_LENGTH);
+            res
+        }
+    }));
+    send(&svc, get("/v")).await;
+    let (res, body) = send(
+        &svc,
+        request(Method::GET, "/v", &[("cache-control", "no-cache")]),
+    )
+    .await;
+    assert_eq!(res.status(), StatusCode::OK, "the client asked for no 304");
+    assert_eq!(body, "body");
+    assert_eq!(
+        res.headers()["x-v"],
+        "2",
+        "the 304's fields update the stored ones"
+    );
+    let (res, _) = send(&svc, get("/v")).await;
+    assert_eq!(status_of(&res), "scb; hit");
+    assert_eq!(origin.calls(), 2);
+}
+
+#[tokio::test]
+async fn a_head_revalidation_stores_the_get_it_fetched() {
+    let origin = Scripted::new();
+    let svc = cache(origin.origin(|req, n| {
+        assert_eq!(req.method(), Method::GET);
+        response(
+            200,
+            &[
+                (
+                    "cache-control",
+                    if n == 0 { "max-age=0" } else { "max-age=60" },
+                ),
+                ("etag", &format!("\"{n}\"")),
+            ],
+            format!("v{n}"),
+        )
+    }));
+    send(&svc, get("/h")).await;
+    let (head, body) = send(&svc, request(Method::HEAD, "/h", &[])).await;
+    assert!(body.is_empty());
+    assert_eq!(head.headers()["content-length"], "2");
+    settle().await;
+    let (res, body) = send(&svc, get("/h")).await;
+    assert_eq!((status_of(&res), &body[..]), ("scb; hit", &b"v1"[..]));
+}

@@ -13,9 +13,9 @@ use super::config::Config;
 use super::entry::{Entry, Probe, Variant, WouldBlock};
 use super::listing;
 use super::lookup::Resolver;
-use scb_core::conditional::{self, Precondition};
 use crate::encoding::{self, Candidates, Coding};
 use crate::path::{self, PathError};
+use scb_core::conditional::{self, Precondition};
 use scb_core::range::{self, Boundary, Ranges};
 
 /// Answers one request. `Err(WouldBlock)` only when `resolver` may not wait for the disk.

@@ -17,9 +17,9 @@ use http::HeaderValue;
 use scb_core::{Body, FileRegion, FileStamp};
 
 use super::config::Config;
-use scb_core::conditional;
 use crate::encoding::Coding;
 use crate::sys::{Identity, Kind, Meta, Mode, OpenError, Opened, RootDir, read_at_nowait};
+use scb_core::conditional;
 
 /// Files up to this size are read whole while the name is looked up, in one
 /// `preadv2(RWF_NOWAIT)`: the response is then plain bytes, the file is closed at once, and

@@ -51,8 +51,8 @@ use self::lookup::{FileCache, Resolver};
 use crate::cache::{self, OpenFileCache, Owner};
 use crate::cache_control::{CacheControlError, CacheControlRules};
 use crate::encoding::{Coding, UnknownCoding};
-use scb_core::range::DEFAULT_MAX_RANGES;
 use crate::sys::{Mode, RootDir, Symlinks};
+use scb_core::range::DEFAULT_MAX_RANGES;
 
 /// Serves the files beneath a root directory: each request is decided inline on the worker
 /// (`openat2(RESOLVE_CACHED)`, `preadv2(RWF_NOWAIT)`) and moves to the blocking pool only

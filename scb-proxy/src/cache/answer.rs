@@ -1,0 +1,151 @@
+//! A stored response as the answer to a request: its head with the `Age` it has now,
+//! the client's preconditions evaluated against it (304, 412), its ranges (206, 416),
+//! and no body for a HEAD.
+//!
+//! The rules are scb-core's, the same that static files answer by
+//! ([`scb_core::conditional`], [`scb_core::range`]), against the stored validators.
+
+use std::time::SystemTime;
+
+use bytes::{Bytes, BytesMut};
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::response::Parts;
+use http::{Method, Response, StatusCode};
+use scb_core::Body;
+use scb_core::conditional::{Precondition, Validators, evaluate_validators};
+use scb_core::range::{self, Boundary, Ranges};
+
+use super::store::Entry;
+
+/// The `Cache-Status` header (RFC 9211).
+pub(crate) const CACHE_STATUS: HeaderName = HeaderName::from_static("cache-status");
+
+/// How many ranges one request may ask of a stored response, as for static files.
+const MAX_RANGES: usize = 16;
+
+/// Fields a 304 leaves out: they describe a body it does not have.
+const NOT_IN_304: [HeaderName; 3] = [
+    header::CONTENT_LENGTH,
+    header::CONTENT_RANGE,
+    header::CONTENT_TYPE,
+];
+
+/// `entry` answering a request of `method` with `headers`, marked `status`.
+pub(crate) fn from_entry(
+    method: &Method,
+    headers: &HeaderMap,
+    entry: &Entry,
+    now: SystemTime,
+    status: &str,
+) -> Response<Body> {
+    let mut head = copy_head(&entry.head);
+    head.headers.insert(
+        header::AGE,
+        HeaderValue::from(entry.policy.age(now).as_secs()),
+    );
+    let mut res = respond(method, headers, head, &entry.body);
+    set_status(&mut res, status);
+    res
+}
+
+/// `head` and `body` (a stored or just received representation) as the answer to a
+/// request of `method` with `headers`.
+pub(crate) fn respond(
+    method: &Method,
+    headers: &HeaderMap,
+    mut head: Parts,
+    body: &Bytes,
+) -> Response<Body> {
+    let len = body.len() as u64;
+    let head_only = method == Method::HEAD;
+    if head.status.is_success() {
+        let validators = Validators::of(&head.headers);
+        match evaluate_validators(method, headers, validators) {
+            Precondition::Proceed => {}
+            Precondition::NotModified => {
+                head.status = StatusCode::NOT_MODIFIED;
+                for name in &NOT_IN_304 {
+                    head.headers.remove(name);
+                }
+                return Response::from_parts(head, Body::empty());
+            }
+            Precondition::Failed => {
+                return scb_core::respond::reason(StatusCode::PRECONDITION_FAILED);
+            }
+        }
+    }
+    if head.status == StatusCode::OK {
+        head.headers
+            .insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+        let validators = Validators::of(&head.headers);
+        match range::for_request_validators(method, headers, len, validators, MAX_RANGES) {
+            Ranges::Full => {}
+            Ranges::Satisfiable(ranges) => {
+                head.status = StatusCode::PARTIAL_CONTENT;
+                let part = if let [one] = ranges.as_slice() {
+                    head.headers
+                        .insert(header::CONTENT_RANGE, range::content_range(*one, len));
+                    slice(body, *one)
+                } else {
+                    let framing = range::multipart(
+                        &ranges,
+                        len,
+                        head.headers.get(header::CONTENT_TYPE),
+                        Boundary::random(),
+                    );
+                    head.headers
+                        .insert(header::CONTENT_TYPE, framing.content_type.clone());
+                    let mut out = BytesMut::with_capacity(
+                        usize::try_from(framing.content_length).unwrap_or_default(),
+                    );
+                    for part in &framing.parts {
+                        out.extend_from_slice(&part.head);
+                        out.extend_from_slice(&slice(body, part.range));
+                    }
+                    out.extend_from_slice(&framing.closing);
+                    out.freeze()
+                };
+                head.headers
+                    .insert(header::CONTENT_LENGTH, HeaderValue::from(part.len()));
+                return Response::from_parts(head, Body::full(part));
+            }
+            Ranges::Unsatisfiable => {
+                let mut res = scb_core::respond::reason(StatusCode::RANGE_NOT_SATISFIABLE);
+                res.headers_mut()
+                    .insert(header::CONTENT_RANGE, range::unsatisfied_content_range(len));
+                return res;
+            }
+        }
+    }
+    head.headers
+        .insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+    let body = if head_only {
+        Body::empty()
+    } else {
+        Body::full(body.clone())
+    };
+    Response::from_parts(head, body)
+}
+
+fn slice(body: &Bytes, range: range::ByteRange) -> Bytes {
+    let start = usize::try_from(range.start).unwrap_or(usize::MAX);
+    let end = usize::try_from(range.end_inclusive)
+        .unwrap_or(usize::MAX)
+        .saturating_add(1);
+    body.slice(start.min(body.len())..end.min(body.len()))
+}
+
+/// A copy of a response head (status, version, fields; no extensions).
+pub(crate) fn copy_head(head: &Parts) -> Parts {
+    let mut copy = Response::new(()).into_parts().0;
+    copy.status = head.status;
+    copy.version = head.version;
+    copy.headers = head.headers.clone();
+    copy
+}
+
+pub(crate) fn set_status(res: &mut Response<Body>, status: &str) {
+    if let Ok(value) = HeaderValue::from_str(status) {
+        res.headers_mut().insert(CACHE_STATUS, value);
+    }
+}

@@ -1,0 +1,296 @@
+//! `Cache-Control` (RFC 9111 §5.2) as a cache reads it, request and response side.
+//!
+//! Directive names are case-insensitive; a value is a token or a quoted-string (commas
+//! inside quotes do not split). `max-age`-like values take their leading digits (`5.0`
+//! is 5, `100a` is 100) and a value without any is invalid: the directive then makes the
+//! response stale rather than fresh, the safe reading. A name followed by a space before
+//! `=` is not that directive. The first occurrence of a directive counts (§4.2.1 allows
+//! the first, or treating the response as stale).
+
+use http::HeaderMap;
+use http::header::{self, HeaderValue};
+
+/// A delta-seconds value: valid (capped at 2^31, §1.2.2) or not.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Delta {
+    /// Seconds.
+    Secs(u64),
+    /// Not a number: read as zero, which errs towards revalidating.
+    Invalid,
+}
+
+impl Delta {
+    /// The greatest value a cache has to represent (RFC 9111 §1.2.2).
+    pub(crate) const MAX: u64 = 1 << 31;
+
+    fn parse(value: Option<&str>) -> Self {
+        let Some(value) = value else {
+            return Self::Invalid;
+        };
+        let digits = value.bytes().take_while(u8::is_ascii_digit).count();
+        if digits == 0 {
+            return Self::Invalid;
+        }
+        Self::Secs(
+            value[..digits]
+                .parse::<u64>()
+                .map_or(Self::MAX, |n| n.min(Self::MAX)),
+        )
+    }
+
+    /// The seconds, zero when invalid.
+    pub(crate) fn secs(self) -> u64 {
+        match self {
+            Self::Secs(n) => n,
+            Self::Invalid => 0,
+        }
+    }
+}
+
+/// The directives of a response that a shared cache acts on.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct ResponseDirectives {
+    pub(crate) no_store: bool,
+    /// `no-cache` without field names: every reuse is validated.
+    pub(crate) no_cache: bool,
+    /// `no-cache="a, b"`: these fields are not reused without validation.
+    pub(crate) no_cache_fields: Vec<String>,
+    /// `private` without field names: not for a shared cache.
+    pub(crate) private: bool,
+    /// `private="a, b"`: these fields are not stored by a shared cache.
+    pub(crate) private_fields: Vec<String>,
+    pub(crate) public: bool,
+    pub(crate) max_age: Option<Delta>,
+    pub(crate) s_maxage: Option<Delta>,
+    pub(crate) must_revalidate: bool,
+    pub(crate) proxy_revalidate: bool,
+    pub(crate) stale_while_revalidate: Option<Delta>,
+    pub(crate) stale_if_error: Option<Delta>,
+}
+
+/// The directives of a request.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct RequestDirectives {
+    /// `no-cache`, or `Pragma: no-cache` without any Cache-Control (RFC 9111 §5.4).
+    pub(crate) no_cache: bool,
+    pub(crate) no_store: bool,
+    pub(crate) max_age: Option<Delta>,
+    /// `max-stale` (`Some(None)`: any staleness) or `max-stale=N`.
+    pub(crate) max_stale: Option<Option<Delta>>,
+    pub(crate) min_fresh: Option<Delta>,
+    pub(crate) only_if_cached: bool,
+    pub(crate) stale_if_error: Option<Delta>,
+}
+
+impl ResponseDirectives {
+    pub(crate) fn parse(headers: &HeaderMap) -> Self {
+        let mut d = Self::default();
+        for (name, value) in directives(headers) {
+            let first = |slot: &mut Option<Delta>| {
+                if slot.is_none() {
+                    *slot = Some(Delta::parse(value.as_deref()));
+                }
+            };
+            match name.as_str() {
+                "no-store" => d.no_store = true,
+                "no-cache" => match value.as_deref() {
+                    Some(fields) => d.no_cache_fields.extend(field_names(fields)),
+                    None => d.no_cache = true,
+                },
+                "private" => match value.as_deref() {
+                    Some(fields) => d.private_fields.extend(field_names(fields)),
+                    None => d.private = true,
+                },
+                "public" => d.public = true,
+                "max-age" => first(&mut d.max_age),
+                "s-maxage" => first(&mut d.s_maxage),
+                "must-revalidate" => d.must_revalidate = true,
+                "proxy-revalidate" => d.proxy_revalidate = true,
+                "stale-while-revalidate" => first(&mut d.stale_while_revalidate),
+                "stale-if-error" => first(&mut d.stale_if_error),
+                _ => {}
+            }
+        }
+        d
+    }
+}
+
+impl RequestDirectives {
+    pub(crate) fn parse(headers: &HeaderMap) -> Self {
+        let mut d = Self::default();
+        for (name, value) in directives(headers) {
+            let first = |slot: &mut Option<Delta>| {
+                if slot.is_none() {
+                    *slot = Some(Delta::parse(value.as_deref()));
+                }
+            };
+            match name.as_str() {
+                "no-cache" => d.no_cache = true,
+                "no-store" => d.no_store = true,
+                "max-age" => first(&mut d.max_age),
+                "min-fresh" => first(&mut d.min_fresh),
+                "max-stale" if d.max_stale.is_none() => {
+                    d.max_stale = Some(value.as_deref().map(|v| Delta::parse(Some(v))));
+                }
+                "only-if-cached" => d.only_if_cached = true,
+                "stale-if-error" => first(&mut d.stale_if_error),
+                _ => {}
+            }
+        }
+        if !headers.contains_key(header::CACHE_CONTROL) {
+            d.no_cache = headers
+                .get_all(header::PRAGMA)
+                .iter()
+                .filter_map(|v| v.to_str().ok())
+                .any(|v| {
+                    v.split(',')
+                        .any(|p| p.trim().eq_ignore_ascii_case("no-cache"))
+                });
+        }
+        d
+    }
+
+    /// Whether the request lets a stale response be served to it when the cache would
+    /// (`stale-while-revalidate`, `stale-if-error`): not when it asks for a validated or
+    /// a young enough one.
+    pub(crate) fn accepts_stale(&self) -> bool {
+        !self.no_cache && self.max_age.is_none() && self.min_fresh.is_none()
+    }
+}
+
+/// The field names of a `no-cache="..."` or `private="..."` value, lower-cased.
+fn field_names(list: &str) -> impl Iterator<Item = String> + '_ {
+    list.split(',')
+        .map(str::trim)
+        .filter(|f| !f.is_empty())
+        .map(str::to_ascii_lowercase)
+}
+
+/// Every directive of the Cache-Control fields: lower-cased names, unquoted values.
+fn directives(headers: &HeaderMap) -> Vec<(String, Option<String>)> {
+    let mut out = Vec::new();
+    for field in headers.get_all(header::CACHE_CONTROL) {
+        parse_field(field, &mut out);
+    }
+    out
+}
+
+fn parse_field(field: &HeaderValue, out: &mut Vec<(String, Option<String>)>) {
+    let bytes = field.as_bytes();
+    let mut at = 0;
+    while at < bytes.len() {
+        // Skip separators and whitespace before a name.
+        while at < bytes.len() && matches!(bytes[at], b',' | b' ' | b'\t') {
+            at += 1;
+        }
+        let start = at;
+        while at < bytes.len() && !matches!(bytes[at], b',' | b'=') {
+            at += 1;
+        }
+        let name = String::from_utf8_lossy(&bytes[start..at])
+            .trim_end_matches([' ', '\t'])
+            .to_ascii_lowercase();
+        // `max-age =5`: a space before `=` makes it no directive this cache knows.
+        let spaced = bytes[start..at]
+            .last()
+            .is_some_and(|b| matches!(b, b' ' | b'\t'));
+        let mut value = None;
+        if at < bytes.len() && bytes[at] == b'=' {
+            at += 1;
+            if at < bytes.len() && bytes[at] == b'"' {
+                at += 1;
+                let mut text = Vec::new();
+                while at < bytes.len() && bytes[at] != b'"' {
+                    if bytes[at] == b'\\' && at + 1 < bytes.len() {
+                        at += 1;
+                    }
+                    text.push(bytes[at]);
+                    at += 1;
+                }
+                at += 1;
+                value = Some(String::from_utf8_lossy(&text).into_owned());
+                while at < bytes.len() && bytes[at] != b',' {
+                    at += 1;
+                }
+            } else {
+                let start = at;
+                while at < bytes.len() && bytes[at] != b',' {
+                    at += 1;
+                }
+                value = Some(
+                    String::from_utf8_lossy(&bytes[start..at])
+                        .trim_end()
+                        .to_owned(),
+                );
+            }
+        }
+        if !name.is_empty() && !spaced {
+            out.push((name, value));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn response(fields: &[&str]) -> ResponseDirectives {
+        let mut h = HeaderMap::new();
+        for f in fields {
+            h.append(header::CACHE_CONTROL, HeaderValue::from_str(f).unwrap());
+        }
+        ResponseDirectives::parse(&h)
+    }
+
+    #[test]
+    fn names_are_case_insensitive_and_values_take_their_leading_digits() {
+        let d = response(&["Max-Age=5.0, NO-CACHE, s-maxage=100a"]);
+        assert_eq!(d.max_age, Some(Delta::Secs(5)));
+        assert_eq!(d.s_maxage, Some(Delta::Secs(100)));
+        assert!(d.no_cache);
+        assert_eq!(response(&["max-age=a100"]).max_age, Some(Delta::Invalid));
+        assert_eq!(response(&["max-age= 100"]).max_age, Some(Delta::Invalid));
+        assert_eq!(response(&["max-age =100"]).max_age, None);
+        assert_eq!(response(&["max-age=\"60\""]).max_age, Some(Delta::Secs(60)));
+        assert_eq!(
+            response(&["max-age=99999999999999999999"]).max_age,
+            Some(Delta::Secs(Delta::MAX))
+        );
+    }
+
+    #[test]
+    fn the_first_of_two_values_counts_across_field_lines() {
+        assert_eq!(
+            response(&["max-age=1", "max-age=3600"]).max_age,
+            Some(Delta::Secs(1))
+        );
+    }
+
+    #[test]
+    fn quoted_field_lists_are_not_split_at_their_commas() {
+        let d = response(&["no-cache=\"set-cookie, X-Foo\", private=\"a\", max-age=3"]);
+        assert!(!d.no_cache);
+        assert_eq!(d.no_cache_fields, ["set-cookie", "x-foo"]);
+        assert_eq!(d.private_fields, ["a"]);
+        assert!(!d.private);
+        assert_eq!(d.max_age, Some(Delta::Secs(3)));
+    }
+
+    #[test]
+    fn pragma_no_cache_counts_only_without_cache_control() {
+        let mut h = HeaderMap::new();
+        h.insert(header::PRAGMA, HeaderValue::from_static("no-cache"));
+        assert!(RequestDirectives::parse(&h).no_cache);
+        h.insert(
+            header::CACHE_CONTROL,
+            HeaderValue::from_static("max-age=10"),
+        );
+        let d = RequestDirectives::parse(&h);
+        assert!(!d.no_cache);
+        assert!(!d.accepts_stale());
+        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("max-stale"));
+        let d = RequestDirectives::parse(&h);
+        assert_eq!(d.max_stale, Some(None));
+        assert!(d.accepts_stale());
+    }
+}
