@@ -24,6 +24,10 @@
 //! - `soak [--time S] [--chunk S]`: scb under mixed load (every route kind, keep-alive
 //!   and new connections, HTTP/2 over TLS, misbehaving clients, an upstream that drops
 //!   requests) for a bounded time, with RSS, descriptors and errors by kind.
+//! - `cache-tests [--no-nginx]`: mnot's HTTP cache test suite (npm `http-cache-tests`
+//!   0.4.5, installed under `target/cache-tests/`; skipped with a line saying so without
+//!   node and npm, unless `SCB_REQUIRE_TOOLS` is set) against scb's response cache and
+//!   nginx's `proxy_cache`, with the counts side by side.
 //! - `fuzz TARGET [SECONDS]`: runs one cargo-fuzz target of `fuzz/` for SECONDS (default
 //!   60) and fails if it finds a crash, a hang or a leak; the input is left in
 //!   `fuzz/artifacts/TARGET/`.
@@ -68,6 +72,7 @@ commands:
                       RUNS times each (default 5); fails on a case outside the known list
   soak [--time S]     mixed and misbehaving load for S seconds (default 600); fails on
                       an unexpected error, RSS growth or a descriptor leak
+  cache-tests         mnot's HTTP cache tests against scb's cache and nginx proxy_cache
   fuzz TARGET [SECONDS]
                       run a fuzz target for SECONDS (default 60) on stable, through
                       RUSTC_BOOTSTRAP=1 cargo fuzz; fails on a crash, kept in
@@ -95,6 +100,7 @@ fn main() -> ExitCode {
             bench(&["--runs".to_owned(), runs], "h2spec")
         }
         Some("soak") => bench(&std::env::args().skip(2).collect::<Vec<_>>(), "soak"),
+        Some("cache-tests") => bench(&std::env::args().skip(2).collect::<Vec<_>>(), "cache-tests"),
         Some("fuzz") if (3..=4).contains(&std::env::args().len()) => {
             let args: Vec<String> = std::env::args().skip(2).collect();
             fuzz(&args[0], args.get(1).map(String::as_str))
@@ -365,7 +371,7 @@ fn run_counting_tests(
 }
 
 /// Builds the release binaries the harness drives and runs the harness's `mode`
-/// (`run`, `profile`, `h2spec` or `soak`) with `args`.
+/// (`run`, `profile`, `h2spec`, `soak` or `cache-tests`) with `args`.
 fn bench(args: &[String], mode: &str) -> anyhow::Result<()> {
     let root = workspace_root();
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
@@ -382,7 +388,7 @@ fn bench(args: &[String], mode: &str) -> anyhow::Result<()> {
         .join("release");
     let mut command = Command::new(target.join("bench"));
     command.arg(mode).arg("--scb").arg(target.join("scb"));
-    if !matches!(mode, "h2spec" | "soak") {
+    if !matches!(mode, "h2spec" | "soak" | "cache-tests") {
         command
             .arg("--axum-servedir")
             .arg(target.join("axum-servedir"));

@@ -29,6 +29,8 @@ enum Command {
     H2spec(crate::harness::h2spec::H2specArgs),
     /// scb under mixed load for a while: RSS, descriptors and errors.
     Soak(crate::harness::soak::SoakArgs),
+    /// mnot's HTTP cache test suite against scb's cache and nginx's proxy_cache.
+    CacheTests(crate::harness::cache_tests::CacheTestsArgs),
 }
 
 /// What the command line asks for.
@@ -42,6 +44,8 @@ pub(crate) enum Mode {
     H2spec(crate::harness::h2spec::H2specArgs),
     /// The soak.
     Soak(crate::harness::soak::SoakArgs),
+    /// The cache test suite.
+    CacheTests(crate::harness::cache_tests::CacheTestsArgs),
 }
 
 /// The flags of `bench profile`.
@@ -63,6 +67,7 @@ impl Cli {
             Some(Command::Profile(args)) => Mode::Profile(args),
             Some(Command::H2spec(args)) => Mode::H2spec(args),
             Some(Command::Soak(args)) => Mode::Soak(args),
+            Some(Command::CacheTests(args)) => Mode::CacheTests(args),
             None => Mode::Run(self.args),
         }
     }
@@ -72,7 +77,7 @@ impl Cli {
     pub(crate) fn into_args(self) -> Args {
         match self.into_mode() {
             Mode::Run(args) | Mode::Profile(ProfileArgs { run: args, .. }) => args,
-            Mode::H2spec(_) | Mode::Soak(_) => panic!("no run flags"),
+            Mode::H2spec(_) | Mode::Soak(_) | Mode::CacheTests(_) => panic!("no run flags"),
         }
     }
 }

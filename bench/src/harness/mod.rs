@@ -17,10 +17,12 @@
 //! - [`run`]: the whole run, scenario by scenario, server by server.
 //! - [`profile`]: why scb costs what it costs in one scenario (strace, /proc, perf,
 //!   callgrind).
+//! - [`cache_tests`]: mnot's HTTP cache test suite against scb's cache and nginx's.
 //! - [`h2spec`]: the HTTP/2 conformance suite against scb's listeners, repeated.
 //! - [`soak`]: scb under mixed and misbehaving load for a bounded time, RSS and
 //!   descriptors sampled, errors counted by kind.
 
+pub(crate) mod cache_tests;
 pub(crate) mod cert;
 pub(crate) mod chart;
 pub(crate) mod cli;

@@ -42,6 +42,7 @@ pub(crate) fn main() -> ExitCode {
         Mode::Profile(args) => crate::harness::profile::run(args, &argv),
         Mode::H2spec(args) => crate::harness::h2spec::run(&args),
         Mode::Soak(args) => crate::harness::soak::run(&args),
+        Mode::CacheTests(args) => crate::harness::cache_tests::run(&args),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,

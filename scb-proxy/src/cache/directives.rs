@@ -66,6 +66,13 @@ pub(crate) struct ResponseDirectives {
     pub(crate) proxy_revalidate: bool,
     pub(crate) stale_while_revalidate: Option<Delta>,
     pub(crate) stale_if_error: Option<Delta>,
+    /// `must-understand`: stored only if the status code is one this cache knows.
+    pub(crate) must_understand: bool,
+    /// `Surrogate-Control: max-age=N` (W3C Edge Architecture), which a reverse proxy
+    /// obeys before Cache-Control's freshness.
+    pub(crate) surrogate_max_age: Option<Delta>,
+    /// `Surrogate-Control: no-store`.
+    pub(crate) surrogate_no_store: bool,
 }
 
 /// The directives of a request.
@@ -108,6 +115,25 @@ impl ResponseDirectives {
                 "proxy-revalidate" => d.proxy_revalidate = true,
                 "stale-while-revalidate" => first(&mut d.stale_while_revalidate),
                 "stale-if-error" => first(&mut d.stale_if_error),
+                "must-understand" => d.must_understand = true,
+                _ => {}
+            }
+        }
+        let surrogate = directives_of(
+            headers,
+            &header::HeaderName::from_static("surrogate-control"),
+        );
+        // A directive with a `;target` is for the surrogate it names, not for one
+        // without a name.
+        for (name, value) in surrogate {
+            if value.as_deref().is_some_and(|v| v.contains(';')) || name.contains(';') {
+                continue;
+            }
+            match name.as_str() {
+                "max-age" if d.surrogate_max_age.is_none() => {
+                    d.surrogate_max_age = Some(Delta::parse(value.as_deref()));
+                }
+                "no-store" => d.surrogate_no_store = true,
                 _ => {}
             }
         }
@@ -168,8 +194,12 @@ fn field_names(list: &str) -> impl Iterator<Item = String> + '_ {
 
 /// Every directive of the Cache-Control fields: lower-cased names, unquoted values.
 fn directives(headers: &HeaderMap) -> Vec<(String, Option<String>)> {
+    directives_of(headers, &header::CACHE_CONTROL)
+}
+
+fn directives_of(headers: &HeaderMap, name: &header::HeaderName) -> Vec<(String, Option<String>)> {
     let mut out = Vec::new();
-    for field in headers.get_all(header::CACHE_CONTROL) {
+    for field in headers.get_all(name) {
         parse_field(field, &mut out);
     }
     out

@@ -104,7 +104,13 @@ impl Policy {
         }
         let request = RequestDirectives::parse(req);
         let d = ResponseDirectives::parse(&res.headers);
-        if request.no_store || d.no_store || d.private {
+        if d.must_understand && !understood(status) {
+            return None;
+        }
+        // `must-understand` lets a cache that knows the status store it despite
+        // `no-store` (§5.2.2.3), which is there for caches that do not.
+        let no_store = d.no_store && !d.must_understand;
+        if request.no_store || no_store || d.private || d.surrogate_no_store {
             return None;
         }
         if req.contains_key(header::AUTHORIZATION)
@@ -117,7 +123,11 @@ impl Policy {
             return None;
         }
         let expires = res.headers.contains_key(header::EXPIRES);
-        let explicit = d.public || d.max_age.is_some() || d.s_maxage.is_some() || expires;
+        let explicit = d.public
+            || d.max_age.is_some()
+            || d.s_maxage.is_some()
+            || d.surrogate_max_age.is_some()
+            || expires;
         if !explicit && !HEURISTIC_STATUSES.contains(&status.as_u16()) {
             return None;
         }
@@ -172,7 +182,9 @@ impl Policy {
             .duration_since(request_time)
             .unwrap_or_default();
         let initial_age = apparent.max(age_value(headers) + delay);
-        let lifetime = if let Some(s) = d.s_maxage {
+        let lifetime = if let Some(s) = d.surrogate_max_age {
+            Duration::from_secs(s.secs())
+        } else if let Some(s) = d.s_maxage {
             Duration::from_secs(s.secs())
         } else if let Some(m) = d.max_age {
             Duration::from_secs(m.secs())
@@ -326,6 +338,12 @@ fn normalized(req: &HeaderMap, name: &HeaderName) -> Option<String> {
         );
     }
     any.then(|| members.join(","))
+}
+
+/// Whether a status is one whose caching requirements this cache implements (for
+/// `must-understand`): those RFC 9110 defines.
+fn understood(status: StatusCode) -> bool {
+    matches!(status.as_u16(), 200..=206 | 300..=305 | 307 | 308 | 400..=417 | 421 | 422 | 426 | 500..=505)
 }
 
 /// The value of a field sent exactly once.
@@ -485,6 +503,20 @@ mod tests {
         assert!(store(&head(404, &[("last-modified", lm)])).is_some());
         assert!(store(&head(500, &[("last-modified", lm)])).is_none());
         assert!(store(&head(206, &[("cache-control", "max-age=60")])).is_none());
+        assert!(
+            store(&head(
+                599,
+                &[("cache-control", "max-age=60, must-understand")]
+            ))
+            .is_none()
+        );
+        assert!(
+            store(&head(
+                200,
+                &[("cache-control", "max-age=60, must-understand, no-store")]
+            ))
+            .is_some()
+        );
         for refused in ["no-store", "private", "max-age=60, Private"] {
             assert!(
                 store(&head(200, &[("cache-control", refused)])).is_none(),
@@ -520,6 +552,40 @@ mod tests {
         assert_eq!(fresh(&next_year), Reuse::Fresh);
         assert_eq!(fresh("Sunday, 06-Nov-94 08:49:37 GMT"), Reuse::Validate);
         assert_eq!(fresh("0"), Reuse::Validate);
+    }
+
+    #[test]
+    fn surrogate_control_overrides_cache_control_for_this_cache_but_not_a_targeted_one() {
+        let now = SystemTime::now();
+        let reuse = |fields: &[(&str, &str)]| {
+            store(&head(200, fields)).map(|s| s.policy.reuse(&RequestDirectives::default(), now))
+        };
+        assert_eq!(
+            reuse(&[
+                ("cache-control", "max-age=3600"),
+                ("surrogate-control", "max-age=0"),
+                ("etag", "\"x\"")
+            ]),
+            Some(Reuse::Validate)
+        );
+        assert_eq!(
+            reuse(&[("surrogate-control", "MaX-aGe=3600")]),
+            Some(Reuse::Fresh)
+        );
+        assert_eq!(
+            reuse(&[
+                ("cache-control", "max-age=60"),
+                ("surrogate-control", "no-store")
+            ]),
+            None
+        );
+        assert_eq!(
+            reuse(&[
+                ("cache-control", "max-age=60"),
+                ("surrogate-control", "max-age=0;other")
+            ]),
+            Some(Reuse::Fresh)
+        );
     }
 
     #[test]
