@@ -323,6 +323,16 @@ fn handler(
             message: format!("a route has exactly one handler: `{first}` or `{second}`, not both"),
         });
     }
+    if let Some(cache) = &route.cache
+        && route.proxy.is_none()
+    {
+        return Err(Located::at(
+            cache,
+            "cache",
+            "a cache stores what a `proxy` answers: put it on a proxy route (a static route \
+             needs none, its files are already at hand)",
+        ));
+    }
     if let Some(respond) = &route.respond {
         return Ok(Handler::Respond(
             Respond::try_from(respond.get_ref()).map_err(|e| e.within("respond"))?,
@@ -350,14 +360,6 @@ fn handler(
             })
             .transpose()?;
         return Ok(Handler::Proxy { proxy, cache });
-    }
-    if let Some(cache) = &route.cache {
-        return Err(Located::at(
-            cache,
-            "cache",
-            "a cache stores what a `proxy` answers: put it on a proxy route (a static route \
-             needs none, its files are already at hand)",
-        ));
     }
     if let Some(redirect) = &route.redirect {
         return redirect_handler(redirect.get_ref(), matcher, named_site)

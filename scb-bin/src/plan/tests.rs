@@ -989,3 +989,35 @@ fn print_shows_no_unmatched_row_for_a_site_whose_prefix_is_the_root() {
         "{shown}"
     );
 }
+
+#[test]
+fn a_cache_goes_on_a_proxy_route_and_its_bad_values_are_refused_where_they_are() {
+    let route = |cache: &str| {
+        format!(
+            "{LISTEN}[[route]]\nprefix = \"/\"\nproxy = {{ upstreams = [\"127.0.0.1:9\"] }}\n\
+             cache = {cache}\n"
+        )
+    };
+    let cached = plan(&route(
+        "{ max_bytes = \"64MiB\", max_object = \"1MiB\", collapse_timeout = \"2s\", stale_if_error = \"1h\" }",
+    ));
+    assert!(matches!(
+        &cached.routes()[0].handler,
+        Handler::Proxy { cache: Some(_), .. }
+    ));
+    assert_eq!(
+        error(&route("{ max_bytes = 0 }")),
+        "scb.toml:6:23: route[0].cache.max_bytes: must be more than 0 (remove `cache` to cache nothing)"
+    );
+    assert!(
+        error(&route("{ max_bytes = \"1MiB\", max_object = \"2MiB\" }"))
+            .contains("route[0].cache.max_object: must be between 1 byte and max_bytes"),
+    );
+    assert!(
+        error(&route(
+            "{ max_bytes = \"1MiB\", path = \"/var/cache/scb\" }"
+        ))
+        .contains("route[0].cache.path: the disk tier is not built yet"),
+    );
+    assert!(error(&route("{ max_bytes = \"1MiB\", size = 1 }")).contains("unknown field `size`"),);
+}

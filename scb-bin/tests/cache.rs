@@ -1,0 +1,200 @@
+//! The response cache through the binary: a `cache` route over a real socket, in front
+//! of an origin that counts what reaches it. Sequences, not single events: hits after a
+//! store, a HEAD, a range and a conditional answered from it, an unsafe method that
+//! invalidates it, a crowd of clients on one expired key, then the origin gone with
+//! `stale-if-error` set by the route.
+
+mod support;
+
+use std::io::{BufRead as _, BufReader, Write as _};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use support::{Server, request};
+
+/// An origin answering every GET with `max-age=1` and a body naming how many requests
+/// it has seen, slowly (so concurrent misses overlap), and POSTs with 204. It stops
+/// answering once `alive` is cleared: connections are then closed unanswered.
+struct Origin {
+    addr: SocketAddr,
+    seen: Arc<AtomicUsize>,
+    alive: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Origin {
+    fn start() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen = Arc::new(AtomicUsize::new(0));
+        let alive = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let (s, a) = (Arc::clone(&seen), Arc::clone(&alive));
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { continue };
+                let (s, a) = (Arc::clone(&s), Arc::clone(&a));
+                std::thread::spawn(move || {
+                    let _ = answer(stream, &s, &a);
+                });
+            }
+        });
+        Self { addr, seen, alive }
+    }
+
+    fn seen(&self) -> usize {
+        self.seen.load(Ordering::SeqCst)
+    }
+}
+
+fn answer(
+    stream: TcpStream,
+    seen: &AtomicUsize,
+    alive: &std::sync::atomic::AtomicBool,
+) -> std::io::Result<()> {
+    let mut reader = BufReader::new(stream.try_clone()?);
+    let mut stream = stream;
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line)? == 0 {
+            return Ok(());
+        }
+        loop {
+            let mut header = String::new();
+            if reader.read_line(&mut header)? == 0 || header == "\r\n" {
+                break;
+            }
+        }
+        if !alive.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        let n = seen.fetch_add(1, Ordering::SeqCst) + 1;
+        if line.starts_with("POST") {
+            stream.write_all(b"HTTP/1.1 204 No Content\r\n\r\n")?;
+            continue;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        let body = format!("response {n}\n");
+        write!(
+            stream,
+            "HTTP/1.1 200 OK\r\nCache-Control: max-age=1\r\nETag: \"{n}\"\r\n\
+             Content-Type: text/plain\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )?;
+    }
+}
+
+/// The whole exchange as text, read to the end.
+fn raw(addr: SocketAddr, request: &str) -> String {
+    use std::io::Read as _;
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut out = String::new();
+    stream.read_to_string(&mut out).unwrap();
+    out
+}
+
+fn send(addr: SocketAddr, method: &str, path: &str, extra: &str) -> support::Response {
+    request(
+        addr,
+        &format!("{method} {path} HTTP/1.1\r\nHost: test\r\n{extra}Connection: close\r\n\r\n"),
+    )
+}
+
+#[test]
+fn a_cache_route_stores_answers_invalidates_collapses_and_serves_stale_when_the_origin_fails() {
+    let origin = Origin::start();
+    let server = Server::start(&format!(
+        "[server]\nworkers = 2\n[[listen]]\naddr = \"127.0.0.1:0\"\n\
+         [[route]]\nprefix = \"/\"\nproxy = {{ upstreams = [\"{}\"], max_tries = 1 }}\n\
+         cache = {{ max_bytes = \"1MiB\", stale_if_error = \"1h\" }}\n",
+        origin.addr
+    ));
+    let addr = server.addr();
+
+    let first = send(addr, "GET", "/a", "");
+    assert_eq!(first.status, 200);
+    assert_eq!(
+        first.header("cache-status"),
+        Some("scb; fwd=uri-miss; stored")
+    );
+    assert_eq!(first.text(), "response 1\n");
+    let hit = send(addr, "GET", "/a", "");
+    assert_eq!(hit.header("cache-status"), Some("scb; hit"));
+    assert_eq!(hit.text(), "response 1\n");
+    assert!(hit.header("age").is_some());
+    assert!(hit.header("x-request-id").is_some());
+    let head = raw(
+        addr,
+        "HEAD /a HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n",
+    );
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(
+        head.ends_with("\r\n\r\n"),
+        "no body after a HEAD's head: {head}"
+    );
+    assert!(head.contains("content-length: 11\r\n"), "{head}");
+    assert!(head.contains("cache-status: scb; hit\r\n"), "{head}");
+    let range = send(addr, "GET", "/a", "Range: bytes=0-7\r\n");
+    assert_eq!((range.status, range.text()), (206, "response"));
+    let conditional = send(addr, "GET", "/a", "If-None-Match: \"1\"\r\n");
+    assert_eq!(conditional.status, 304);
+    assert_eq!(origin.seen(), 1, "one trip to the origin so far");
+
+    // An unsafe method drops what is stored for its URI.
+    assert_eq!(
+        send(addr, "POST", "/a", "Content-Length: 0\r\n").status,
+        204
+    );
+    let refetched = send(addr, "GET", "/a", "");
+    assert_eq!(refetched.text(), "response 3\n");
+    assert_eq!(origin.seen(), 3);
+
+    // A crowd on a key nobody has fetched: one request reaches the origin, on either
+    // worker.
+    let before = origin.seen();
+    let crowd: Vec<_> = (0..20)
+        .map(|_| std::thread::spawn(move || send(addr, "GET", "/popular", "")))
+        .collect();
+    let bodies: Vec<String> = crowd
+        .into_iter()
+        .map(|c| c.join().unwrap().text().to_owned())
+        .collect();
+    assert!(bodies.iter().all(|b| *b == bodies[0]), "{bodies:?}");
+    assert_eq!(
+        origin.seen() - before,
+        1,
+        "collapsed to one upstream request"
+    );
+
+    // The origin dies; once the stored answer is stale, the route's stale_if_error
+    // serves it, again and again.
+    origin.alive.store(false, Ordering::SeqCst);
+    std::thread::sleep(Duration::from_millis(2100));
+    for _ in 0..3 {
+        let stale = send(addr, "GET", "/popular", "");
+        assert_eq!(stale.status, 200);
+        assert_eq!(stale.text(), bodies[0]);
+        let status = stale.header("cache-status").unwrap();
+        assert!(status.contains("stale-if-error"), "{status}");
+    }
+    // Nothing stored for this one: the client gets the proxy's error.
+    assert_eq!(send(addr, "GET", "/never", "").status, 502);
+}
+
+#[test]
+fn a_cache_key_on_a_route_without_a_proxy_is_refused_with_its_place() {
+    let out = support::check(
+        "[[listen]]\naddr = \"127.0.0.1:0\"\n[[route]]\nprefix = \"/\"\n\
+         respond = { body = \"x\" }\ncache = { max_bytes = \"1MiB\" }\n",
+    );
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("route[0].cache") && err.contains(":6:"),
+        "{err}"
+    );
+}
