@@ -108,8 +108,9 @@ fn send(addr: SocketAddr, method: &str, path: &str, extra: &str) -> support::Res
 fn a_cache_route_stores_answers_invalidates_collapses_and_serves_stale_when_the_origin_fails() {
     let origin = Origin::start();
     let server = Server::start(&format!(
-        "[server]\nworkers = 2\n[[listen]]\naddr = \"127.0.0.1:0\"\n\
-         [[route]]\nprefix = \"/\"\nproxy = {{ upstreams = [\"{}\"], max_tries = 1 }}\n\
+        "[server]\nworkers = 2\n[metrics]\nlisten = \"127.0.0.1:0\"\n\
+         [[listen]]\naddr = \"127.0.0.1:0\"\n\
+         [[route]]\nname = \"api\"\nprefix = \"/\"\nproxy = {{ upstreams = [\"{}\"], max_tries = 1 }}\n\
          cache = {{ max_bytes = \"1MiB\", stale_if_error = \"1h\" }}\n",
         origin.addr
     ));
@@ -183,6 +184,24 @@ fn a_cache_route_stores_answers_invalidates_collapses_and_serves_stale_when_the_
     }
     // Nothing stored for this one: the client gets the proxy's error.
     assert_eq!(send(addr, "GET", "/never", "").status, 502);
+
+    let scrape = support::get(server.metrics.unwrap(), "/metrics").text().to_owned();
+    let count = |result: &str| {
+        support::metric(
+            &scrape,
+            &format!(r#"scb_cache_requests_total{{route="api",result="{result}"}}"#),
+        )
+        .unwrap_or(0.0)
+    };
+    // Hits: GET, HEAD, range, conditional, and 19 of the crowd (the 20th filled).
+    assert_eq!(count("hit"), 23.0, "{scrape}");
+    assert_eq!(count("stale"), 3.0, "{scrape}");
+    assert_eq!(count("pass"), 1.0, "the POST: {scrape}");
+    assert_eq!(count("miss"), 4.0, "/a twice, /popular, /never: {scrape}");
+    assert!(
+        support::metric(&scrape, r#"scb_cache_bytes{route="api"}"#).is_some_and(|b| b > 0.0),
+        "{scrape}"
+    );
 }
 
 #[test]

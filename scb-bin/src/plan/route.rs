@@ -165,6 +165,13 @@ fn route<'a>(
         ));
     }
     let mut handler = handler(config, &matcher, readiness, trusted, site.is_some())?;
+    // The cache's metrics carry the route's name, as every other per-route series.
+    if let Handler::Proxy {
+        cache: Some(cache), ..
+    } = &mut handler
+    {
+        *cache = cache.clone().route(name.to_string());
+    }
     // `compress` on the route, or in its handler's table (not both); a static route's
     // compression stays in its handler, where it needs no allocation.
     let compress = route_compression(route)?;

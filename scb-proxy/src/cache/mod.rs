@@ -64,6 +64,7 @@ mod answer;
 mod directives;
 mod exchange;
 mod fill;
+mod metrics;
 mod policy;
 mod store;
 mod tee;
@@ -80,6 +81,7 @@ use tower::{Layer, Service};
 
 use exchange::Exchange;
 use fill::Fills;
+pub use metrics::{CACHE_BYTES, CACHE_EVICTIONS_TOTAL, CACHE_REQUESTS_TOTAL};
 use store::Store;
 
 /// Puts a [`Cache`] in front of a service; clones share one store.
@@ -112,10 +114,7 @@ impl CacheLayer {
     /// their heads), the least recently used evicted first.
     pub fn new(max_bytes: u64) -> Self {
         Self {
-            shared: Arc::new(Shared {
-                store: Arc::new(Store::new(max_bytes)),
-                fills: Arc::default(),
-            }),
+            shared: Self::shared(max_bytes, "cache".into()),
             settings: Settings {
                 max_object: usize::try_from(max_bytes / 8)
                     .unwrap_or(usize::MAX)
@@ -124,6 +123,26 @@ impl CacheLayer {
                 stale_if_error: Duration::ZERO,
             },
         }
+    }
+
+    fn shared(max_bytes: u64, route: ::metrics::SharedString) -> Arc<Shared> {
+        Arc::new(Shared {
+            store: Arc::new(Store::new(max_bytes, route)),
+            fills: Arc::default(),
+        })
+    }
+
+    /// The `route` label of the cache's metrics ([`CACHE_REQUESTS_TOTAL`] by `result`,
+    /// [`CACHE_BYTES`], [`CACHE_EVICTIONS_TOTAL`]). Defaults to `cache`. It starts a new,
+    /// empty store: call it while building the layer, before any clone is in use.
+    #[must_use]
+    pub fn route(mut self, route: impl Into<std::borrow::Cow<'static, str>>) -> Self {
+        let route = match route.into() {
+            std::borrow::Cow::Borrowed(s) => ::metrics::SharedString::from(s),
+            std::borrow::Cow::Owned(s) => ::metrics::SharedString::from(Arc::<str>::from(s)),
+        };
+        self.shared = Self::shared(self.shared.store.max_bytes(), route);
+        self
     }
 
     /// The largest body stored; larger ones stream through unstored. Defaults to 64 MiB,
@@ -195,13 +214,24 @@ where
         // The clone that was ready answers; a fresh clone is left in its place.
         let inner = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, inner);
+        let store = Arc::clone(&self.shared.store);
         let exchange = Exchange {
             inner,
-            store: Arc::clone(&self.shared.store),
+            store: Arc::clone(&store),
             fills: Arc::clone(&self.shared.fills),
             settings: self.settings,
         };
-        Box::pin(exchange.run(req))
+        Box::pin(async move {
+            let res = exchange.run(req).await;
+            if let Ok(res) = &res {
+                store.metrics().count(
+                    res.headers()
+                        .get(answer::CACHE_STATUS)
+                        .map(http::HeaderValue::as_bytes),
+                );
+            }
+            res
+        })
     }
 }
 

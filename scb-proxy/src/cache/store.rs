@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use super::metrics::CacheMetrics;
 use super::policy::Policy;
 use bytes::Bytes;
 use http::response::Parts;
@@ -58,6 +59,10 @@ impl Entry {
 #[derive(Debug)]
 pub(crate) struct Store {
     max_bytes: u64,
+    /// The `route` label of its metrics, registered on first use (so that a layer
+    /// relabelled while being built leaves no series behind).
+    route: metrics::SharedString,
+    metrics: std::sync::OnceLock<CacheMetrics>,
     inner: Mutex<Inner>,
     clock: AtomicU64,
 }
@@ -73,12 +78,25 @@ struct Inner {
 const MAX_VARIANTS: usize = 8;
 
 impl Store {
-    pub(crate) fn new(max_bytes: u64) -> Self {
+    pub(crate) fn new(max_bytes: u64, route: metrics::SharedString) -> Self {
         Self {
             max_bytes,
+            route,
+            metrics: std::sync::OnceLock::new(),
             inner: Mutex::default(),
             clock: AtomicU64::new(0),
         }
+    }
+
+    /// The route's cache metrics.
+    pub(crate) fn metrics(&self) -> &CacheMetrics {
+        self.metrics
+            .get_or_init(|| CacheMetrics::new(self.route.clone()))
+    }
+
+    /// The bound it was built with.
+    pub(crate) fn max_bytes(&self) -> u64 {
+        self.max_bytes
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -143,7 +161,9 @@ impl Store {
                 break;
             };
             self.remove_at(&mut inner, &key, at);
+            self.metrics().evictions.increment(1);
         }
+        self.metrics().bytes.set(inner.bytes as f64);
     }
 
     /// Drops every variant stored under `key` (after an unsafe method, RFC 9111 4.4).
@@ -152,6 +172,7 @@ impl Store {
         if let Some(variants) = inner.entries.remove(key) {
             let freed: u64 = variants.iter().map(|v| v.size()).sum();
             inner.bytes -= freed;
+            self.metrics().bytes.set(inner.bytes as f64);
         }
     }
 
@@ -171,6 +192,7 @@ impl Store {
         if let Some(variants) = inner.entries.get_mut(key) {
             let gone = variants.remove(at);
             inner.bytes -= gone.size();
+            self.metrics().bytes.set(inner.bytes as f64);
             if variants.is_empty() {
                 inner.entries.remove(key);
             }
