@@ -185,7 +185,9 @@ fn a_cache_route_stores_answers_invalidates_collapses_and_serves_stale_when_the_
     // Nothing stored for this one: the client gets the proxy's error.
     assert_eq!(send(addr, "GET", "/never", "").status, 502);
 
-    let scrape = support::get(server.metrics.unwrap(), "/metrics").text().to_owned();
+    let scrape = support::get(server.metrics.unwrap(), "/metrics")
+        .text()
+        .to_owned();
     let count = |result: &str| {
         support::metric(
             &scrape,

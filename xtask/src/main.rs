@@ -5,10 +5,10 @@
 //!   clippy with warnings denied, every test (doctests included), the docs with warnings
 //!   denied, clippy over the fuzz targets and the `fuzzing` features (so that they cannot
 //!   rot; that much builds on stable), and a quick run of the benchmark harness as a
-//!   smoke test of every server configuration, and two h2spec runs; between the docs and
-//!   the bench, a check that every published crate's package holds its README and both
-//!   licences. `.ci/run` runs
-//!   exactly this. It runs no fuzzing: that needs `-Z` flags, which CI has no business
+//!   smoke test of every server configuration, two h2spec runs, and mnot's HTTP cache
+//!   tests against scb's cache (failing on a required test outside the known list);
+//!   between the docs and the bench, a check that every published crate's package holds
+//!   its README and both licences. `.ci/run` runs exactly this. It runs no fuzzing: that needs `-Z` flags, which CI has no business
 //!   relying on.
 //! - `circles`: fails on any import circle between the modules of a crate (see
 //!   `circles.rs`); `ci` runs it first.
@@ -222,13 +222,14 @@ const CI: [Step; 8] = [
     },
 ];
 
-/// Runs [`CI`], then the packaging check, the bench smoke test and h2spec (`h2spec`, when
-/// given, is its binary; see `bench h2spec --help` for where it is looked for otherwise).
+/// Runs [`CI`], then the packaging check, the bench smoke test, h2spec and the cache
+/// tests (`h2spec`, when given, is its binary; see `bench h2spec --help` for where it is
+/// looked for otherwise).
 fn ci(h2spec: Option<&str>) -> anyhow::Result<()> {
     let root = workspace_root();
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
     let mut totals = TestTotals::default();
-    say(&format!("==> [1/{}] cargo xtask circles", CI.len() + 4));
+    say(&format!("==> [1/{}] cargo xtask circles", CI.len() + 5));
     circles::check(&root).context("import circles")?;
     for (i, step) in CI.iter().enumerate() {
         let shown: String = step
@@ -237,7 +238,7 @@ fn ci(h2spec: Option<&str>) -> anyhow::Result<()> {
             .map(|(k, v)| format!("{k}=\"{v}\" "))
             .chain(std::iter::once(format!("cargo {}", step.args.join(" "))))
             .collect();
-        say(&format!("==> [{}/{}] {shown}", i + 2, CI.len() + 4));
+        say(&format!("==> [{}/{}] {shown}", i + 2, CI.len() + 5));
         let mut command = Command::new(&cargo);
         command
             .args(step.args)
@@ -256,25 +257,31 @@ fn ci(h2spec: Option<&str>) -> anyhow::Result<()> {
     say(&format!(
         "==> [{}/{}] cargo package --list, each library crate",
         CI.len() + 2,
-        CI.len() + 4
+        CI.len() + 5
     ));
     packaging(&cargo).context("packaging")?;
     say(&format!(
         "==> [{}/{}] cargo xtask bench --quick",
         CI.len() + 3,
-        CI.len() + 4
+        CI.len() + 5
     ));
     bench(&["--quick".to_owned()], "run").context("the benchmark smoke test")?;
     say(&format!(
         "==> [{}/{}] cargo xtask h2spec 2",
         CI.len() + 4,
-        CI.len() + 4
+        CI.len() + 5
     ));
     let mut h2spec_args = vec!["--runs".to_owned(), "2".to_owned()];
     if let Some(path) = h2spec {
         h2spec_args.extend(["--h2spec".to_owned(), path.to_owned()]);
     }
     bench(&h2spec_args, "h2spec").context("HTTP/2 conformance")?;
+    say(&format!(
+        "==> [{}/{}] cargo xtask cache-tests --no-nginx",
+        CI.len() + 5,
+        CI.len() + 5
+    ));
+    bench(&["--no-nginx".to_owned()], "cache-tests").context("HTTP cache conformance")?;
     say("==> ci passed");
     // One closing line for the whole run: cargo prints a `test result` per test binary,
     // and the last of them (an empty crate's doctests) says 0 passed.

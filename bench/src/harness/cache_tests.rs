@@ -49,6 +49,63 @@ pub(crate) struct CacheTestsArgs {
     pub(crate) out: Option<PathBuf>,
 }
 
+/// Required tests scb does not pass, with why; any other required test that fails makes
+/// the command fail (a regression). Explained at length in RELIABILITY.md.
+const KNOWN: [(&str, &str); 13] = [
+    (
+        "freshness-max-age-s-maxage-private",
+        "browser only: not run against a proxy",
+    ),
+    (
+        "freshness-max-age-s-maxage-private-multiple",
+        "browser only: not run against a proxy",
+    ),
+    (
+        "cc-resp-immutable-stale",
+        "browser only: not run against a proxy",
+    ),
+    (
+        "age-parse-prefix",
+        "`Age: 0,7200` is not one integer: read as 2^31, revalidated rather than trusted",
+    ),
+    (
+        "stale-close-must-revalidate",
+        "the origin closes; scb's 502 carries no origin marker, which the suite reads as cached",
+    ),
+    (
+        "stale-close-proxy-revalidate",
+        "the origin closes; scb's 502 carries no origin marker, which the suite reads as cached",
+    ),
+    (
+        "stale-close-no-cache",
+        "the origin closes; scb's 502 carries no origin marker, which the suite reads as cached",
+    ),
+    (
+        "stale-close-s-maxage=2",
+        "the origin closes; scb's 502 carries no origin marker, which the suite reads as cached",
+    ),
+    (
+        "headers-store-Set-Cookie",
+        "an answer that sets a cookie is not shared unless `public` (nginx does not store it)",
+    ),
+    (
+        "headers-store-Transfer-Encoding",
+        "the origin's framing is refused by the proxy (502): never guessed",
+    ),
+    (
+        "304-etag-update-response-ETag",
+        "a 304 with another strong ETag is about another representation (RFC 9111 4.3.4)",
+    ),
+    (
+        "304-etag-update-response-Set-Cookie",
+        "an answer that sets a cookie is not stored, so it is never revalidated",
+    ),
+    (
+        "surrogate-fresh-cc-nostore",
+        "a Surrogate-Control directive with a target is for that target, not for scb",
+    ),
+];
+
 /// Counts a results file against the suite: `{all, pass, req, reqPass}` as JSON, then
 /// one line per test that did not pass: `id<TAB>kind<TAB>result`.
 const COUNT: &str = r#"
@@ -81,7 +138,7 @@ struct Outcome {
     failed: Vec<(String, String, String)>,
 }
 
-/// Runs the suite; `Ok(true)` when it ran (or was skipped for want of node).
+/// Runs the suite; `Ok(false)` when scb failed a required test outside [`KNOWN`].
 pub(crate) fn run(args: &CacheTestsArgs) -> anyhow::Result<bool> {
     crate::harness::process::install_signal_cleanup()?;
     let (Some(node), Some(npm)) = (tools::find("node"), tools::find("npm")) else {
@@ -167,6 +224,13 @@ pub(crate) fn run(args: &CacheTestsArgs) -> anyhow::Result<bool> {
     }
     origin.stop()?;
 
+    let regressions: Vec<&str> = outcomes
+        .iter()
+        .filter(|o| o.name == "scb")
+        .flat_map(|o| &o.failed)
+        .filter(|(id, kind, _)| kind == "required" && !KNOWN.iter().any(|(k, _)| k == id))
+        .map(|(id, _, _)| id.as_str())
+        .collect();
     let report = render(&outcomes);
     let path = work.join("cache-tests.md");
     fs::write(&path, &report)?;
@@ -175,7 +239,13 @@ pub(crate) fn run(args: &CacheTestsArgs) -> anyhow::Result<bool> {
         print!("{report}");
     }
     progress(&format!("report in {}", path.display()));
-    Ok(true)
+    if !regressions.is_empty() {
+        progress(&format!(
+            "cache-tests: required tests scb fails outside the known list: {}",
+            regressions.join(", ")
+        ));
+    }
+    Ok(regressions.is_empty())
 }
 
 /// Installs the suite under `dir` with npm, unless it is there already.
@@ -302,7 +372,7 @@ fn render(outcomes: &[Outcome]) -> String {
     if let Some(scb) = outcomes.iter().find(|o| o.name == "scb") {
         let other = outcomes.iter().find(|o| o.name == "nginx");
         out.push_str(
-            "\n## Not passed by scb\n\n| test | kind | scb | nginx |\n| --- | --- | --- | --- |\n",
+            "\n## Not passed by scb\n\n| test | kind | scb | nginx | why (required ones) |\n| --- | --- | --- | --- | --- |\n",
         );
         for (id, kind, result) in &scb.failed {
             let theirs = other.map_or("-".to_owned(), |o| {
@@ -311,7 +381,11 @@ fn render(outcomes: &[Outcome]) -> String {
                     .find(|(other_id, _, _)| other_id == id)
                     .map_or("pass".to_owned(), |(_, _, r)| r.clone())
             });
-            let _ = writeln!(out, "| {id} | {kind} | {result} | {theirs} |");
+            let known = KNOWN
+                .iter()
+                .find(|(k, _)| k == id)
+                .map_or("", |(_, why)| why);
+            let _ = writeln!(out, "| {id} | {kind} | {result} | {theirs} | {known} |");
         }
     }
     out
