@@ -1,13 +1,17 @@
 //! A shared HTTP cache (RFC 9111) in front of any service: [`CacheLayer`].
 //!
-//! What may be stored and for how long is decided by the `http-cache-semantics` crate
-//! (Kornel Lesiński's port of the policy behind npm's `http-cache-semantics`, which mnot's
-//! cache tests exercise): Cache-Control (`no-store`, `private`, `public`, `max-age`,
-//! `s-maxage`, `no-cache`, `must-revalidate`), `Expires`, heuristic freshness from
-//! `Last-Modified`, `Authorization`, `Vary`, the request's own directives, and the
-//! conditional request that revalidates a stale response. This layer adds what a policy
-//! cannot: storing and finding responses, answering from them, and invalidating after
-//! unsafe methods.
+//! What may be stored and for how long is decided once, when a response is stored
+//! (`policy.rs`, which says why it is not `http-cache-semantics`): Cache-Control
+//! (`no-store`, `private` and `no-cache` with or without field names, `public`, `max-age`,
+//! `s-maxage`, `must-revalidate`, `proxy-revalidate`, `must-understand`), Surrogate-Control
+//! (`max-age`, `no-store`), `Expires` in any HTTP-date form, the apparent age from `Date`
+//! and the `Age` received, heuristic freshness (10% of the time since `Last-Modified`, at
+//! most a day) for the statuses RFC 9110 lets be cached so, `Authorization`, `Vary`, and
+//! the request's directives (`no-cache`, `no-store`, `max-age`, `max-stale`, `min-fresh`,
+//! `only-if-cached`, `stale-if-error`, and `Pragma: no-cache` without Cache-Control).
+//! Conformance, measured with mnot's cache tests (`cargo xtask cache-tests`): 282 of 355
+//! passing, 155 of the 168 the suite marks required; nginx 1.22's `proxy_cache` run the
+//! same way, 186 and 100.
 //!
 //! ```
 //! use http::{HeaderValue, Request, StatusCode, header};
@@ -37,7 +41,11 @@
 //! Responses:
 //!
 //! - a hit is answered from memory with `Age` and `Cache-Status: scb; hit`; a HEAD is
-//!   answered from a stored GET;
+//!   answered from a stored GET; the client's preconditions (304, 412) and ranges (206,
+//!   multipart for several, 416) are answered from the stored response, by the rules
+//!   static files follow ([`scb_core::conditional`], [`scb_core::range`]); a miss asks
+//!   the inner service for the whole representation (without the client's
+//!   `If-None-Match`, `If-Modified-Since`, `Range`, `If-Range`) so that it can be stored;
 //! - a miss goes to the inner service and, when storable, is stored as its body reaches
 //!   the client (`Cache-Status: scb; fwd=uri-miss; stored`, or `fwd=vary-miss` when only
 //!   another variant was stored); a body that fails, has trailers or is larger than
@@ -56,9 +64,13 @@
 //! - `Cache-Control: only-if-cached` without a usable response gets 504;
 //! - a successful unsafe request (POST, PUT, DELETE, PATCH, ...) drops what is stored for
 //!   its URI (RFC 9111 4.4);
-//! - `Set-Cookie` is never stored: the client that caused the store gets it, no other does.
+//! - an answer that sets a cookie is stored only if it is `public`, and then without the
+//!   `Set-Cookie`: the client that caused the store gets it, no other does;
+//! - metrics per route ([`route`](CacheLayer::route)): answers by result, bytes stored,
+//!   evictions.
 //!
-//! Not yet: ranges from a stored response, a disk tier, purging and metrics.
+//! Not yet: a disk tier, purging, key templates, an eviction policy that resists scans
+//! (least recently used for now), and keeping the store across a reload.
 
 mod answer;
 mod directives;
