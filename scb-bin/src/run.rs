@@ -234,6 +234,8 @@ struct Running {
     reload_generation: u64,
     /// The ACME listeners' renewal tasks, on this (the main) thread's runtime.
     acme: AcmeTasks,
+    /// The routes' response caches, which a reload hands to the routes of the same name.
+    caches: Vec<(Arc<str>, scb_proxy::cache::CacheLayer)>,
 }
 
 /// One task per ACME certificate, aborted when dropped (a reload replaces them).
@@ -354,6 +356,7 @@ impl Running {
             _ => None,
         };
         let acme = AcmeTasks::start(&plan);
+        let caches = plan.caches();
         Ok(Self {
             file,
             app,
@@ -368,6 +371,7 @@ impl Running {
             workers: plan.server.settings().workers,
             pid_file: plan.pid_file,
             reload_generation: 0,
+            caches,
             acme,
         })
     }
@@ -434,7 +438,8 @@ impl Running {
         if parsed.wants_metrics() && self.recorder.is_none() {
             self.recorder = Some(install_recorder()?);
         }
-        let plan = parsed.plan_with(self.readiness.clone())?;
+        let mut plan = parsed.plan_with(self.readiness.clone())?;
+        plan.keep_caches_of(&self.caches);
         if plan.server.settings().workers != self.workers {
             tracing::warn!("server.workers changed: it takes effect at the next start");
         }
@@ -523,6 +528,7 @@ impl Running {
             _ => {}
         }
         self.drain_delay = plan.drain_delay;
+        self.caches = plan.caches();
         // The old writer (if another) ends once the last old stack is gone, after writing
         // what those stacks' requests queued.
         self.access = access;

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use support::{Server, request};
 
-/// An origin answering every GET with `max-age=1` and a body naming how many requests
+/// An origin answering every GET with `max-age=MAX_AGE` and a body naming how many requests
 /// it has seen, slowly (so concurrent misses overlap), and POSTs with 204. It stops
 /// answering once `alive` is cleared: connections are then closed unanswered.
 struct Origin {
@@ -24,7 +24,7 @@ struct Origin {
 }
 
 impl Origin {
-    fn start() -> Self {
+    fn start(max_age: u32) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let seen = Arc::new(AtomicUsize::new(0));
@@ -35,7 +35,7 @@ impl Origin {
                 let Ok(stream) = stream else { continue };
                 let (s, a) = (Arc::clone(&s), Arc::clone(&a));
                 std::thread::spawn(move || {
-                    let _ = answer(stream, &s, &a);
+                    let _ = answer(stream, &s, &a, max_age);
                 });
             }
         });
@@ -51,6 +51,7 @@ fn answer(
     stream: TcpStream,
     seen: &AtomicUsize,
     alive: &std::sync::atomic::AtomicBool,
+    max_age: u32,
 ) -> std::io::Result<()> {
     let mut reader = BufReader::new(stream.try_clone()?);
     let mut stream = stream;
@@ -77,7 +78,7 @@ fn answer(
         let body = format!("response {n}\n");
         write!(
             stream,
-            "HTTP/1.1 200 OK\r\nCache-Control: max-age=1\r\nETag: \"{n}\"\r\n\
+            "HTTP/1.1 200 OK\r\nCache-Control: max-age={max_age}\r\nETag: \"{n}\"\r\n\
              Content-Type: text/plain\r\nContent-Length: {}\r\n\r\n{body}",
             body.len()
         )?;
@@ -106,7 +107,7 @@ fn send(addr: SocketAddr, method: &str, path: &str, extra: &str) -> support::Res
 
 #[test]
 fn a_cache_route_stores_answers_invalidates_collapses_and_serves_stale_when_the_origin_fails() {
-    let origin = Origin::start();
+    let origin = Origin::start(1);
     let server = Server::start(&format!(
         "[server]\nworkers = 2\n[metrics]\nlisten = \"127.0.0.1:0\"\n\
          [[listen]]\naddr = \"127.0.0.1:0\"\n\
@@ -218,4 +219,58 @@ fn a_cache_key_on_a_route_without_a_proxy_is_refused_with_its_place() {
         err.contains("route[0].cache") && err.contains(":6:"),
         "{err}"
     );
+}
+
+#[test]
+fn a_reload_keeps_what_the_cache_stored_even_during_a_fill_and_a_new_bound_starts_empty() {
+    use rustix::process::Signal;
+    // Fresh for the whole test, however slow the machine: every second trip is a loss.
+    let origin = Origin::start(3600);
+    let config = |max_bytes: &str, extra: &str| {
+        format!(
+            "[server]\nworkers = 1\n[[listen]]\naddr = \"127.0.0.1:0\"\n\
+             [[route]]\nname = \"api\"\nprefix = \"/\"\n\
+             proxy = {{ upstreams = [\"{}\"] }}\ncache = {{ max_bytes = \"{max_bytes}\" }}\n{extra}",
+            origin.addr
+        )
+    };
+    let mut server = Server::start(&config("1MiB", ""));
+    let addr = server.addr();
+    // A fill under way (the origin has the request and takes 200 ms) when the reload
+    // comes.
+    let filling = std::thread::spawn(move || send(addr, "GET", "/k", ""));
+    while origin.seen() == 0 {
+        std::thread::yield_now();
+    }
+    server.rewrite_config(&config(
+        "1MiB",
+        "[[route]]\npath = \"/other\"\nrespond = { body = \"new\" }\n",
+    ));
+    server.signal(Signal::HUP);
+    server.wait_for_line(|l| l.contains("reloaded "));
+    assert_eq!(
+        send(addr, "GET", "/other", "").text(),
+        "new",
+        "the reload took effect"
+    );
+    let filled = filling.join().unwrap();
+    assert_eq!(filled.text(), "response 1\n");
+    let after = send(addr, "GET", "/k", "");
+    assert_eq!(after.text(), "response 1\n");
+    assert_eq!(
+        origin.seen(),
+        1,
+        "the fill begun before the reload serves after it"
+    );
+
+    // A different bound is a new store.
+    server.rewrite_config(&config("2MiB", ""));
+    server.signal(Signal::HUP);
+    server.wait_for_line(|l| l.contains("reloaded "));
+    let fresh = send(addr, "GET", "/k", "");
+    assert_eq!(
+        fresh.header("cache-status"),
+        Some("scb; fwd=uri-miss; stored")
+    );
+    assert_eq!(origin.seen(), 2);
 }

@@ -88,6 +88,44 @@ impl Parsed {
 }
 
 impl Plan {
+    /// The response caches of its routes, by route name.
+    pub(crate) fn caches(&self) -> Vec<(Arc<str>, scb_proxy::cache::CacheLayer)> {
+        self.sites
+            .iter()
+            .flat_map(|site| site.routes.iter())
+            .filter_map(|route| match &route.handler {
+                crate::route::Handler::Proxy {
+                    cache: Some(cache), ..
+                } => Some((Arc::clone(&route.name), cache.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Gives each cached route the store of the route of the same name in `previous`
+    /// (the running config's), when its `max_bytes` is unchanged: a reload keeps what
+    /// was stored.
+    pub(crate) fn keep_caches_of(&mut self, previous: &[(Arc<str>, scb_proxy::cache::CacheLayer)]) {
+        if previous.is_empty() {
+            return;
+        }
+        let mut sites = self.sites.to_vec();
+        for site in &mut sites {
+            let mut routes = site.routes.to_vec();
+            for route in &mut routes {
+                if let crate::route::Handler::Proxy {
+                    cache: Some(cache), ..
+                } = &mut route.handler
+                    && let Some((_, old)) = previous.iter().find(|(name, _)| *name == route.name)
+                {
+                    *cache = cache.clone().keep_store_of(old);
+                }
+            }
+            site.routes = routes.into();
+        }
+        self.sites = sites.into();
+    }
+
     /// The default site's routes (none when every site is named).
     #[cfg(test)]
     pub(crate) fn routes(&self) -> &[RoutePlan] {

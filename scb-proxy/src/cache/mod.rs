@@ -69,8 +69,8 @@
 //! - metrics per route ([`route`](CacheLayer::route)): answers by result, bytes stored,
 //!   evictions.
 //!
-//! Not yet: a disk tier, purging, key templates, an eviction policy that resists scans
-//! (least recently used for now), and keeping the store across a reload.
+//! Not yet: a disk tier, purging, key templates, and an eviction policy that resists
+//! scans (least recently used for now).
 
 mod answer;
 mod directives;
@@ -154,6 +154,18 @@ impl CacheLayer {
             std::borrow::Cow::Owned(s) => ::metrics::SharedString::from(Arc::<str>::from(s)),
         };
         self.shared = Self::shared(self.shared.store.max_bytes(), route);
+        self
+    }
+
+    /// This layer with the store of `previous` (and its fills in progress) when both have
+    /// the same `max_bytes`, so that a reload keeps what was stored and a fill begun
+    /// before it is waited for after it; otherwise unchanged (a new bound starts empty).
+    /// The settings stay this layer's own.
+    #[must_use]
+    pub fn keep_store_of(mut self, previous: &CacheLayer) -> Self {
+        if previous.shared.store.max_bytes() == self.shared.store.max_bytes() {
+            self.shared = Arc::clone(&previous.shared);
+        }
         self
     }
 
