@@ -21,6 +21,7 @@ mod config;
 mod labels;
 mod one_of;
 mod plan;
+mod purge;
 mod reload_status;
 mod route;
 mod run;

@@ -623,6 +623,7 @@ fn metrics_maker(
     let probes = metrics.probes.clone();
     let readiness = plan.readiness.clone();
     let header = plan.server.settings().request_id_header;
+    let caches = crate::purge::PurgeCaches::new(plan.caches());
     Arc::new(move || {
         Ok(stack::metrics(
             handle.clone(),
@@ -630,6 +631,7 @@ fn metrics_maker(
             probes.as_ref().map(|(l, r)| (l.as_str(), r.as_str())),
             &readiness,
             &header,
+            &caches,
         )?)
     })
 }

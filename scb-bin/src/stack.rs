@@ -189,15 +189,22 @@ pub(crate) fn metrics(
     probes: Option<(&str, &str)>,
     readiness: &Readiness,
     header: &HeaderName,
+    caches: &crate::purge::PurgeCaches,
 ) -> Result<MetricsService, RouterError> {
-    let mut router = Router::new().boxed_route(
-        "metrics",
-        PathMatch::Exact(path.to_owned()),
-        RenderMetrics {
-            handle,
-            process: metrics_process::Collector::default(),
-        },
-    )?;
+    let mut router = Router::new()
+        .boxed_route(
+            "metrics",
+            PathMatch::Exact(path.to_owned()),
+            RenderMetrics {
+                handle,
+                process: metrics_process::Collector::default(),
+            },
+        )?
+        .boxed_route(
+            "cache_purge",
+            PathMatch::Exact(crate::purge::PURGE_PATH.to_owned()),
+            caches.clone(),
+        )?;
     if let Some((live, ready)) = probes {
         router = router
             .boxed_route(
@@ -344,6 +351,7 @@ mod tests {
             Some(("/healthz", "/readyz")),
             &readiness,
             &scb_core::request_id::X_REQUEST_ID,
+            &crate::purge::PurgeCaches::new(Vec::new()),
         )
         .unwrap();
 

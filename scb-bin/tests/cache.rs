@@ -205,6 +205,26 @@ fn a_cache_route_stores_answers_invalidates_collapses_and_serves_stale_when_the_
         support::metric(&scrape, r#"scb_cache_bytes{route="api"}"#).is_some_and(|b| b > 0.0),
         "{scrape}"
     );
+
+    // A purge, on the metrics listener only: /a is gone (and the origin is down).
+    assert_eq!(send(addr, "GET", "/a", "").status, 200, "still stored");
+    let purge = |query: &str| {
+        request(
+            server.metrics.unwrap(),
+            &format!(
+                "POST /cache/purge?{query} HTTP/1.1\r\nHost: m\r\nContent-Length: 0\r\n\
+                 Connection: close\r\n\r\n"
+            ),
+        )
+    };
+    let purged = purge("path=/a&route=api");
+    assert_eq!((purged.status, purged.text()), (200, "{\"purged\": 1}\n"));
+    assert_eq!(purge("route=api").status, 400);
+    assert_eq!(
+        send(addr, "GET", "/a", "").status,
+        502,
+        "purged: asked of the dead origin"
+    );
 }
 
 #[test]

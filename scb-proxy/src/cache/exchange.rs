@@ -141,6 +141,7 @@ where
             upstream.headers_mut().remove(name);
         }
         let request_time = SystemTime::now();
+        let generation = self.store.generation();
         let res = self.inner.clone().oneshot(upstream).await?;
         let (head, body) = res.into_parts();
         let storable = (method == Method::GET)
@@ -159,6 +160,7 @@ where
         };
         let res = Response::from_parts(head, body);
         let fill = Fill {
+            generation,
             key,
             storable,
             replaces: None,
@@ -197,6 +199,7 @@ where
         // A HEAD revalidates as the GET it is answered from.
         *upstream.method_mut() = Method::GET;
         let request_time = SystemTime::now();
+        let generation = self.store.generation();
         let spare = self.inner.clone();
         let result = self.inner.clone().oneshot(upstream).await;
         let now = SystemTime::now();
@@ -248,7 +251,7 @@ where
                 Some(Storable { policy, head }) => {
                     let refreshed = Arc::new(Entry::new(policy, head, entry.body.clone()));
                     self.store
-                        .insert_arc(key, Arc::clone(&refreshed), Some(&entry));
+                        .insert_from(generation, key, Arc::clone(&refreshed), Some(&entry));
                     // Stored before the waiters wake.
                     drop(guard);
                     from_entry(&method, &client, &refreshed, now, status)
@@ -281,6 +284,7 @@ where
             return Ok(res);
         };
         let fill = Fill {
+            generation,
             key,
             storable,
             replaces: Some(entry),
@@ -353,6 +357,7 @@ where
         let answer_head = (not_modified || method == Method::HEAD).then(|| copy_head(&head));
         let head_only = !not_modified;
         let pending = Pending {
+            generation: fill.generation,
             store: Arc::clone(&self.store),
             key: fill.key,
             policy: fill.storable.policy,
@@ -412,6 +417,8 @@ async fn drain(body: Body) {
 
 /// What a response that may be stored is stored as, and the fill it ends.
 struct Fill {
+    /// The store's purge generation before the request went upstream.
+    generation: u64,
     key: Key,
     storable: Storable,
     /// The variant it revalidated or refreshed.

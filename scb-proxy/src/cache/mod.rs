@@ -69,8 +69,11 @@
 //! - metrics per route ([`route`](CacheLayer::route)): answers by result, bytes stored,
 //!   evictions.
 //!
-//! Not yet: a disk tier, purging, key templates, and an eviction policy that resists
-//! scans (least recently used for now).
+//! - [`purge`](CacheLayer::purge) drops responses by path or prefix (and host); a fill
+//!   it overtakes does not store.
+//!
+//! Not yet: a disk tier, key templates, and an eviction policy that resists scans (least
+//! recently used for now).
 
 mod answer;
 mod directives;
@@ -167,6 +170,13 @@ impl CacheLayer {
             self.shared = Arc::clone(&previous.shared);
         }
         self
+    }
+
+    /// Drops the stored responses of `host` (any host when `None`) whose path and query
+    /// are `target` exactly or, with `prefix`, begin with it, and returns how many were
+    /// dropped. A fill in progress when the purge comes does not store what it reads.
+    pub fn purge(&self, host: Option<&str>, target: &str, prefix: bool) -> usize {
+        self.shared.store.purge(host, target, prefix)
     }
 
     /// The largest body stored; larger ones stream through unstored. Defaults to 64 MiB,

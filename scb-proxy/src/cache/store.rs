@@ -59,6 +59,9 @@ impl Entry {
 #[derive(Debug)]
 pub(crate) struct Store {
     max_bytes: u64,
+    /// Bumped by every purge: a fill that began before one does not store (what it
+    /// read may be what the purge was for).
+    generation: AtomicU64,
     /// The `route` label of its metrics, registered on first use (so that a layer
     /// relabelled while being built leaves no series behind).
     route: metrics::SharedString,
@@ -81,6 +84,7 @@ impl Store {
     pub(crate) fn new(max_bytes: u64, route: metrics::SharedString) -> Self {
         Self {
             max_bytes,
+            generation: AtomicU64::new(0),
             route,
             metrics: std::sync::OnceLock::new(),
             inner: Mutex::default(),
@@ -119,18 +123,24 @@ impl Store {
     /// Stores `entry` under `key`, replacing `replaces` (the variant it revalidated or
     /// refreshed) if given, and evicts the least recently used until the bound holds.
     /// An entry larger than the whole bound is not stored.
-    pub(crate) fn insert(&self, key: Key, entry: Entry, replaces: Option<&Arc<Entry>>) {
-        self.insert_arc(key, Arc::new(entry), replaces);
-    }
-
-    /// [`insert`](Self::insert) of an entry the caller keeps a handle to.
-    pub(crate) fn insert_arc(&self, key: Key, entry: Arc<Entry>, replaces: Option<&Arc<Entry>>) {
+    /// With `generation`, nothing is stored if a purge came since.
+    fn insert_checked(
+        &self,
+        generation: Option<u64>,
+        key: Key,
+        entry: Arc<Entry>,
+        replaces: Option<&Arc<Entry>>,
+    ) {
         let size = entry.size();
         if size > self.max_bytes {
             return;
         }
         self.touch(&entry);
         let mut inner = self.lock();
+        // Under the lock a purge takes: no purge falls between the check and the insert.
+        if generation.is_some_and(|g| g != self.generation()) {
+            return;
+        }
         let variants = inner.entries.entry(key).or_default();
         let mut freed = 0;
         if let Some(old) = replaces
@@ -164,6 +174,54 @@ impl Store {
             self.metrics().evictions.increment(1);
         }
         self.metrics().bytes.set(inner.bytes as f64);
+    }
+
+    /// The purge generation now, for a fill to compare at its end.
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// Stores `entry` under `key` (see `insert_checked`), unless a purge came since
+    /// `generation`.
+    pub(crate) fn insert_from(
+        &self,
+        generation: u64,
+        key: Key,
+        entry: Arc<Entry>,
+        replaces: Option<&Arc<Entry>>,
+    ) {
+        self.insert_checked(Some(generation), key, entry, replaces);
+    }
+
+    /// Drops the responses of `host` (any host when `None`) whose path and query are
+    /// `target` exactly or, with `prefix`, begin with it; how many were dropped. Fills in
+    /// progress do not store. Scans the store under its lock: an operator's action, not
+    /// a request's.
+    pub(crate) fn purge(&self, host: Option<&str>, target: &str, prefix: bool) -> usize {
+        let mut inner = self.lock();
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        let doomed: Vec<Key> = inner
+            .entries
+            .keys()
+            .filter(|key| host.is_none_or(|h| key.host.eq_ignore_ascii_case(h)))
+            .filter(|key| {
+                if prefix {
+                    key.target.starts_with(target)
+                } else {
+                    &*key.target == target
+                }
+            })
+            .cloned()
+            .collect();
+        let mut dropped = 0;
+        for key in doomed {
+            if let Some(variants) = inner.entries.remove(&key) {
+                dropped += variants.len();
+                inner.bytes -= variants.iter().map(|v| v.size()).sum::<u64>();
+            }
+        }
+        self.metrics().bytes.set(inner.bytes as f64);
+        dropped
     }
 
     /// Drops every variant stored under `key` (after an unsafe method, RFC 9111 4.4).

@@ -24,6 +24,8 @@ pub(crate) struct Pending {
     pub(crate) head: Parts,
     pub(crate) replaces: Option<Arc<Entry>>,
     pub(crate) max_object: usize,
+    /// The store's purge generation when the fill began: a purge since means no store.
+    pub(crate) generation: u64,
     /// The fill this body ends, if it leads one: dropped (waking the waiters) once the
     /// body is stored, or once it is known that it will not be.
     pub(crate) guard: Option<FillGuard>,
@@ -78,9 +80,10 @@ impl HttpBody for Tee {
             None => {
                 if let Some(p) = this.pending.take() {
                     let body = std::mem::take(&mut this.buf).freeze();
-                    p.store.insert(
+                    p.store.insert_from(
+                        p.generation,
                         p.key,
-                        Entry::new(p.policy, p.head, body),
+                        Arc::new(Entry::new(p.policy, p.head, body)),
                         p.replaces.as_ref(),
                     );
                     // Stored before the waiters wake.

@@ -686,3 +686,26 @@ async fn a_head_revalidation_stores_the_get_it_fetched() {
     let (res, body) = send(&svc, get("/h")).await;
     assert_eq!((status_of(&res), &body[..]), ("scb; hit", &b"v1"[..]));
 }
+
+#[tokio::test]
+async fn a_purge_drops_by_path_or_prefix_and_a_fill_it_overtakes_stores_nothing() {
+    let origin = Scripted::new();
+    let layer = CacheLayer::new(1 << 20);
+    let svc = ServiceBuilder::new().layer(layer.clone()).service(
+        origin.origin(|_, n| response(200, &[("cache-control", "max-age=60")], format!("v{n}"))),
+    );
+    for path in ["/img/a", "/img/b", "/doc"] {
+        send(&svc, get(path)).await;
+    }
+    assert_eq!(layer.purge(Some("other.example"), "/img/", true), 0);
+    assert_eq!(layer.purge(None, "/img/", true), 2);
+    assert_eq!(layer.purge(Some("example.com"), "/doc", false), 1);
+    assert_eq!(send(&svc, get("/doc")).await.1, "v3", "fetched again");
+
+    // A purge while a body is on its way: that body is not stored.
+    let res = svc.clone().oneshot(get("/late")).await.unwrap();
+    assert_eq!(layer.purge(None, "/late", false), 0);
+    res.into_body().collect().await.unwrap();
+    let (again, _) = send(&svc, get("/late")).await;
+    assert_eq!(status_of(&again), "scb; fwd=uri-miss; stored");
+}
