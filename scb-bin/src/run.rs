@@ -124,15 +124,18 @@ pub(crate) fn run(
         };
         let (taken, sockets) = taken_over.map_or((None, Vec::new()), |(t, s)| (Some(t), s));
         let mut running = Running::start(file, plan, recorder, access_format, sockets, upgrade)?;
-        if let Some(taken) = taken {
-            taken.serving()?;
-            tracing::info!("upgrade: serving; the old process drains and exits");
-        }
-        // Written after an upgrade's hand-over, so that it names the process that serves.
+        // Written before an upgrade's hand-over is confirmed: the old process only exits
+        // after it, and must find this process's id there (or it would remove the file
+        // as its own, leaving none), and whoever reads the file once the old process is
+        // gone must find this one's.
         let _pid_file = match &running.pid_file {
             Some(path) => Some(PidFile::write(path)?),
             None => None,
         };
+        if let Some(taken) = taken {
+            taken.serving()?;
+            tracing::info!("upgrade: serving; the old process drains and exits");
+        }
         running.write_reload_status(None);
         let upgrades = match &running.upgrade_socket {
             Some(path) => Some(upgrade::UpgradeSocket::bind(path)?),
