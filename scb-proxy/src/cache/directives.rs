@@ -93,11 +93,7 @@ impl ResponseDirectives {
     pub(crate) fn parse(headers: &HeaderMap) -> Self {
         let mut d = Self::default();
         for (name, value) in directives(headers) {
-            let first = |slot: &mut Option<Delta>| {
-                if slot.is_none() {
-                    *slot = Some(Delta::parse(value.as_deref()));
-                }
-            };
+            let first = |slot: &mut Option<Delta>| first_delta(slot, value.as_deref());
             match name.as_str() {
                 "no-store" => d.no_store = true,
                 "no-cache" => match value.as_deref() {
@@ -145,11 +141,7 @@ impl RequestDirectives {
     pub(crate) fn parse(headers: &HeaderMap) -> Self {
         let mut d = Self::default();
         for (name, value) in directives(headers) {
-            let first = |slot: &mut Option<Delta>| {
-                if slot.is_none() {
-                    *slot = Some(Delta::parse(value.as_deref()));
-                }
-            };
+            let first = |slot: &mut Option<Delta>| first_delta(slot, value.as_deref());
             match name.as_str() {
                 "no-cache" => d.no_cache = true,
                 "no-store" => d.no_store = true,
@@ -181,6 +173,13 @@ impl RequestDirectives {
     /// a young enough one.
     pub(crate) fn accepts_stale(&self) -> bool {
         !self.no_cache && self.max_age.is_none() && self.min_fresh.is_none()
+    }
+}
+
+/// Sets `slot` from `value` unless an earlier occurrence of the directive set it.
+fn first_delta(slot: &mut Option<Delta>, value: Option<&str>) {
+    if slot.is_none() {
+        *slot = Some(Delta::parse(value));
     }
 }
 
