@@ -28,7 +28,7 @@
 //!   field whose purpose is to stop the request when in doubt.
 //! - `If-Modified-Since` is not checked against the clock: a date in the future still
 //!   compares as a date. RFC 2616 called such a date invalid; RFC 9110 does not. Clients
-//!   send back the Last-Modified they were given, which [`last_modified_header`] never
+//!   send back the Last-Modified they were given, which [`last_modified`] never
 //!   dates later than the response.
 //! - A date that is not an HTTP-date, or a date field sent more than once, is ignored, as
 //!   §13.1.3 and §13.1.4 require.
