@@ -389,7 +389,13 @@ where
         let store = Arc::clone(&self.store);
         let res = self.inner.oneshot(req).await?;
         if !safe && (res.status().is_success() || res.status().is_redirection()) {
-            store.invalidate(&key);
+            // Both schemes: the same resource, most likely, and dropping more is safe.
+            for secure in [false, true] {
+                store.invalidate(&Key {
+                    secure,
+                    ..key.clone()
+                });
+            }
             for name in [header::LOCATION, header::CONTENT_LOCATION] {
                 let same_host = res
                     .headers()
@@ -399,10 +405,13 @@ where
                     .filter(|uri| uri.host().is_none_or(|h| h.eq_ignore_ascii_case(&key.host)))
                     .and_then(|uri| uri.path_and_query().map(|pq| pq.as_str().into()));
                 if let Some(target) = same_host {
-                    store.invalidate(&Key {
-                        host: key.host.clone(),
-                        target,
-                    });
+                    for secure in [false, true] {
+                        store.invalidate(&Key {
+                            secure,
+                            host: key.host.clone(),
+                            target: Box::clone(&target),
+                        });
+                    }
                 }
             }
         }
@@ -426,8 +435,10 @@ struct Fill {
     guard: Option<FillGuard>,
 }
 
-/// The key of `req`: its host (the `Host` header, or the URI's authority) and its path
-/// and query. `None` when it names no host: such a request is passed through.
+/// The key of `req`: its scheme (the URI's, as HTTP/2 sends it, else whether the
+/// connection is secured, from [`ConnectInfo`](scb_core::connection::ConnectInfo)), its
+/// host (the `Host` header, or the URI's authority) and its path and query. `None` when
+/// it names no host: such a request is passed through.
 fn key_of(req: &Request<Body>) -> Option<Key> {
     let host = req
         .headers()
@@ -435,7 +446,15 @@ fn key_of(req: &Request<Body>) -> Option<Key> {
         .and_then(|h| h.to_str().ok())
         .or_else(|| req.uri().authority().map(http::uri::Authority::as_str))?;
     let target = req.uri().path_and_query().map_or("/", |pq| pq.as_str());
+    let secure = match req.uri().scheme() {
+        Some(scheme) => *scheme == http::uri::Scheme::HTTPS,
+        None => req
+            .extensions()
+            .get::<scb_core::connection::ConnectInfo>()
+            .is_some_and(|info| info.secure),
+    };
     Some(Key {
+        secure,
         host: host.to_ascii_lowercase().into(),
         target: target.into(),
     })

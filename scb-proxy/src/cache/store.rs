@@ -14,10 +14,13 @@ use super::policy::Policy;
 use bytes::Bytes;
 use http::response::Parts;
 
-/// What a response is stored under: the host and the path with its query (the method is
-/// always GET: HEAD is answered from a stored GET).
+/// What a response is stored under: the scheme, the host and the path with its query
+/// (the method is always GET: HEAD is answered from a stored GET).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct Key {
+    /// `https` rather than `http`: the two are different URIs, and may be answered
+    /// differently (a redirect to https on one, the page on the other).
+    pub(crate) secure: bool,
     pub(crate) host: Box<str>,
     pub(crate) target: Box<str>,
 }

@@ -709,3 +709,40 @@ async fn a_purge_drops_by_path_or_prefix_and_a_fill_it_overtakes_stores_nothing(
     let (again, _) = send(&svc, get("/late")).await;
     assert_eq!(status_of(&again), "scb; fwd=uri-miss; stored");
 }
+
+#[tokio::test]
+async fn http_and_https_are_stored_apart_and_an_unsafe_method_drops_both() {
+    let origin = Scripted::new();
+    let svc = cache(origin.origin(|req, n| {
+        let secure = req
+            .extensions()
+            .get::<scb_core::connection::ConnectInfo>()
+            .is_some_and(|c| c.secure);
+        if req.method() == Method::POST {
+            return response(204, &[], "");
+        }
+        response(
+            200,
+            &[("cache-control", "max-age=60")],
+            format!("{}{n}", if secure { "https" } else { "http" }),
+        )
+    }));
+    let over = |secure: bool, method: Method| {
+        let mut req = request(method, "/page", &[]);
+        let addr: std::net::SocketAddr = "127.0.0.1:1".parse().unwrap();
+        req.extensions_mut()
+            .insert(scb_core::connection::ConnectInfo {
+                remote: addr,
+                local: addr,
+                secure,
+            });
+        req
+    };
+    assert_eq!(send(&svc, over(false, Method::GET)).await.1, "http0");
+    assert_eq!(send(&svc, over(true, Method::GET)).await.1, "https1");
+    assert_eq!(send(&svc, over(false, Method::GET)).await.1, "http0");
+    assert_eq!(send(&svc, over(true, Method::GET)).await.1, "https1");
+    send(&svc, over(true, Method::POST)).await;
+    assert_eq!(send(&svc, over(false, Method::GET)).await.1, "http3");
+    assert_eq!(send(&svc, over(true, Method::GET)).await.1, "https4");
+}
