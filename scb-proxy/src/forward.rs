@@ -40,6 +40,12 @@ const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 
+/// Whether `name` is one of the hop-by-hop fields always removed (not counting those a
+/// `Connection` field names).
+pub(crate) fn is_hop_by_hop(name: &HeaderName) -> bool {
+    HOP_BY_HOP.contains(name)
+}
+
 /// Removes the hop-by-hop fields, and those `Connection` names, from `headers`.
 pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
     // One pass over the names, with no hashing, finds which are there (most messages

@@ -27,14 +27,9 @@ const HEURISTIC_CAP: Duration = Duration::from_secs(24 * 3600);
 /// Statuses a cache may store without explicit freshness (RFC 9110 §15.1).
 const HEURISTIC_STATUSES: [u16; 12] = [200, 203, 204, 206, 300, 301, 308, 404, 405, 410, 414, 501];
 
-/// Fields never stored: hop-by-hop (RFC 9110 §7.6.1) and the proxy's own (§3.1 of 9111).
-const NOT_STORED: [HeaderName; 9] = [
-    header::CONNECTION,
-    HeaderName::from_static("keep-alive"),
-    HeaderName::from_static("proxy-connection"),
-    header::TE,
-    header::TRANSFER_ENCODING,
-    header::UPGRADE,
+/// Fields never stored besides the hop-by-hop ones ([`crate::forward`] strips those): the
+/// proxy's own (RFC 9111 §3.1).
+const NOT_STORED: [HeaderName; 3] = [
     header::PROXY_AUTHENTICATE,
     HeaderName::from_static("proxy-authentication-info"),
     header::PROXY_AUTHORIZATION,
@@ -148,20 +143,12 @@ impl Policy {
         head.status = status;
         head.version = res.version;
         head.headers = res.headers.clone();
+        crate::forward::strip_hop_by_hop(&mut head.headers);
         for name in NOT_STORED.iter().chain([&header::SET_COOKIE]) {
             head.headers.remove(name);
         }
         for name in d.private_fields.iter().chain(&d.no_cache_fields) {
             head.headers.remove(name.as_str());
-        }
-        if let Some(listed) = res
-            .headers
-            .get(header::CONNECTION)
-            .and_then(|v| v.to_str().ok())
-        {
-            for name in listed.split(',') {
-                head.headers.remove(name.trim());
-            }
         }
         Some(Storable { policy, head })
     }
@@ -427,7 +414,10 @@ pub(crate) fn refreshed(stored: &Parts, not_modified: &Parts) -> Option<Parts> {
     head.headers = stored.headers.clone();
     let mut replaced: Vec<&HeaderName> = Vec::new();
     for (name, value) in &not_modified.headers {
-        if NOT_UPDATED.contains(name) || NOT_STORED.contains(name) {
+        if NOT_UPDATED.contains(name)
+            || NOT_STORED.contains(name)
+            || crate::forward::is_hop_by_hop(name)
+        {
             continue;
         }
         if !replaced.contains(&name) {
