@@ -30,6 +30,19 @@ const NOT_IN_304: [HeaderName; 3] = [
     header::CONTENT_TYPE,
 ];
 
+/// The `Cache-Status` of a fresh hit, which [`Entry::hit_head`] carries already.
+pub(crate) const HIT: &str = "scb; hit";
+
+/// Request fields that change what a stored response answers (a 304, a 412, a 206): a
+/// request with none of them takes the hit's pre-built head as it is.
+const ANSWER_CHANGING: [HeaderName; 5] = [
+    header::RANGE,
+    header::IF_NONE_MATCH,
+    header::IF_MODIFIED_SINCE,
+    header::IF_MATCH,
+    header::IF_UNMODIFIED_SINCE,
+];
+
 /// `entry` answering a request of `method` with `headers`, marked `status`.
 pub(crate) fn from_entry(
     method: &Method,
@@ -38,11 +51,26 @@ pub(crate) fn from_entry(
     now: SystemTime,
     status: &str,
 ) -> Response<Body> {
+    let age = HeaderValue::from(entry.policy.age(now).as_secs());
+    if status == HIT
+        && !ANSWER_CHANGING
+            .iter()
+            .any(|name| headers.contains_key(name))
+    {
+        // The common hit: one map cloned, one value overwritten in place.
+        let mut res = Response::new(if method == Method::HEAD {
+            Body::empty()
+        } else {
+            Body::full(entry.body.clone())
+        });
+        *res.status_mut() = entry.head.status;
+        *res.version_mut() = entry.head.version;
+        *res.headers_mut() = entry.hit_head.clone();
+        res.headers_mut().insert(header::AGE, age);
+        return res;
+    }
     let mut head = copy_head(&entry.head);
-    head.headers.insert(
-        header::AGE,
-        HeaderValue::from(entry.policy.age(now).as_secs()),
-    );
+    head.headers.insert(header::AGE, age);
     let mut res = respond(method, headers, head, &entry.body);
     set_status(&mut res, status);
     res

@@ -1,6 +1,7 @@
 //! One request through the cache: a hit, a miss, a revalidation, a stale answer, or an
 //! unsafe method that invalidates.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -14,11 +15,11 @@ use scb_core::conditional::{Precondition, Validators, evaluate_validators};
 use tower::{Service, ServiceExt as _};
 
 use super::Settings;
-use super::answer::{copy_head, from_entry, respond, set_status};
+use super::answer::{HIT, copy_head, from_entry, respond, set_status};
 use super::directives::RequestDirectives;
 use super::fill::{FillGuard, Fills, Join};
 use super::policy::{Policy, Reuse, Storable, conditional_headers, refreshed};
-use super::store::{Entry, Key, Store};
+use super::store::{Entry, Key, KeyRef, Store, Variants};
 use super::tee::{Pending, Tee};
 
 /// One request through the cache, with the inner service that answers it.
@@ -46,31 +47,33 @@ where
     S::Error: Send + 'static,
 {
     pub(super) async fn run(self, req: Request<Body>) -> Result<Response<Body>, S::Error> {
-        let Some(key) = key_of(&req) else {
+        let Some(lookup) = key_of(&req) else {
             return self.inner.oneshot(req).await;
         };
         if !matches!(*req.method(), Method::GET | Method::HEAD) {
+            let key = lookup.to_key();
             return self.unsafe_method(req, key).await;
         }
         let directives = RequestDirectives::parse(req.headers());
+        // A fresh hit is answered from the borrowed key, without allocating one.
+        let now = SystemTime::now();
+        if let Some(variants) = self.store.variants(&lookup)
+            && let Some(entry) = selected(&variants, req.headers())
+            && entry.policy.reuse(&directives, now) == Reuse::Fresh
+        {
+            return Ok(from_entry(req.method(), req.headers(), entry, now, HIT));
+        }
+        let key = lookup.to_key();
         let mut waited = false;
         let (stale, guard) = loop {
             let now = SystemTime::now();
             let variants = self.store.variants(&key);
-            // The most recent variant the request selects decides.
             let selected = variants
-                .iter()
-                .find(|e| e.policy.vary_matches(req.headers()));
+                .as_deref()
+                .and_then(|variants| selected(variants, req.headers()));
             let stale = match selected {
                 Some(entry) if entry.policy.reuse(&directives, now) == Reuse::Fresh => {
-                    self.store.touch(entry);
-                    return Ok(from_entry(
-                        req.method(),
-                        req.headers(),
-                        entry,
-                        now,
-                        "scb; hit",
-                    ));
+                    return Ok(from_entry(req.method(), req.headers(), entry, now, HIT));
                 }
                 Some(entry) => Some(Arc::clone(entry)),
                 None => None,
@@ -83,7 +86,6 @@ where
             if let Some(entry) = &stale
                 && entry.policy.allows_while_revalidate(&directives, now)
             {
-                self.store.touch(entry);
                 let res = from_entry(
                     req.method(),
                     req.headers(),
@@ -116,7 +118,7 @@ where
         match stale {
             Some(entry) => self.revalidate(req, key, directives, entry, guard).await,
             None => {
-                let why = if self.store.variants(&key).is_empty() {
+                let why = if !self.store.contains(&key) {
                     "uri-miss"
                 } else {
                     "vary-miss"
@@ -439,7 +441,7 @@ struct Fill {
 /// connection is secured, from [`ConnectInfo`](scb_core::connection::ConnectInfo)), its
 /// host (the `Host` header, or the URI's authority) and its path and query. `None` when
 /// it names no host: such a request is passed through.
-fn key_of(req: &Request<Body>) -> Option<Key> {
+fn key_of(req: &Request<Body>) -> Option<KeyRef<'_>> {
     let host = req
         .headers()
         .get(header::HOST)
@@ -453,9 +455,23 @@ fn key_of(req: &Request<Body>) -> Option<Key> {
             .get::<scb_core::connection::ConnectInfo>()
             .is_some_and(|info| info.secure),
     };
-    Some(Key {
+    let host = if host.bytes().any(|b| b.is_ascii_uppercase()) {
+        Cow::Owned(host.to_ascii_lowercase())
+    } else {
+        Cow::Borrowed(host)
+    };
+    Some(KeyRef {
         secure,
-        host: host.to_ascii_lowercase().into(),
-        target: target.into(),
+        host,
+        target,
     })
+}
+
+/// The most recent of `variants` that `headers` select (by the `Vary` it was stored
+/// with): it decides.
+fn selected<'v>(variants: &'v Variants, headers: &HeaderMap) -> Option<&'v Arc<Entry>> {
+    variants
+        .entries()
+        .iter()
+        .find(|e| e.policy.vary_matches(headers))
 }

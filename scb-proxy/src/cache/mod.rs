@@ -72,8 +72,7 @@
 //! - [`purge`](CacheLayer::purge) drops responses by path or prefix (and host); a fill
 //!   it overtakes does not store.
 //!
-//! Not yet: a disk tier, key templates, and an eviction policy that resists scans (least
-//! recently used for now).
+//! Not yet: a disk tier and key templates.
 
 mod answer;
 mod directives;
@@ -126,47 +125,55 @@ const DEFAULT_COLLAPSE_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl CacheLayer {
     /// A cache of at most `max_bytes` of stored responses (bodies and an estimate of
-    /// their heads), the least recently used evicted first.
+    /// their heads). Eviction is S3-FIFO (see `store.rs`): an object asked for once
+    /// leaves before one asked for again, so a scan does not flush the hot set.
     pub fn new(max_bytes: u64) -> Self {
+        let max_object = usize::try_from(max_bytes / 8)
+            .unwrap_or(usize::MAX)
+            .min(DEFAULT_MAX_OBJECT);
         Self {
-            shared: Self::shared(max_bytes, "cache".into()),
+            shared: Self::shared(max_bytes, max_object, "cache".into()),
             settings: Settings {
-                max_object: usize::try_from(max_bytes / 8)
-                    .unwrap_or(usize::MAX)
-                    .min(DEFAULT_MAX_OBJECT),
+                max_object,
                 collapse_timeout: DEFAULT_COLLAPSE_TIMEOUT,
                 stale_if_error: Duration::ZERO,
             },
         }
     }
 
-    fn shared(max_bytes: u64, route: ::metrics::SharedString) -> Arc<Shared> {
+    fn shared(max_bytes: u64, max_object: usize, route: ::metrics::SharedString) -> Arc<Shared> {
         Arc::new(Shared {
-            store: Arc::new(Store::new(max_bytes, route)),
+            store: Arc::new(Store::new(max_bytes, max_object as u64, route)),
             fills: Arc::default(),
         })
+    }
+
+    /// A new, empty store for these settings and `route`.
+    fn rebuilt(mut self, route: ::metrics::SharedString) -> Self {
+        let (max_bytes, _) = self.shared.store.bounds();
+        self.shared = Self::shared(max_bytes, self.settings.max_object, route);
+        self
     }
 
     /// The `route` label of the cache's metrics ([`CACHE_REQUESTS_TOTAL`] by `result`,
     /// [`CACHE_BYTES`], [`CACHE_EVICTIONS_TOTAL`]). Defaults to `cache`. It starts a new,
     /// empty store: call it while building the layer, before any clone is in use.
     #[must_use]
-    pub fn route(mut self, route: impl Into<std::borrow::Cow<'static, str>>) -> Self {
+    pub fn route(self, route: impl Into<std::borrow::Cow<'static, str>>) -> Self {
         let route = match route.into() {
             std::borrow::Cow::Borrowed(s) => ::metrics::SharedString::from(s),
             std::borrow::Cow::Owned(s) => ::metrics::SharedString::from(Arc::<str>::from(s)),
         };
-        self.shared = Self::shared(self.shared.store.max_bytes(), route);
-        self
+        self.rebuilt(route)
     }
 
     /// This layer with the store of `previous` (and its fills in progress) when both have
-    /// the same `max_bytes`, so that a reload keeps what was stored and a fill begun
-    /// before it is waited for after it; otherwise unchanged (a new bound starts empty).
-    /// The settings stay this layer's own.
+    /// the same `max_bytes` and `max_object`, so that a reload keeps what was stored and a
+    /// fill begun before it is waited for after it; otherwise unchanged (new bounds start
+    /// empty). The other settings stay this layer's own.
     #[must_use]
     pub fn keep_store_of(mut self, previous: &CacheLayer) -> Self {
-        if previous.shared.store.max_bytes() == self.shared.store.max_bytes() {
+        if previous.shared.store.bounds() == self.shared.store.bounds() {
             self.shared = Arc::clone(&previous.shared);
         }
         self
@@ -181,10 +188,13 @@ impl CacheLayer {
 
     /// The largest body stored; larger ones stream through unstored. Defaults to 64 MiB,
     /// or an eighth of `max_bytes` if that is less (one object cannot take the cache).
+    /// Like [`route`](Self::route), it starts a new, empty store (sized so that such an
+    /// object fits): call it while building the layer.
     #[must_use]
     pub fn max_object(mut self, bytes: usize) -> Self {
         self.settings.max_object = bytes;
-        self
+        let route = self.shared.store.route();
+        self.rebuilt(route)
     }
 
     /// How long a request waits for another that is fetching the same key before it

@@ -1,18 +1,34 @@
 //! The memory tier: stored responses by key, several variants per key (`Vary`), bounded
-//! in bytes, the least recently used evicted first.
+//! in bytes, with an eviction policy that keeps hot objects through a scan.
 //!
-//! One store serves every worker (a `Mutex` around a map), so an object is fetched once
-//! per server, not once per worker. The lock is held for map operations only, never
-//! across I/O: a hit clones an `Arc` to its entry and lets go.
+//! The map and its eviction are [`quick_cache`]'s: a sharded, weighted cache with the
+//! S3-FIFO policy (a new object enters a small probationary queue and is promoted only if
+//! it is asked for again; recently evicted keys are remembered, so one that comes back is
+//! admitted hot). A crawl or a scan of a million cold URLs passes through the small queue
+//! and leaves the hot set alone, where least-recently-used eviction would flush it; the
+//! test `a_scan_of_cold_objects_leaves_the_hot_ones_stored` shows it. The weight of a key
+//! is the bytes of all its variants.
+//!
+//! One store serves every worker, so an object is fetched once per server, not once per
+//! worker. A hit takes a shard's read lock for the lookup and clones one `Arc`; no lock
+//! is held across I/O. Writes (a fill, a refresh, an invalidation, a purge) are
+//! serialized by one more lock so that a variant list is never updated from a stale
+//! copy and no fill stores across a purge it overlapped.
 
-use std::collections::HashMap;
+use std::borrow::Cow;
+use std::hash::{Hash, RandomState};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
+use bytes::Bytes;
+use http::header::{self, HeaderMap, HeaderValue};
+use http::response::Parts;
+use quick_cache::sync::Cache as Map;
+use quick_cache::{Equivalent, Lifecycle, OptionsBuilder, Weighter};
+
+use super::answer::CACHE_STATUS;
 use super::metrics::CacheMetrics;
 use super::policy::Policy;
-use bytes::Bytes;
-use http::response::Parts;
 
 /// What a response is stored under: the scheme, the host and the path with its query
 /// (the method is always GET: HEAD is answered from a stored GET).
@@ -25,6 +41,31 @@ pub(crate) struct Key {
     pub(crate) target: Box<str>,
 }
 
+/// A [`Key`] borrowed from a request, to look up a hit without allocating. Its fields
+/// hash as the key's do (field by field, `str` for `str`), so either finds the other.
+#[derive(Debug, Hash)]
+pub(crate) struct KeyRef<'a> {
+    pub(crate) secure: bool,
+    pub(crate) host: Cow<'a, str>,
+    pub(crate) target: &'a str,
+}
+
+impl KeyRef<'_> {
+    pub(crate) fn to_key(&self) -> Key {
+        Key {
+            secure: self.secure,
+            host: self.host.as_ref().into(),
+            target: self.target.into(),
+        }
+    }
+}
+
+impl Equivalent<Key> for KeyRef<'_> {
+    fn equivalent(&self, key: &Key) -> bool {
+        self.secure == key.secure && *self.host == *key.host && self.target == &*key.target
+    }
+}
+
 /// One stored response: its policy (freshness, `Vary`, validators), its head and its
 /// whole body.
 #[derive(Debug)]
@@ -32,160 +73,219 @@ pub(crate) struct Entry {
     pub(crate) policy: Policy,
     pub(crate) head: Parts,
     pub(crate) body: Bytes,
-    /// When it was last used, on the store's clock.
-    used: AtomicU64,
+    /// The head a plain fresh hit answers with, built once: the stored fields with
+    /// `Content-Length`, `Accept-Ranges` (a 200), `Cache-Status: scb; hit` and a
+    /// placeholder `Age`, so that a hit clones one map and overwrites one value in
+    /// place, without growing it.
+    pub(crate) hit_head: HeaderMap,
+    /// Bytes it counts for against the bound.
+    size: u64,
 }
 
 impl Entry {
     pub(crate) fn new(policy: Policy, head: Parts, body: Bytes) -> Self {
-        Self {
-            policy,
-            head,
-            body,
-            used: AtomicU64::new(0),
+        let mut hit_head = HeaderMap::with_capacity(head.headers.len() + 4);
+        for (name, value) in &head.headers {
+            hit_head.append(name, value.clone());
         }
-    }
-
-    /// Bytes it counts for against the bound: the body and an estimate of the head.
-    fn size(&self) -> u64 {
-        let head: usize = self
-            .head
+        if head.status == http::StatusCode::OK {
+            hit_head.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+        }
+        hit_head.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
+        hit_head.insert(header::AGE, HeaderValue::from_static("0"));
+        hit_head.insert(CACHE_STATUS, HeaderValue::from_static("scb; hit"));
+        let fields: usize = head
             .headers
             .iter()
             .map(|(name, value)| name.as_str().len() + value.len() + 32)
             .sum();
-        (self.body.len() + head + 512) as u64
+        // The body, the fields twice (stored and pre-built), and the fixed parts.
+        let size = (body.len() + 2 * fields + 512) as u64;
+        Self {
+            policy,
+            head,
+            body,
+            hit_head,
+            size,
+        }
+    }
+
+    /// Bytes it counts for against the bound: the body and an estimate of the heads.
+    pub(crate) fn size(&self) -> u64 {
+        self.size
     }
 }
 
-/// The stored responses, bounded by `max_bytes`.
+/// The variants stored under one key, most recent first, and their total size.
 #[derive(Debug)]
-pub(crate) struct Store {
-    max_bytes: u64,
-    /// Bumped by every purge: a fill that began before one does not store (what it
-    /// read may be what the purge was for).
-    generation: AtomicU64,
-    /// The `route` label of its metrics, registered on first use (so that a layer
-    /// relabelled while being built leaves no series behind).
-    route: metrics::SharedString,
-    metrics: std::sync::OnceLock<CacheMetrics>,
-    inner: Mutex<Inner>,
-    clock: AtomicU64,
+pub(crate) struct Variants {
+    entries: Vec<Arc<Entry>>,
+    weight: u64,
 }
 
-#[derive(Debug, Default)]
-struct Inner {
-    entries: HashMap<Key, Vec<Arc<Entry>>>,
-    bytes: u64,
+impl Variants {
+    fn new(entries: Vec<Arc<Entry>>) -> Self {
+        let weight = entries.iter().map(|e| e.size()).sum();
+        Self { entries, weight }
+    }
+
+    /// The variants, most recent first.
+    pub(crate) fn entries(&self) -> &[Arc<Entry>] {
+        &self.entries
+    }
 }
 
 /// How many variants one key keeps (a `Vary` on a header with many values must not
 /// crowd out everything else): the oldest goes first.
 const MAX_VARIANTS: usize = 8;
 
+/// A shard smaller than this many of the largest objects would refuse them (an object
+/// heavier than a shard's share is never admitted): fewer, larger shards then.
+const OBJECTS_PER_SHARD: u64 = 2;
+
+/// The weight of a key: its variants' bytes (never zero: a zero weight is never evicted).
+#[derive(Clone, Copy, Debug)]
+struct ByBytes;
+
+impl Weighter<Key, Arc<Variants>> for ByBytes {
+    fn weight(&self, _: &Key, variants: &Arc<Variants>) -> u64 {
+        variants.weight.max(1)
+    }
+}
+
+/// Counts what the map evicts in the route's metrics.
+#[derive(Clone, Debug)]
+struct CountEvictions(Arc<Labels>);
+
+impl Lifecycle<Key, Arc<Variants>> for CountEvictions {
+    type RequestState = ();
+
+    fn on_evict(&self, (): &mut (), _: Key, _: Arc<Variants>) {
+        self.0.metrics().evictions.increment(1);
+    }
+}
+
+/// The `route` label of a store's metrics, registered on first use (so that a layer
+/// relabelled while being built leaves no series behind).
+#[derive(Debug)]
+struct Labels {
+    route: metrics::SharedString,
+    metrics: OnceLock<CacheMetrics>,
+}
+
+impl Labels {
+    fn metrics(&self) -> &CacheMetrics {
+        self.metrics
+            .get_or_init(|| CacheMetrics::new(self.route.clone()))
+    }
+}
+
+/// The stored responses, bounded by `max_bytes`.
+pub(crate) struct Store {
+    max_bytes: u64,
+    max_object: u64,
+    /// Bumped by every purge: a fill that began before one does not store (what it
+    /// read may be what the purge was for).
+    generation: AtomicU64,
+    labels: Arc<Labels>,
+    /// SipHash with a random key ([`RandomState`]): the keys are the clients' URLs,
+    /// chosen to collide if the hash let them.
+    map: Map<Key, Arc<Variants>, ByBytes, RandomState, CountEvictions>,
+    /// Held by every write, never by a hit.
+    writer: Mutex<()>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("max_bytes", &self.max_bytes)
+            .field("max_object", &self.max_object)
+            .field("route", &self.labels.route)
+            .field("bytes", &self.map.weight())
+            .field("keys", &self.map.len())
+            .finish_non_exhaustive()
+    }
+}
+
 impl Store {
-    pub(crate) fn new(max_bytes: u64, route: metrics::SharedString) -> Self {
+    /// A store of at most `max_bytes`, its shards sized so that an object of
+    /// `max_object` bytes fits in one.
+    pub(crate) fn new(max_bytes: u64, max_object: u64, route: metrics::SharedString) -> Self {
+        let labels = Arc::new(Labels {
+            route,
+            metrics: OnceLock::new(),
+        });
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        let mut shards = (cores * 4).next_power_of_two();
+        while shards > 1
+            && max_bytes / (shards as u64) < max_object.saturating_mul(OBJECTS_PER_SHARD)
+        {
+            shards /= 2;
+        }
+        let options = OptionsBuilder::new()
+            .shards(shards)
+            // For the ghost list (recently evicted keys) and the shards' minimum size:
+            // an order of magnitude is enough.
+            .estimated_items_capacity(
+                usize::try_from(max_bytes / (16 << 10))
+                    .unwrap_or(usize::MAX)
+                    .clamp(64, 1 << 20),
+            )
+            .weight_capacity(max_bytes)
+            .build()
+            .expect("the options set are all valid");
         Self {
             max_bytes,
+            max_object,
             generation: AtomicU64::new(0),
-            route,
-            metrics: std::sync::OnceLock::new(),
-            inner: Mutex::default(),
-            clock: AtomicU64::new(0),
+            map: Map::with_options(
+                options,
+                ByBytes,
+                RandomState::new(),
+                CountEvictions(Arc::clone(&labels)),
+            ),
+            labels,
+            writer: Mutex::new(()),
         }
     }
 
     /// The route's cache metrics.
     pub(crate) fn metrics(&self) -> &CacheMetrics {
-        self.metrics
-            .get_or_init(|| CacheMetrics::new(self.route.clone()))
+        self.labels.metrics()
     }
 
-    /// The bound it was built with.
-    pub(crate) fn max_bytes(&self) -> u64 {
-        self.max_bytes
+    /// The `route` label of its metrics.
+    pub(crate) fn route(&self) -> metrics::SharedString {
+        self.labels.route.clone()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        // A panic while holding the lock leaves a consistent map: every change is one
-        // insert or remove.
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    /// The bounds it was built with: `max_bytes` and the `max_object` its shards fit.
+    pub(crate) fn bounds(&self) -> (u64, u64) {
+        (self.max_bytes, self.max_object)
     }
 
-    /// The variants stored under `key`, most recent first.
-    pub(crate) fn variants(&self, key: &Key) -> Vec<Arc<Entry>> {
-        self.lock().entries.get(key).cloned().unwrap_or_default()
+    fn write(&self) -> MutexGuard<'_, ()> {
+        // The guard protects no data of its own: a panic under it leaves nothing torn.
+        self.writer.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Marks `entry` used now, for eviction.
-    pub(crate) fn touch(&self, entry: &Entry) {
-        let now = self.clock.fetch_add(1, Ordering::Relaxed);
-        entry.used.store(now, Ordering::Relaxed);
+    /// The variants stored under `key`, most recent first; counts as a use, for
+    /// eviction.
+    pub(crate) fn variants<Q>(&self, key: &Q) -> Option<Arc<Variants>>
+    where
+        Q: Hash + Equivalent<Key> + ?Sized,
+    {
+        self.map.get(key)
+    }
+
+    /// Whether anything is stored under `key`, without counting as a use.
+    pub(crate) fn contains(&self, key: &Key) -> bool {
+        self.map.contains_key(key)
     }
 
     /// Stores `entry` under `key`, replacing `replaces` (the variant it revalidated or
-    /// refreshed) if given, and evicts the least recently used until the bound holds.
-    /// An entry larger than the whole bound is not stored.
-    /// With `generation`, nothing is stored if a purge came since.
-    fn insert_checked(
-        &self,
-        generation: Option<u64>,
-        key: Key,
-        entry: Arc<Entry>,
-        replaces: Option<&Arc<Entry>>,
-    ) {
-        let size = entry.size();
-        if size > self.max_bytes {
-            return;
-        }
-        self.touch(&entry);
-        let mut inner = self.lock();
-        // Under the lock a purge takes: no purge falls between the check and the insert.
-        if generation.is_some_and(|g| g != self.generation()) {
-            return;
-        }
-        let variants = inner.entries.entry(key).or_default();
-        let mut freed = 0;
-        if let Some(old) = replaces
-            && let Some(at) = variants.iter().position(|v| Arc::ptr_eq(v, old))
-        {
-            freed += variants.remove(at).size();
-        }
-        variants.insert(0, entry);
-        if variants.len() > MAX_VARIANTS
-            && let Some(oldest) = variants.pop()
-        {
-            freed += oldest.size();
-        }
-        inner.bytes = inner.bytes + size - freed;
-        while inner.bytes > self.max_bytes {
-            let Some((key, at)) = inner
-                .entries
-                .iter()
-                .flat_map(|(key, variants)| {
-                    variants
-                        .iter()
-                        .enumerate()
-                        .map(move |(at, v)| (v.used.load(Ordering::Relaxed), key, at))
-                })
-                .min_by_key(|(used, _, _)| *used)
-                .map(|(_, key, at)| (key.clone(), at))
-            else {
-                break;
-            };
-            self.remove_at(&mut inner, &key, at);
-            self.metrics().evictions.increment(1);
-        }
-        self.metrics().bytes.set(inner.bytes as f64);
-    }
-
-    /// The purge generation now, for a fill to compare at its end.
-    pub(crate) fn generation(&self) -> u64 {
-        self.generation.load(Ordering::Acquire)
-    }
-
-    /// Stores `entry` under `key` (see `insert_checked`), unless a purge came since
-    /// `generation`.
+    /// refreshed) if given; nothing is stored if a purge came since `generation`. An
+    /// entry larger than the whole bound is not stored.
     pub(crate) fn insert_from(
         &self,
         generation: u64,
@@ -193,76 +293,107 @@ impl Store {
         entry: Arc<Entry>,
         replaces: Option<&Arc<Entry>>,
     ) {
-        self.insert_checked(Some(generation), key, entry, replaces);
+        if entry.size() > self.max_bytes {
+            return;
+        }
+        let _writing = self.write();
+        // Under the lock a purge takes: no purge falls between the check and the insert.
+        if generation != self.generation() {
+            return;
+        }
+        let mut entries = Vec::with_capacity(MAX_VARIANTS);
+        entries.push(entry);
+        if let Some(stored) = self.map.peek(&key) {
+            entries.extend(
+                stored
+                    .entries
+                    .iter()
+                    .filter(|v| replaces.is_none_or(|old| !Arc::ptr_eq(v, old)))
+                    .take(MAX_VARIANTS - 1)
+                    .cloned(),
+            );
+        }
+        self.map.insert(key, Arc::new(Variants::new(entries)));
+        self.publish_bytes();
+    }
+
+    fn publish_bytes(&self) {
+        self.metrics().bytes.set(self.map.weight() as f64);
+    }
+
+    /// The purge generation now, for a fill to compare at its end.
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
     }
 
     /// Drops the responses of `host` (any host when `None`) whose path and query are
     /// `target` exactly or, with `prefix`, begin with it; how many were dropped. Fills in
-    /// progress do not store. Scans the store under its lock: an operator's action, not
-    /// a request's.
+    /// progress do not store. Visits every key: an operator's action, not a request's.
     pub(crate) fn purge(&self, host: Option<&str>, target: &str, prefix: bool) -> usize {
-        let mut inner = self.lock();
+        let _writing = self.write();
         self.generation.fetch_add(1, Ordering::AcqRel);
-        let doomed: Vec<Key> = inner
-            .entries
-            .keys()
-            .filter(|key| host.is_none_or(|h| key.host.eq_ignore_ascii_case(h)))
-            .filter(|key| {
-                if prefix {
+        let dropped = AtomicU64::new(0);
+        self.map.retain(|key, variants| {
+            let doomed = host.is_none_or(|h| key.host.eq_ignore_ascii_case(h))
+                && if prefix {
                     key.target.starts_with(target)
                 } else {
                     &*key.target == target
-                }
-            })
-            .cloned()
-            .collect();
-        let mut dropped = 0;
-        for key in doomed {
-            if let Some(variants) = inner.entries.remove(&key) {
-                dropped += variants.len();
-                inner.bytes -= variants.iter().map(|v| v.size()).sum::<u64>();
+                };
+            if doomed {
+                dropped.fetch_add(variants.entries.len() as u64, Ordering::Relaxed);
             }
-        }
-        self.metrics().bytes.set(inner.bytes as f64);
-        dropped
+            !doomed
+        });
+        self.publish_bytes();
+        usize::try_from(dropped.into_inner()).unwrap_or(usize::MAX)
     }
 
     /// Drops every variant stored under `key` (after an unsafe method, RFC 9111 4.4).
     pub(crate) fn invalidate(&self, key: &Key) {
-        let mut inner = self.lock();
-        if let Some(variants) = inner.entries.remove(key) {
-            let freed: u64 = variants.iter().map(|v| v.size()).sum();
-            inner.bytes -= freed;
-            self.metrics().bytes.set(inner.bytes as f64);
+        let _writing = self.write();
+        if self.map.remove(key).is_some() {
+            self.publish_bytes();
         }
     }
 
     /// Drops `entry` from the variants of `key`, if it is still there.
     pub(crate) fn remove(&self, key: &Key, entry: &Arc<Entry>) {
-        let mut inner = self.lock();
-        let at = inner
+        let _writing = self.write();
+        let Some(stored) = self.map.peek(key) else {
+            return;
+        };
+        if !stored.entries.iter().any(|v| Arc::ptr_eq(v, entry)) {
+            return;
+        }
+        let rest: Vec<_> = stored
             .entries
-            .get(key)
-            .and_then(|variants| variants.iter().position(|v| Arc::ptr_eq(v, entry)));
-        if let Some(at) = at {
-            self.remove_at(&mut inner, key, at);
+            .iter()
+            .filter(|v| !Arc::ptr_eq(v, entry))
+            .cloned()
+            .collect();
+        if rest.is_empty() {
+            self.map.remove(key);
+        } else {
+            self.map
+                .replace(key.clone(), Arc::new(Variants::new(rest)), true)
+                .ok();
         }
-    }
-
-    fn remove_at(&self, inner: &mut Inner, key: &Key, at: usize) {
-        if let Some(variants) = inner.entries.get_mut(key) {
-            let gone = variants.remove(at);
-            inner.bytes -= gone.size();
-            self.metrics().bytes.set(inner.bytes as f64);
-            if variants.is_empty() {
-                inner.entries.remove(key);
-            }
-        }
+        self.publish_bytes();
     }
 
     /// Bytes stored now.
     #[cfg(test)]
     pub(crate) fn bytes(&self) -> u64 {
-        self.lock().bytes
+        self.map.weight()
     }
+}
+
+/// Whether two hashers agree on a key and its borrowed form: the property lookups by
+/// [`KeyRef`] rest on.
+#[cfg(test)]
+pub(crate) fn hashes_agree(key: &Key, key_ref: &KeyRef<'_>) -> bool {
+    use std::hash::BuildHasher as _;
+    let state = RandomState::new();
+    state.hash_one(key) == state.hash_one(key_ref)
 }
