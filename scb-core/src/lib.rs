@@ -56,7 +56,7 @@ pub mod respond;
 pub mod rewrite;
 pub mod router;
 pub mod server;
-mod template;
+pub mod template;
 pub mod virtual_hosts;
 
 pub use body::{Body, FileRegion, FileStamp};

@@ -1,10 +1,11 @@
 //! Texts with `{name}` placeholders, split once when a layer is built: the one parser
-//! behind redirects' `Location`, header rules' values and rewrites' paths.
+//! behind redirects' `Location`, header rules' values, rewrites' paths and the response
+//! cache's keys (in scb-proxy), so that every template in a config reads alike.
 
 /// Splits `template` into the literal texts between its placeholders (`text` makes a
 /// piece of one) and its placeholders (`field` makes a piece of a name, or refuses it).
 /// A `{` without its `}` is `unclosed`'s error. Empty texts are left out.
-pub(crate) fn split<P, E>(
+pub fn split<P, E>(
     template: &str,
     text: impl Fn(Box<str>) -> P,
     field: impl Fn(&str) -> Result<P, E>,

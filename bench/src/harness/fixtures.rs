@@ -36,6 +36,10 @@ impl Fixtures {
     pub(crate) const ONE_MIB_PATH: &str = "/1m.bin";
     /// Size of `1m.bin`.
     pub(crate) const ONE_MIB_LEN: usize = 1 << 20;
+    /// The 100 KiB file's path: the first 100 KiB of `1m.bin`.
+    pub(crate) const HUNDRED_K_PATH: &str = "/100k.bin";
+    /// Size of `100k.bin`.
+    pub(crate) const HUNDRED_K_LEN: usize = 100 << 10;
     /// Number of `many/` files: enough distinct paths that a per-lookup cost shows, rather
     /// than one hot cache entry.
     pub(crate) const MANY_COUNT: usize = 10_000;
@@ -65,6 +69,7 @@ impl Fixtures {
         };
         write(Fixtures::SMALL_PATH, Fixtures::SMALL_BODY)?;
         write(Fixtures::ONE_MIB_PATH, &fixtures.one_mib())?;
+        write(Fixtures::HUNDRED_K_PATH, &fixtures.hundred_k())?;
         for i in 0..Fixtures::MANY_COUNT {
             write(&Fixtures::many_path(i), &Fixtures::many_body(i))?;
         }
@@ -80,6 +85,13 @@ impl Fixtures {
     pub(crate) fn one_mib(&self) -> Vec<u8> {
         let mut bytes = vec![0; Fixtures::ONE_MIB_LEN];
         SplitMix64::new(ONE_MIB_SEED).fill(&mut bytes);
+        bytes
+    }
+
+    /// The bytes of `100k.bin`.
+    pub(crate) fn hundred_k(&self) -> Vec<u8> {
+        let mut bytes = self.one_mib();
+        bytes.truncate(Fixtures::HUNDRED_K_LEN);
         bytes
     }
 

@@ -432,7 +432,7 @@ pub(crate) fn start_verified(
         Protocol::Http1 => {
             let paths = scenario.load_paths(ctx.fixtures);
             // With several paths the Lua script picks them; the URL only names the server.
-            let path = if paths.len() == 1 {
+            let path = if paths.len() == 1 && !paths[0].ends_with(wrk::UNIQUE) {
                 paths[0].as_str()
             } else {
                 "/"

@@ -40,6 +40,24 @@ pub(crate) enum Scenario {
     /// The 13-byte file over TLS 1.3 + HTTP/2 (h2load).
     #[value(name = "tls-h2-static-small")]
     TlsH2StaticSmall,
+    /// `GET /cache/hello` through a response cache in front of the upstream, which
+    /// answers 13 bytes cacheable for a day: every measured request is a hit.
+    #[value(name = "proxy-cache-hit")]
+    ProxyCacheHit,
+    /// `GET /cache/100k.bin`, a 100 KiB file of the upstream's, cached: hits.
+    #[value(name = "proxy-cache-100k")]
+    #[serde(rename = "proxy-cache-100k")]
+    ProxyCache100k,
+    /// `GET /cache/1m.bin`, a 1 MiB file of the upstream's, cached: hits.
+    #[value(name = "proxy-cache-1m")]
+    #[serde(rename = "proxy-cache-1m")]
+    ProxyCache1m,
+    /// `GET /cache/miss/<unique>`: a new URL for every request, which the upstream
+    /// answers with 13 bytes cacheable for a day. Every request misses, goes upstream
+    /// and is stored (evicting others once the cache is full): the cost of a miss,
+    /// against `proxy`.
+    #[value(name = "proxy-cache-miss")]
+    ProxyCacheMiss,
 }
 
 /// What a server must be able to do for a scenario; see
@@ -58,6 +76,8 @@ pub(crate) enum Feature {
     ProxyH2c,
     /// TLS 1.3 with ALPN h2.
     TlsH2,
+    /// A response cache in front of the proxy (nginx `proxy_cache`).
+    ProxyCache,
 }
 
 /// How the load reaches the server.
@@ -78,6 +98,22 @@ pub(crate) const PROXY_TLS_PATH: &str = "/proxy-tls/hello";
 /// The path requested by the `proxy-h2c` scenario.
 pub(crate) const PROXY_H2C_PATH: &str = "/proxy-h2c/hello";
 
+/// The path requested by the `proxy-cache-hit` scenario; the upstream answers it as
+/// `/proxy/hello`, with `Cache-Control: max-age=86400`.
+pub(crate) const CACHE_HIT_PATH: &str = "/cache/hello";
+
+/// The paths requested by the `proxy-cache-miss` scenario, each once (see
+/// [`wrk::UNIQUE`](crate::harness::wrk::UNIQUE)); the upstream answers them as
+/// `/proxy/hello`, with `Cache-Control: max-age=86400`.
+pub(crate) const CACHE_MISS_PATHS: &str = "/cache/miss/*";
+
+/// The path verified before `proxy-cache-miss`.
+const CACHE_MISS_VERIFIED: &str = "/cache/miss/verified";
+
+/// Where the upstream serves the docroot's files, cacheable for a day: `/cache/1m.bin`
+/// is the docroot's `/1m.bin`.
+pub(crate) const CACHE_FILES: &str = "/cache";
+
 /// How many `static-many` paths are verified besides the first and the last: enough to
 /// catch a server that serves one file for all, without 10,000 requests before each run.
 const MANY_SAMPLE: usize = 20;
@@ -93,7 +129,7 @@ pub(crate) struct Expected {
 
 impl Scenario {
     /// Every scenario, in the report's order.
-    pub(crate) const ALL: [Scenario; 8] = [
+    pub(crate) const ALL: [Scenario; 12] = [
         Scenario::Respond,
         Scenario::StaticSmall,
         Scenario::Static1m,
@@ -102,6 +138,10 @@ impl Scenario {
         Scenario::ProxyTls,
         Scenario::ProxyH2c,
         Scenario::TlsH2StaticSmall,
+        Scenario::ProxyCacheHit,
+        Scenario::ProxyCache100k,
+        Scenario::ProxyCache1m,
+        Scenario::ProxyCacheMiss,
     ];
 
     /// The scenario's name in flags and reports.
@@ -115,6 +155,10 @@ impl Scenario {
             Scenario::ProxyTls => "proxy-tls",
             Scenario::ProxyH2c => "proxy-h2c",
             Scenario::TlsH2StaticSmall => "tls-h2-static-small",
+            Scenario::ProxyCacheHit => "proxy-cache-hit",
+            Scenario::ProxyCache100k => "proxy-cache-100k",
+            Scenario::ProxyCache1m => "proxy-cache-1m",
+            Scenario::ProxyCacheMiss => "proxy-cache-miss",
         }
     }
 
@@ -129,6 +173,10 @@ impl Scenario {
             Scenario::ProxyTls => &[Feature::ProxyTls],
             Scenario::ProxyH2c => &[Feature::ProxyH2c],
             Scenario::TlsH2StaticSmall => &[Feature::StaticFiles, Feature::TlsH2],
+            Scenario::ProxyCacheHit
+            | Scenario::ProxyCache100k
+            | Scenario::ProxyCache1m
+            | Scenario::ProxyCacheMiss => &[Feature::Proxy, Feature::ProxyCache],
         }
     }
 
@@ -144,7 +192,13 @@ impl Scenario {
     pub(crate) const fn needs_upstream(self) -> bool {
         matches!(
             self,
-            Scenario::Proxy | Scenario::ProxyTls | Scenario::ProxyH2c
+            Scenario::Proxy
+                | Scenario::ProxyTls
+                | Scenario::ProxyH2c
+                | Scenario::ProxyCacheHit
+                | Scenario::ProxyCache100k
+                | Scenario::ProxyCache1m
+                | Scenario::ProxyCacheMiss
         )
     }
 
@@ -161,6 +215,10 @@ impl Scenario {
             Scenario::Proxy => vec![PROXY_PATH.to_owned()],
             Scenario::ProxyTls => vec![PROXY_TLS_PATH.to_owned()],
             Scenario::ProxyH2c => vec![PROXY_H2C_PATH.to_owned()],
+            Scenario::ProxyCacheHit => vec![CACHE_HIT_PATH.to_owned()],
+            Scenario::ProxyCache100k => vec![format!("{CACHE_FILES}{}", Fixtures::HUNDRED_K_PATH)],
+            Scenario::ProxyCache1m => vec![format!("{CACHE_FILES}{}", Fixtures::ONE_MIB_PATH)],
+            Scenario::ProxyCacheMiss => vec![CACHE_MISS_PATHS.to_owned()],
         }
     }
 
@@ -198,6 +256,22 @@ impl Scenario {
             }],
             Scenario::ProxyH2c => vec![Expected {
                 path: PROXY_H2C_PATH.to_owned(),
+                body: hello(),
+            }],
+            Scenario::ProxyCacheHit => vec![Expected {
+                path: CACHE_HIT_PATH.to_owned(),
+                body: hello(),
+            }],
+            Scenario::ProxyCache100k => vec![Expected {
+                path: format!("{CACHE_FILES}{}", Fixtures::HUNDRED_K_PATH),
+                body: fixtures.hundred_k(),
+            }],
+            Scenario::ProxyCache1m => vec![Expected {
+                path: format!("{CACHE_FILES}{}", Fixtures::ONE_MIB_PATH),
+                body: fixtures.one_mib(),
+            }],
+            Scenario::ProxyCacheMiss => vec![Expected {
+                path: CACHE_MISS_VERIFIED.to_owned(),
                 body: hello(),
             }],
         }

@@ -382,6 +382,9 @@ pub(crate) struct CacheConfig {
     pub(crate) max_object: Option<Spanned<ByteSize>>,
     /// A directory for the disk tier.
     pub(crate) path: Option<Spanned<std::path::PathBuf>>,
+    /// What responses are stored under: a template of `{scheme}`, `{host}`, `{path}`
+    /// and `{query}`; absent means the whole URL.
+    pub(crate) key: Option<Spanned<String>>,
     /// How long a miss waits for another request filling the same key before it goes
     /// upstream itself; absent means 5 s.
     pub(crate) collapse_timeout: Option<Spanned<HumanDuration>>,

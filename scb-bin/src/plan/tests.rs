@@ -1020,4 +1020,19 @@ fn a_cache_goes_on_a_proxy_route_and_its_bad_values_are_refused_where_they_are()
         .contains("route[0].cache.path: the disk tier is not built yet"),
     );
     assert!(error(&route("{ max_bytes = \"1MiB\", size = 1 }")).contains("unknown field `size`"),);
+    let keyed = plan(&route("{ max_bytes = \"1MiB\", key = \"{host}{path}\" }"));
+    assert!(matches!(
+        &keyed.routes()[0].handler,
+        Handler::Proxy { cache: Some(_), .. }
+    ));
+    let bad_key = error(&route("{ max_bytes = \"1MiB\", key = \"{host}{cookie}\" }"));
+    assert!(
+        bad_key.starts_with("scb.toml:6:")
+            && bad_key.contains("route[0].cache.key: unknown placeholder in cache key"),
+        "{bad_key}"
+    );
+    assert!(
+        error(&route("{ max_bytes = \"1MiB\", key = \"{host}{query}\" }"))
+            .contains("route[0].cache.key: cache key \"{host}{query}\" has no {path}"),
+    );
 }

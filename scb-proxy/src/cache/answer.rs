@@ -7,7 +7,7 @@
 
 use std::time::SystemTime;
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::response::Parts;
 use http::{Method, Response, StatusCode};
@@ -16,6 +16,7 @@ use scb_core::conditional::{Precondition, Validators, evaluate_validators};
 use scb_core::range::{self, Boundary, Ranges};
 
 use super::store::Entry;
+use super::stored::StoredBody;
 
 /// The `Cache-Status` header (RFC 9211).
 pub(crate) const CACHE_STATUS: HeaderName = HeaderName::from_static("cache-status");
@@ -61,7 +62,7 @@ pub(crate) fn from_entry(
         let mut res = Response::new(if method == Method::HEAD {
             Body::empty()
         } else {
-            Body::full(entry.body.clone())
+            entry.body.whole()
         });
         *res.status_mut() = entry.head.status;
         *res.version_mut() = entry.head.version;
@@ -82,9 +83,9 @@ pub(crate) fn respond(
     method: &Method,
     headers: &HeaderMap,
     mut head: Parts,
-    body: &Bytes,
+    body: &StoredBody,
 ) -> Response<Body> {
-    let len = body.len() as u64;
+    let len = body.len();
     let head_only = method == Method::HEAD;
     if head.status.is_success() {
         let validators = Validators::of(&head.headers);
@@ -109,33 +110,54 @@ pub(crate) fn respond(
         match range::for_request_validators(method, headers, len, validators, MAX_RANGES) {
             Ranges::Full => {}
             Ranges::Satisfiable(ranges) => {
-                head.status = StatusCode::PARTIAL_CONTENT;
-                let part = if let [one] = ranges.as_slice() {
+                if let [one] = ranges.as_slice() {
+                    let (offset, part_len) = bounds(*one, len);
+                    head.status = StatusCode::PARTIAL_CONTENT;
                     head.headers
                         .insert(header::CONTENT_RANGE, range::content_range(*one, len));
-                    slice(body, *one)
-                } else {
-                    let framing = range::multipart(
-                        &ranges,
-                        len,
-                        head.headers.get(header::CONTENT_TYPE),
-                        Boundary::random(),
-                    );
+                    head.headers
+                        .insert(header::CONTENT_LENGTH, HeaderValue::from(part_len));
+                    let part = if head_only {
+                        Body::empty()
+                    } else {
+                        body.part(offset, part_len)
+                    };
+                    return Response::from_parts(head, part);
+                }
+                let framing = range::multipart(
+                    &ranges,
+                    len,
+                    head.headers.get(header::CONTENT_TYPE),
+                    Boundary::random(),
+                );
+                let mut out = BytesMut::with_capacity(
+                    usize::try_from(framing.content_length).unwrap_or_default(),
+                );
+                let mut read = Ok(());
+                for part in &framing.parts {
+                    let (offset, part_len) = bounds(part.range, len);
+                    out.extend_from_slice(&part.head);
+                    match body.read(offset, part_len) {
+                        Ok(bytes) => out.extend_from_slice(&bytes),
+                        Err(e) => read = Err(e),
+                    }
+                }
+                out.extend_from_slice(&framing.closing);
+                // A part that cannot be read: the ranges are ignored (RFC 9110 14.2 lets
+                // a server), and the whole body answers.
+                if read.is_ok() {
+                    head.status = StatusCode::PARTIAL_CONTENT;
                     head.headers
                         .insert(header::CONTENT_TYPE, framing.content_type.clone());
-                    let mut out = BytesMut::with_capacity(
-                        usize::try_from(framing.content_length).unwrap_or_default(),
-                    );
-                    for part in &framing.parts {
-                        out.extend_from_slice(&part.head);
-                        out.extend_from_slice(&slice(body, part.range));
-                    }
-                    out.extend_from_slice(&framing.closing);
-                    out.freeze()
-                };
-                head.headers
-                    .insert(header::CONTENT_LENGTH, HeaderValue::from(part.len()));
-                return Response::from_parts(head, Body::full(part));
+                    head.headers
+                        .insert(header::CONTENT_LENGTH, HeaderValue::from(out.len()));
+                    let part = if head_only {
+                        Body::empty()
+                    } else {
+                        Body::full(out.freeze())
+                    };
+                    return Response::from_parts(head, part);
+                }
             }
             Ranges::Unsatisfiable => {
                 let mut res = scb_core::respond::reason(StatusCode::RANGE_NOT_SATISFIABLE);
@@ -150,17 +172,16 @@ pub(crate) fn respond(
     let body = if head_only {
         Body::empty()
     } else {
-        Body::full(body.clone())
+        body.whole()
     };
     Response::from_parts(head, body)
 }
 
-fn slice(body: &Bytes, range: range::ByteRange) -> Bytes {
-    let start = usize::try_from(range.start).unwrap_or(usize::MAX);
-    let end = usize::try_from(range.end_inclusive)
-        .unwrap_or(usize::MAX)
-        .saturating_add(1);
-    body.slice(start.min(body.len())..end.min(body.len()))
+/// The offset and length of `range` within a body of `len` bytes.
+fn bounds(range: range::ByteRange, len: u64) -> (u64, u64) {
+    let start = range.start.min(len);
+    let end = range.end_inclusive.saturating_add(1).min(len);
+    (start, end.saturating_sub(start))
 }
 
 /// A copy of a response head (status, version, fields; no extensions).

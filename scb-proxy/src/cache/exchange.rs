@@ -1,11 +1,9 @@
 //! One request through the cache: a hit, a miss, a revalidation, a stale answer, or an
 //! unsafe method that invalidates.
 
-use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use bytes::Bytes;
 use http::header::{self, HeaderMap};
 use http::{Method, Request, Response, StatusCode};
 use http_body::Body as _;
@@ -18,8 +16,10 @@ use super::Settings;
 use super::answer::{HIT, copy_head, from_entry, respond, set_status};
 use super::directives::RequestDirectives;
 use super::fill::{FillGuard, Fills, Join};
+use super::key::Url;
 use super::policy::{Policy, Reuse, Storable, conditional_headers, refreshed};
-use super::store::{Entry, Key, KeyRef, Store, Variants};
+use super::store::{Entry, Key, Source, Store, Variants};
+use super::stored::StoredBody;
 use super::tee::{Pending, Tee};
 
 /// One request through the cache, with the inner service that answers it.
@@ -47,13 +47,14 @@ where
     S::Error: Send + 'static,
 {
     pub(super) async fn run(self, req: Request<Body>) -> Result<Response<Body>, S::Error> {
-        let Some(lookup) = key_of(&req) else {
+        let Some(url) = url_of(&req) else {
             return self.inner.oneshot(req).await;
         };
         if !matches!(*req.method(), Method::GET | Method::HEAD) {
-            let key = lookup.to_key();
-            return self.unsafe_method(req, key).await;
+            let (secure, source) = (url.secure, Source::of(url));
+            return self.unsafe_method(req, secure, source).await;
         }
+        let lookup = self.store.key(url);
         let directives = RequestDirectives::parse(req.headers());
         // A fresh hit is answered from the borrowed key, without allocating one.
         let now = SystemTime::now();
@@ -64,6 +65,7 @@ where
             return Ok(from_entry(req.method(), req.headers(), entry, now, HIT));
         }
         let key = lookup.to_key();
+        let source = Source::of(url);
         let mut waited = false;
         let (stale, guard) = loop {
             let now = SystemTime::now();
@@ -97,7 +99,7 @@ where
                 // is already being refreshed.
                 if let Join::Lead(guard) = self.fills.join(&key) {
                     let entry = Arc::clone(entry);
-                    tokio::spawn(self.refresh(req, key, directives, entry, guard));
+                    tokio::spawn(self.refresh(req, key, source, directives, entry, guard));
                 }
                 return Ok(res);
             }
@@ -116,14 +118,17 @@ where
             }
         };
         match stale {
-            Some(entry) => self.revalidate(req, key, directives, entry, guard).await,
+            Some(entry) => {
+                self.revalidate(req, key, source, directives, entry, guard)
+                    .await
+            }
             None => {
                 let why = if !self.store.contains(&key) {
                     "uri-miss"
                 } else {
                     "vary-miss"
                 };
-                self.miss(req, key, why, guard).await
+                self.miss(req, key, source, why, guard).await
             }
         }
     }
@@ -133,6 +138,7 @@ where
         self,
         req: Request<Body>,
         key: Key,
+        source: Source,
         why: &str,
         guard: Option<FillGuard>,
     ) -> Result<Response<Body>, S::Error> {
@@ -164,6 +170,7 @@ where
         let fill = Fill {
             generation,
             key,
+            source,
             storable,
             replaces: None,
             guard,
@@ -183,6 +190,7 @@ where
         self,
         req: Request<Body>,
         key: Key,
+        source: Source,
         directives: RequestDirectives,
         entry: Arc<Entry>,
         guard: Option<FillGuard>,
@@ -251,7 +259,7 @@ where
             let status = "scb; fwd=stale; fwd-status=304";
             let mut res = match Policy::storable(&client, &merged, request_time, now) {
                 Some(Storable { policy, head }) => {
-                    let refreshed = Arc::new(Entry::new(policy, head, entry.body.clone()));
+                    let refreshed = Arc::new(Entry::new(policy, head, entry.body.clone(), source));
                     self.store
                         .insert_from(generation, key, Arc::clone(&refreshed), Some(&entry));
                     // Stored before the waiters wake.
@@ -288,6 +296,7 @@ where
         let fill = Fill {
             generation,
             key,
+            source,
             storable,
             replaces: Some(entry),
             guard,
@@ -307,6 +316,7 @@ where
         self,
         req: Request<Body>,
         key: Key,
+        source: Source,
         directives: RequestDirectives,
         entry: Arc<Entry>,
         guard: FillGuard,
@@ -315,7 +325,7 @@ where
         let (head, _) = req.into_parts();
         let req = Request::from_parts(head, Body::empty());
         if let Ok(res) = self
-            .revalidate(req, key, directives, entry, Some(guard))
+            .revalidate(req, key, source, directives, entry, Some(guard))
             .await
         {
             drain(res.into_body()).await;
@@ -362,6 +372,7 @@ where
             generation: fill.generation,
             store: Arc::clone(&self.store),
             key: fill.key,
+            source: fill.source,
             policy: fill.storable.policy,
             head: fill.storable.head,
             replaces: fill.replaces,
@@ -375,7 +386,7 @@ where
                 if head_only {
                     Response::from_parts(head, Body::empty())
                 } else {
-                    respond(method, client, head, &Bytes::new())
+                    respond(method, client, head, &StoredBody::empty())
                 }
             }
             None => Response::from_parts(head, body),
@@ -386,34 +397,38 @@ where
 
     /// An unsafe method: forwarded, and on success what is stored for its URI (and for
     /// its `Location` and `Content-Location` on the same host) is dropped.
-    async fn unsafe_method(self, req: Request<Body>, key: Key) -> Result<Response<Body>, S::Error> {
+    async fn unsafe_method(
+        self,
+        req: Request<Body>,
+        secure: bool,
+        url: Source,
+    ) -> Result<Response<Body>, S::Error> {
         let safe = matches!(*req.method(), Method::OPTIONS | Method::TRACE);
         let store = Arc::clone(&self.store);
         let res = self.inner.oneshot(req).await?;
         if !safe && (res.status().is_success() || res.status().is_redirection()) {
             // Both schemes: the same resource, most likely, and dropping more is safe.
-            for secure in [false, true] {
-                store.invalidate(&Key {
-                    secure,
-                    ..key.clone()
-                });
-            }
+            let invalidate = |target: &str| {
+                for secure in [secure, !secure] {
+                    let key = store.key(Url {
+                        secure,
+                        host: &url.host,
+                        target,
+                    });
+                    store.invalidate(&key.to_key());
+                }
+            };
+            invalidate(&url.target);
             for name in [header::LOCATION, header::CONTENT_LOCATION] {
                 let same_host = res
                     .headers()
                     .get(&name)
                     .and_then(|v| v.to_str().ok())
                     .and_then(|v| v.parse::<http::Uri>().ok())
-                    .filter(|uri| uri.host().is_none_or(|h| h.eq_ignore_ascii_case(&key.host)))
-                    .and_then(|uri| uri.path_and_query().map(|pq| pq.as_str().into()));
+                    .filter(|uri| uri.host().is_none_or(|h| h.eq_ignore_ascii_case(&url.host)))
+                    .and_then(|uri| uri.path_and_query().map(|pq| pq.as_str().to_owned()));
                 if let Some(target) = same_host {
-                    for secure in [false, true] {
-                        store.invalidate(&Key {
-                            secure,
-                            host: key.host.clone(),
-                            target: Box::clone(&target),
-                        });
-                    }
+                    invalidate(&target);
                 }
             }
         }
@@ -431,17 +446,19 @@ struct Fill {
     /// The store's purge generation before the request went upstream.
     generation: u64,
     key: Key,
+    /// The URL it is fetched for.
+    source: Source,
     storable: Storable,
     /// The variant it revalidated or refreshed.
     replaces: Option<Arc<Entry>>,
     guard: Option<FillGuard>,
 }
 
-/// The key of `req`: its scheme (the URI's, as HTTP/2 sends it, else whether the
+/// The URL of `req`: its scheme (the URI's, as HTTP/2 sends it, else whether the
 /// connection is secured, from [`ConnectInfo`](scb_core::connection::ConnectInfo)), its
 /// host (the `Host` header, or the URI's authority) and its path and query. `None` when
 /// it names no host: such a request is passed through.
-fn key_of(req: &Request<Body>) -> Option<KeyRef<'_>> {
+fn url_of(req: &Request<Body>) -> Option<Url<'_>> {
     let host = req
         .headers()
         .get(header::HOST)
@@ -455,12 +472,7 @@ fn key_of(req: &Request<Body>) -> Option<KeyRef<'_>> {
             .get::<scb_core::connection::ConnectInfo>()
             .is_some_and(|info| info.secure),
     };
-    let host = if host.bytes().any(|b| b.is_ascii_uppercase()) {
-        Cow::Owned(host.to_ascii_lowercase())
-    } else {
-        Cow::Borrowed(host)
-    };
-    Some(KeyRef {
+    Some(Url {
         secure,
         host,
         target,

@@ -72,15 +72,20 @@
 //! - [`purge`](CacheLayer::purge) drops responses by path or prefix (and host); a fill
 //!   it overtakes does not store.
 //!
-//! Not yet: a disk tier and key templates.
+//! - the key is the request's scheme, host, path and query, or what a template
+//!   ([`key`](CacheLayer::key)) makes of them.
+//!
+//! Not yet: a disk tier.
 
 mod answer;
 mod directives;
 mod exchange;
 mod fill;
+mod key;
 mod metrics;
 mod policy;
 mod store;
+mod stored;
 mod tee;
 
 use std::future::Future;
@@ -95,8 +100,10 @@ use tower::{Layer, Service};
 
 use exchange::Exchange;
 use fill::Fills;
+pub use key::KeyTemplateError;
+use key::Keying;
 pub use metrics::{CACHE_BYTES, CACHE_EVICTIONS_TOTAL, CACHE_REQUESTS_TOTAL};
-use store::Store;
+use store::{Shape, Store};
 
 /// Puts a [`Cache`] in front of a service; clones share one store.
 #[derive(Clone, Debug)]
@@ -131,8 +138,13 @@ impl CacheLayer {
         let max_object = usize::try_from(max_bytes / 8)
             .unwrap_or(usize::MAX)
             .min(DEFAULT_MAX_OBJECT);
+        let shape = Shape {
+            max_bytes,
+            max_object: max_object as u64,
+            keying: Keying::Url,
+        };
         Self {
-            shared: Self::shared(max_bytes, max_object, "cache".into()),
+            shared: Self::shared(shape, "cache".into()),
             settings: Settings {
                 max_object,
                 collapse_timeout: DEFAULT_COLLAPSE_TIMEOUT,
@@ -141,17 +153,16 @@ impl CacheLayer {
         }
     }
 
-    fn shared(max_bytes: u64, max_object: usize, route: ::metrics::SharedString) -> Arc<Shared> {
+    fn shared(shape: Shape, route: ::metrics::SharedString) -> Arc<Shared> {
         Arc::new(Shared {
-            store: Arc::new(Store::new(max_bytes, max_object as u64, route)),
+            store: Arc::new(Store::new(shape, route)),
             fills: Arc::default(),
         })
     }
 
-    /// A new, empty store for these settings and `route`.
-    fn rebuilt(mut self, route: ::metrics::SharedString) -> Self {
-        let (max_bytes, _) = self.shared.store.bounds();
-        self.shared = Self::shared(max_bytes, self.settings.max_object, route);
+    /// A new, empty store of `shape` with `route`.
+    fn rebuilt(mut self, shape: Shape, route: ::metrics::SharedString) -> Self {
+        self.shared = Self::shared(shape, route);
         self
     }
 
@@ -164,16 +175,37 @@ impl CacheLayer {
             std::borrow::Cow::Borrowed(s) => ::metrics::SharedString::from(s),
             std::borrow::Cow::Owned(s) => ::metrics::SharedString::from(Arc::<str>::from(s)),
         };
-        self.rebuilt(route)
+        let shape = self.shared.store.shape().clone();
+        self.rebuilt(shape, route)
+    }
+
+    /// Stores responses under what `template` makes of the request's URL, rather than
+    /// the whole URL (scheme, host, path and query): `{host}{path}` shares one response
+    /// between every query of a path. The placeholders are `{scheme}`, `{host}`,
+    /// `{path}` (required) and `{query}`; see the table in `key.rs`. A purge still names
+    /// the URLs responses were fetched for. Like [`route`](Self::route), it starts a new,
+    /// empty store: call it while building the layer.
+    ///
+    /// # Errors
+    ///
+    /// An unknown placeholder, or no `{path}`.
+    pub fn key(self, template: &str) -> Result<Self, KeyTemplateError> {
+        let keying = Keying::template(template)?;
+        let shape = Shape {
+            keying,
+            ..self.shared.store.shape().clone()
+        };
+        let route = self.shared.store.route();
+        Ok(self.rebuilt(shape, route))
     }
 
     /// This layer with the store of `previous` (and its fills in progress) when both have
-    /// the same `max_bytes` and `max_object`, so that a reload keeps what was stored and a
-    /// fill begun before it is waited for after it; otherwise unchanged (new bounds start
-    /// empty). The other settings stay this layer's own.
+    /// the same `max_bytes`, `max_object` and key template, so that a reload keeps what
+    /// was stored and a fill begun before it is waited for after it; otherwise unchanged
+    /// (a new bound or key starts empty). The other settings stay this layer's own.
     #[must_use]
     pub fn keep_store_of(mut self, previous: &CacheLayer) -> Self {
-        if previous.shared.store.bounds() == self.shared.store.bounds() {
+        if previous.shared.store.shape() == self.shared.store.shape() {
             self.shared = Arc::clone(&previous.shared);
         }
         self
@@ -193,8 +225,12 @@ impl CacheLayer {
     #[must_use]
     pub fn max_object(mut self, bytes: usize) -> Self {
         self.settings.max_object = bytes;
+        let shape = Shape {
+            max_object: bytes as u64,
+            ..self.shared.store.shape().clone()
+        };
         let route = self.shared.store.route();
-        self.rebuilt(route)
+        self.rebuilt(shape, route)
     }
 
     /// How long a request waits for another that is fetching the same key before it
@@ -279,5 +315,7 @@ where
     }
 }
 
+#[cfg(test)]
+mod proptests;
 #[cfg(test)]
 mod tests;

@@ -17,21 +17,24 @@
 
 use std::borrow::Cow;
 use std::hash::{Hash, RandomState};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
-use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderValue};
 use http::response::Parts;
 use quick_cache::sync::Cache as Map;
 use quick_cache::{Equivalent, Lifecycle, OptionsBuilder, Weighter};
 
 use super::answer::CACHE_STATUS;
+use super::key::{Keying, Url};
 use super::metrics::CacheMetrics;
 use super::policy::Policy;
+use super::stored::StoredBody;
 
-/// What a response is stored under: the scheme, the host and the path with its query
-/// (the method is always GET: HEAD is answered from a stored GET).
+/// What a response is stored under ([`Keying`] makes it): by default the scheme, the host
+/// and the path with its query; with a key template, no scheme, no host and the
+/// template's text as `target`. The method is always GET: HEAD is answered from a
+/// stored GET.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct Key {
     /// `https` rather than `http`: the two are different URIs, and may be answered
@@ -41,13 +44,14 @@ pub(crate) struct Key {
     pub(crate) target: Box<str>,
 }
 
-/// A [`Key`] borrowed from a request, to look up a hit without allocating. Its fields
-/// hash as the key's do (field by field, `str` for `str`), so either finds the other.
+/// A [`Key`] borrowed from a request where it can be, to look up a hit without
+/// allocating. Its fields hash as the key's do (field by field, `str` for `str`), so
+/// either finds the other.
 #[derive(Debug, Hash)]
 pub(crate) struct KeyRef<'a> {
     pub(crate) secure: bool,
     pub(crate) host: Cow<'a, str>,
-    pub(crate) target: &'a str,
+    pub(crate) target: Cow<'a, str>,
 }
 
 impl KeyRef<'_> {
@@ -55,15 +59,54 @@ impl KeyRef<'_> {
         Key {
             secure: self.secure,
             host: self.host.as_ref().into(),
-            target: self.target.into(),
+            target: self.target.as_ref().into(),
         }
     }
 }
 
 impl Equivalent<Key> for KeyRef<'_> {
     fn equivalent(&self, key: &Key) -> bool {
-        self.secure == key.secure && *self.host == *key.host && self.target == &*key.target
+        self.secure == key.secure && *self.host == *key.host && *self.target == *key.target
     }
+}
+
+/// The URL a stored response was fetched for (host lower-cased, path and query): what a
+/// purge names, whatever the key template kept of it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Source {
+    pub(crate) host: Box<str>,
+    pub(crate) target: Box<str>,
+}
+
+impl Source {
+    /// The URL of a request, host lower-cased.
+    pub(crate) fn of(url: Url<'_>) -> Self {
+        Self {
+            host: url.host.to_ascii_lowercase().into(),
+            target: url.target.into(),
+        }
+    }
+
+    /// Whether a purge of `host` (any when `None`) and `target` (exactly, or as a
+    /// `prefix`) names it.
+    fn matches(&self, host: Option<&str>, target: &str, prefix: bool) -> bool {
+        host.is_none_or(|h| self.host.eq_ignore_ascii_case(h))
+            && if prefix {
+                self.target.starts_with(target)
+            } else {
+                &*self.target == target
+            }
+    }
+}
+
+/// What a store is built for: its bounds and how its keys are made. A reload keeps the
+/// store only when these are unchanged.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Shape {
+    pub(crate) max_bytes: u64,
+    /// The largest object; shards are sized so that one fits.
+    pub(crate) max_object: u64,
+    pub(crate) keying: Keying,
 }
 
 /// One stored response: its policy (freshness, `Vary`, validators), its head and its
@@ -72,18 +115,19 @@ impl Equivalent<Key> for KeyRef<'_> {
 pub(crate) struct Entry {
     pub(crate) policy: Policy,
     pub(crate) head: Parts,
-    pub(crate) body: Bytes,
+    pub(crate) body: StoredBody,
     /// The head a plain fresh hit answers with, built once: the stored fields with
     /// `Content-Length`, `Accept-Ranges` (a 200), `Cache-Status: scb; hit` and a
     /// placeholder `Age`, so that a hit clones one map and overwrites one value in
     /// place, without growing it.
     pub(crate) hit_head: HeaderMap,
+    pub(crate) source: Source,
     /// Bytes it counts for against the bound.
     size: u64,
 }
 
 impl Entry {
-    pub(crate) fn new(policy: Policy, head: Parts, body: Bytes) -> Self {
+    pub(crate) fn new(policy: Policy, head: Parts, body: StoredBody, source: Source) -> Self {
         let mut hit_head = HeaderMap::with_capacity(head.headers.len() + 4);
         for (name, value) in &head.headers {
             hit_head.append(name, value.clone());
@@ -92,6 +136,7 @@ impl Entry {
             hit_head.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
         }
         hit_head.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
+        let body_len = usize::try_from(body.len()).unwrap_or(usize::MAX);
         hit_head.insert(header::AGE, HeaderValue::from_static("0"));
         hit_head.insert(CACHE_STATUS, HeaderValue::from_static("scb; hit"));
         let fields: usize = head
@@ -99,13 +144,14 @@ impl Entry {
             .iter()
             .map(|(name, value)| name.as_str().len() + value.len() + 32)
             .sum();
-        // The body, the fields twice (stored and pre-built), and the fixed parts.
-        let size = (body.len() + 2 * fields + 512) as u64;
+        // The body, the fields twice (stored and pre-built), the URL and the fixed parts.
+        let size = (body_len + 2 * fields + source.host.len() + source.target.len() + 512) as u64;
         Self {
             policy,
             head,
             body,
             hit_head,
+            source,
             size,
         }
     }
@@ -182,8 +228,7 @@ impl Labels {
 
 /// The stored responses, bounded by `max_bytes`.
 pub(crate) struct Store {
-    max_bytes: u64,
-    max_object: u64,
+    shape: Shape,
     /// Bumped by every purge: a fill that began before one does not store (what it
     /// read may be what the purge was for).
     generation: AtomicU64,
@@ -193,13 +238,14 @@ pub(crate) struct Store {
     map: Map<Key, Arc<Variants>, ByBytes, RandomState, CountEvictions>,
     /// Held by every write, never by a hit.
     writer: Mutex<()>,
+    /// Sealed memory files its bodies hold open (`stored.rs`).
+    sealed: Arc<AtomicUsize>,
 }
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Store")
-            .field("max_bytes", &self.max_bytes)
-            .field("max_object", &self.max_object)
+            .field("shape", &self.shape)
             .field("route", &self.labels.route)
             .field("bytes", &self.map.weight())
             .field("keys", &self.map.len())
@@ -208,9 +254,14 @@ impl std::fmt::Debug for Store {
 }
 
 impl Store {
-    /// A store of at most `max_bytes`, its shards sized so that an object of
-    /// `max_object` bytes fits in one.
-    pub(crate) fn new(max_bytes: u64, max_object: u64, route: metrics::SharedString) -> Self {
+    /// A store of at most `shape.max_bytes`, its shards sized so that an object of
+    /// `shape.max_object` bytes fits in one.
+    pub(crate) fn new(shape: Shape, route: metrics::SharedString) -> Self {
+        let Shape {
+            max_bytes,
+            max_object,
+            ..
+        } = shape;
         let labels = Arc::new(Labels {
             route,
             metrics: OnceLock::new(),
@@ -235,8 +286,7 @@ impl Store {
             .build()
             .expect("the options set are all valid");
         Self {
-            max_bytes,
-            max_object,
+            shape,
             generation: AtomicU64::new(0),
             map: Map::with_options(
                 options,
@@ -246,6 +296,7 @@ impl Store {
             ),
             labels,
             writer: Mutex::new(()),
+            sealed: Arc::default(),
         }
     }
 
@@ -259,9 +310,19 @@ impl Store {
         self.labels.route.clone()
     }
 
-    /// The bounds it was built with: `max_bytes` and the `max_object` its shards fit.
-    pub(crate) fn bounds(&self) -> (u64, u64) {
-        (self.max_bytes, self.max_object)
+    /// What it was built for.
+    pub(crate) fn shape(&self) -> &Shape {
+        &self.shape
+    }
+
+    /// Its count of sealed memory files, for a body being stored.
+    pub(crate) fn sealed(&self) -> &Arc<AtomicUsize> {
+        &self.sealed
+    }
+
+    /// The key of `url`, as this store makes keys.
+    pub(crate) fn key<'a>(&self, url: Url<'a>) -> KeyRef<'a> {
+        self.shape.keying.key(url)
     }
 
     fn write(&self) -> MutexGuard<'_, ()> {
@@ -293,7 +354,7 @@ impl Store {
         entry: Arc<Entry>,
         replaces: Option<&Arc<Entry>>,
     ) {
-        if entry.size() > self.max_bytes {
+        if entry.size() > self.shape.max_bytes {
             return;
         }
         let _writing = self.write();
@@ -326,20 +387,19 @@ impl Store {
         self.generation.load(Ordering::Acquire)
     }
 
-    /// Drops the responses of `host` (any host when `None`) whose path and query are
-    /// `target` exactly or, with `prefix`, begin with it; how many were dropped. Fills in
-    /// progress do not store. Visits every key: an operator's action, not a request's.
+    /// Drops the responses fetched for `host` (any host when `None`) whose path and query
+    /// are `target` exactly or, with `prefix`, begin with it (every variant of a key one
+    /// of whose variants is named); how many were dropped. Fills in progress do not
+    /// store. Visits every key: an operator's action, not a request's.
     pub(crate) fn purge(&self, host: Option<&str>, target: &str, prefix: bool) -> usize {
         let _writing = self.write();
         self.generation.fetch_add(1, Ordering::AcqRel);
         let dropped = AtomicU64::new(0);
-        self.map.retain(|key, variants| {
-            let doomed = host.is_none_or(|h| key.host.eq_ignore_ascii_case(h))
-                && if prefix {
-                    key.target.starts_with(target)
-                } else {
-                    &*key.target == target
-                };
+        self.map.retain(|_, variants| {
+            let doomed = variants
+                .entries
+                .iter()
+                .any(|e| e.source.matches(host, target, prefix));
             if doomed {
                 dropped.fetch_add(variants.entries.len() as u64, Ordering::Relaxed);
             }

@@ -13,13 +13,16 @@ use scb_core::{Body, BoxError};
 
 use super::fill::FillGuard;
 use super::policy::Policy;
-use super::store::{Entry, Key, Store};
+use super::store::{Entry, Key, Source, Store};
+use super::stored::StoredBody;
 
 /// What to store once the body is whole.
 #[derive(Debug)]
 pub(crate) struct Pending {
     pub(crate) store: Arc<Store>,
     pub(crate) key: Key,
+    /// The URL it was fetched for.
+    pub(crate) source: Source,
     pub(crate) policy: Policy,
     pub(crate) head: Parts,
     pub(crate) replaces: Option<Arc<Entry>>,
@@ -79,11 +82,11 @@ impl HttpBody for Tee {
             Some(Err(_)) => this.pending = None,
             None => {
                 if let Some(p) = this.pending.take() {
-                    let body = std::mem::take(&mut this.buf).freeze();
+                    let body = StoredBody::store(std::mem::take(&mut this.buf), p.store.sealed());
                     p.store.insert_from(
                         p.generation,
                         p.key,
-                        Arc::new(Entry::new(p.policy, p.head, body)),
+                        Arc::new(Entry::new(p.policy, p.head, body, p.source)),
                         p.replaces.as_ref(),
                     );
                     // Stored before the waiters wake.

@@ -386,7 +386,7 @@ fn a_borrowed_key_hashes_and_compares_as_the_stored_one() {
     let borrowed = store::KeyRef {
         secure: true,
         host: std::borrow::Cow::Borrowed("example.com"),
-        target: "/a?b=c",
+        target: std::borrow::Cow::Borrowed("/a?b=c"),
     };
     assert!(store::hashes_agree(&key, &borrowed));
     assert!(quick_cache::Equivalent::equivalent(&borrowed, &key));
@@ -816,4 +816,125 @@ async fn http_and_https_are_stored_apart_and_an_unsafe_method_drops_both() {
     send(&svc, over(true, Method::POST)).await;
     assert_eq!(send(&svc, over(false, Method::GET)).await.1, "http3");
     assert_eq!(send(&svc, over(true, Method::GET)).await.1, "https4");
+}
+
+#[tokio::test]
+async fn a_key_template_without_the_query_shares_one_response_between_queries() {
+    let origin = Scripted::new();
+    let svc = ServiceBuilder::new()
+        .layer(CacheLayer::new(1 << 20).key("{host}{path}").unwrap())
+        .service(origin.origin(|req, n| {
+            let body = format!("{n} {}", req.uri());
+            response(200, &[("cache-control", "max-age=60")], body)
+        }));
+    let (_, first) = send(&svc, get("/a?utm=1")).await;
+    let (res, second) = send(&svc, get("/a?utm=2")).await;
+    assert_eq!(status_of(&res), "scb; hit");
+    assert_eq!(first, second);
+    assert_eq!(&first[..], b"0 /a?utm=1");
+    // Another path is another key.
+    let (res, _) = send(&svc, get("/b?utm=1")).await;
+    assert_eq!(status_of(&res), "scb; fwd=uri-miss; stored");
+    // A purge names the URL a response was fetched for.
+    assert_eq!(svc.shared.store.purge(None, "/a?utm=1", false), 1);
+    let (res, _) = send(&svc, get("/a?utm=2")).await;
+    assert_eq!(status_of(&res), "scb; fwd=uri-miss; stored");
+    // An unsafe method drops what its URL's key holds, whatever its query.
+    let post = request(Method::POST, "/a?other", &[]);
+    send(&svc, post).await;
+    let (res, _) = send(&svc, get("/a")).await;
+    assert_eq!(status_of(&res), "scb; fwd=uri-miss; stored");
+    assert_eq!(origin.calls(), 5);
+}
+
+#[tokio::test]
+async fn the_default_key_keeps_queries_and_hosts_apart() {
+    let origin = Scripted::new();
+    let svc = ServiceBuilder::new()
+        .layer(CacheLayer::new(1 << 20))
+        .service(
+            origin.origin(|_, n| response(200, &[("cache-control", "max-age=60")], n.to_string())),
+        );
+    send(&svc, get("/a?x=1")).await;
+    let (res, _) = send(&svc, get("/a?x=2")).await;
+    assert_eq!(status_of(&res), "scb; fwd=uri-miss; stored");
+    let other_host = Request::get("/a?x=1")
+        .header("host", "other.example")
+        .body(Body::empty())
+        .unwrap();
+    let (res, _) = send(&svc, other_host).await;
+    assert_eq!(status_of(&res), "scb; fwd=uri-miss; stored");
+    assert_eq!(origin.calls(), 3);
+}
+
+#[test]
+fn a_bad_key_template_is_refused() {
+    assert!(matches!(
+        CacheLayer::new(1 << 20).key("{host}"),
+        Err(KeyTemplateError::NoPath { .. })
+    ));
+    assert!(matches!(
+        CacheLayer::new(1 << 20).key("{path}{cookie}"),
+        Err(KeyTemplateError::Placeholder { .. })
+    ));
+}
+
+#[test]
+fn a_reload_keeps_the_store_only_for_the_same_bounds_and_key() {
+    let before = CacheLayer::new(1 << 20);
+    let same = CacheLayer::new(1 << 20).keep_store_of(&before);
+    assert!(Arc::ptr_eq(&same.shared, &before.shared));
+    let keyed = CacheLayer::new(1 << 20)
+        .key("{path}")
+        .unwrap()
+        .keep_store_of(&before);
+    assert!(!Arc::ptr_eq(&keyed.shared, &before.shared));
+    let smaller_objects = CacheLayer::new(1 << 20)
+        .max_object(1 << 10)
+        .keep_store_of(&before);
+    assert!(!Arc::ptr_eq(&smaller_objects.shared, &before.shared));
+}
+
+#[tokio::test]
+async fn a_large_hit_is_a_file_region_for_sendfile_and_its_ranges_are_its_bytes() {
+    let big: Vec<u8> = (0..200_000u32).map(|i| (i % 253) as u8).collect();
+    let origin = Scripted::new();
+    let body = big.clone();
+    let svc = ServiceBuilder::new()
+        .layer(CacheLayer::new(16 << 20))
+        .service(origin.origin(move |_, _| {
+            response(200, &[("cache-control", "max-age=60"), ("etag", "\"v1\"")], body.clone())
+        }));
+    let (_, first) = send(&svc, get("/big")).await;
+    assert_eq!(first, big);
+    let res = svc.clone().oneshot(get("/big")).await.unwrap();
+    assert_eq!(res.headers()["cache-status"], "scb; hit");
+    assert_eq!(res.headers()["content-length"], "200000");
+    let region = res.body().file_region().expect("a hit a server can sendfile");
+    assert_eq!((region.offset(), region.len()), (0, 200_000));
+    let sent = res.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(sent, big);
+
+    let ranged = request(Method::GET, "/big", &[("range", "bytes=100000-100009")]);
+    let res = svc.clone().oneshot(ranged).await.unwrap();
+    assert_eq!(res.status(), StatusCode::PARTIAL_CONTENT);
+    assert_eq!(res.headers()["content-range"], "bytes 100000-100009/200000");
+    assert_eq!(res.body().file_region().map(|r| r.offset()), Some(100_000));
+    let part = res.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(part, big[100_000..100_010]);
+
+    let two = request(Method::GET, "/big", &[("range", "bytes=0-1,199998-")]);
+    let (res, body) = send(&svc, two).await;
+    assert_eq!(res.status(), StatusCode::PARTIAL_CONTENT);
+    let text = String::from_utf8_lossy(&body);
+    assert!(text.contains("Content-Range: bytes 0-1/200000"), "{text}");
+    assert!(text.contains("Content-Range: bytes 199998-199999/200000"), "{text}");
+    let needle = [big[199_998], big[199_999]];
+    assert!(body.windows(2).any(|w| w == needle));
+
+    let head = request(Method::HEAD, "/big", &[]);
+    let res = svc.clone().oneshot(head).await.unwrap();
+    assert_eq!(res.headers()["content-length"], "200000");
+    assert!(res.into_body().collect().await.unwrap().to_bytes().is_empty());
+    assert_eq!(origin.calls(), 1);
 }

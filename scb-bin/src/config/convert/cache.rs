@@ -1,5 +1,5 @@
-//! `cache = { max_bytes, max_object, collapse_timeout, stale_if_error }` into scb-proxy's
-//! cache layer.
+//! `cache = { max_bytes, max_object, key, collapse_timeout, stale_if_error }` into
+//! scb-proxy's cache layer.
 
 use scb_proxy::cache::CacheLayer;
 
@@ -34,6 +34,11 @@ pub(crate) fn cache_layer(config: &CacheConfig) -> Result<CacheLayer, Located> {
             "the disk tier is not built yet: this cache keeps responses in memory only; \
              remove `path`",
         ));
+    }
+    if let Some(key) = &config.key {
+        layer = layer
+            .key(key.get_ref())
+            .map_err(|e| Located::at(key, "key", e))?;
     }
     if let Some(timeout) = &config.collapse_timeout {
         layer = layer.collapse_timeout(timeout.get_ref().0);

@@ -1,0 +1,220 @@
+//! What a response is stored under: by default the request's scheme, host, path and
+//! query; with a template ([`CacheLayer::key`](super::CacheLayer::key)), the text the
+//! template makes of them.
+//!
+//! | placeholder | value |
+//! |---|---|
+//! | `{scheme}` | `http` or `https` |
+//! | `{host}` | the host the request named (its `Host`, or the URI's authority), lower-cased, with its port if it gave one |
+//! | `{path}` | the path, as received (percent-encoded) |
+//! | `{query}` | `?` and the query, or nothing when there is none |
+//!
+//! A template must hold `{path}`: without it every URL would share one stored response.
+//! Leaving `{host}` out shares responses between every host the route serves; leaving
+//! `{query}` out shares them between queries (what a route whose origin ignores
+//! tracking parameters wants); leaving `{scheme}` out shares them between http and https.
+//! The method is not part of the key: only GET responses are stored, and HEAD is
+//! answered from them.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use super::store::KeyRef;
+
+/// Why a key template cannot be used.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum KeyTemplateError {
+    /// A `{name}` that is not one of the placeholders, or a `{` without its `}`.
+    #[error(
+        "unknown placeholder in cache key {template:?}: use {{scheme}}, {{host}}, {{path}} \
+         or {{query}}"
+    )]
+    Placeholder {
+        /// The template.
+        template: String,
+    },
+    /// No `{path}`: every URL would share one stored response.
+    #[error("cache key {template:?} has no {{path}}: every URL would share one response")]
+    NoPath {
+        /// The template.
+        template: String,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Part {
+    Text(Box<str>),
+    Scheme,
+    Host,
+    Path,
+    Query,
+}
+
+/// How a request's URL becomes its key.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub(crate) enum Keying {
+    /// Scheme, host, path and query: the whole URL.
+    #[default]
+    Url,
+    /// What the template makes of them.
+    Template(Arc<[Part]>),
+}
+
+/// The parts of a request's URL that keys are made of.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Url<'a> {
+    pub(crate) secure: bool,
+    /// As the request named it (any case, with its port if any).
+    pub(crate) host: &'a str,
+    /// The path and query.
+    pub(crate) target: &'a str,
+}
+
+impl Keying {
+    /// The keying of `template`.
+    pub(crate) fn template(template: &str) -> Result<Self, KeyTemplateError> {
+        let placeholder = || KeyTemplateError::Placeholder {
+            template: template.to_owned(),
+        };
+        let parts = scb_core::template::split(
+            template,
+            Part::Text,
+            |name| match name {
+                "scheme" => Ok(Part::Scheme),
+                "host" => Ok(Part::Host),
+                "path" => Ok(Part::Path),
+                "query" => Ok(Part::Query),
+                _ => Err(placeholder()),
+            },
+            placeholder,
+        )?;
+        if parts
+            .iter()
+            .any(|p| matches!(p, Part::Text(text) if text.contains('}')))
+        {
+            return Err(placeholder());
+        }
+        if !parts.contains(&Part::Path) {
+            return Err(KeyTemplateError::NoPath {
+                template: template.to_owned(),
+            });
+        }
+        Ok(Self::Template(parts.into()))
+    }
+
+    /// The key of `url`. The whole URL borrows from it (unless its host has capitals);
+    /// a template's text is made anew.
+    pub(crate) fn key<'a>(&self, url: Url<'a>) -> KeyRef<'a> {
+        let host = if url.host.bytes().any(|b| b.is_ascii_uppercase()) {
+            Cow::Owned(url.host.to_ascii_lowercase())
+        } else {
+            Cow::Borrowed(url.host)
+        };
+        let parts = match self {
+            Keying::Url => {
+                return KeyRef {
+                    secure: url.secure,
+                    host,
+                    target: Cow::Borrowed(url.target),
+                };
+            }
+            Keying::Template(parts) => parts,
+        };
+        let (path, query) = match url.target.split_once('?') {
+            Some((path, query)) => (path, Some(query)),
+            None => (url.target, None),
+        };
+        let mut text = String::with_capacity(host.len() + url.target.len() + 16);
+        for part in parts.iter() {
+            match part {
+                Part::Text(t) => text.push_str(t),
+                Part::Scheme => text.push_str(if url.secure { "https" } else { "http" }),
+                Part::Host => text.push_str(&host),
+                Part::Path => text.push_str(path),
+                Part::Query => {
+                    if let Some(query) = query {
+                        text.push('?');
+                        text.push_str(query);
+                    }
+                }
+            }
+        }
+        // What the template left out is left out of the key: no scheme, no host.
+        KeyRef {
+            secure: false,
+            host: Cow::Borrowed(""),
+            target: Cow::Owned(text),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn url(secure: bool, host: &'static str, target: &'static str) -> Url<'static> {
+        Url {
+            secure,
+            host,
+            target,
+        }
+    }
+
+    fn text(keying: &Keying, url: Url<'_>) -> String {
+        keying.key(url).target.into_owned()
+    }
+
+    #[test]
+    fn templates_take_the_parts_they_name() {
+        let keying = Keying::template("{scheme}://{host}{path}{query}").unwrap();
+        assert_eq!(
+            text(&keying, url(true, "Example.COM:8443", "/a/b?x=1&y")),
+            "https://example.com:8443/a/b?x=1&y"
+        );
+        let no_query = Keying::template("{host}{path}").unwrap();
+        assert_eq!(
+            text(&no_query, url(false, "example.com", "/a?utm=1")),
+            text(&no_query, url(true, "example.com", "/a"))
+        );
+        let path_only = Keying::template("v1:{path}").unwrap();
+        assert_eq!(text(&path_only, url(false, "a", "/x?q")), "v1:/x");
+        assert_eq!(text(&path_only, url(false, "b", "/x")), "v1:/x");
+    }
+
+    #[test]
+    fn an_empty_query_is_kept_apart_from_none() {
+        let keying = Keying::template("{path}{query}").unwrap();
+        assert_eq!(text(&keying, url(false, "h", "/a?")), "/a?");
+        assert_eq!(text(&keying, url(false, "h", "/a")), "/a");
+    }
+
+    #[test]
+    fn the_whole_url_is_borrowed_with_the_host_lower_cased() {
+        let key = Keying::Url.key(url(true, "Example.com", "/a?b"));
+        assert!(key.secure);
+        assert_eq!(key.host, "example.com");
+        assert!(matches!(key.target, Cow::Borrowed("/a?b")));
+        assert!(matches!(
+            Keying::Url.key(url(true, "example.com", "/")).host,
+            Cow::Borrowed(_)
+        ));
+    }
+
+    #[test]
+    fn bad_templates_are_refused_with_what_is_wrong() {
+        for bad in ["{host}{path", "{path}{cookie}", "{path}}", "{Path}"] {
+            assert!(
+                matches!(
+                    Keying::template(bad),
+                    Err(KeyTemplateError::Placeholder { .. })
+                ),
+                "{bad}"
+            );
+        }
+        assert!(matches!(
+            Keying::template("{host}{query}"),
+            Err(KeyTemplateError::NoPath { .. })
+        ));
+    }
+}

@@ -1,0 +1,196 @@
+//! A stored body: in memory, or, when large, in a sealed memory file that a hit sends
+//! with `sendfile` on plain TCP, as static files are sent.
+//!
+//! A body of [`SEALED_MIN`] bytes or more is moved, once, into an anonymous memory file
+//! (`memfd_create`) and sealed against every change (`F_SEAL_WRITE`, `F_SEAL_GROW`,
+//! `F_SEAL_SHRINK`, then `F_SEAL_SEAL`): the kernel itself guarantees that what a hit
+//! sends is what was stored, so no stamp is checked. A hit then answers with a
+//! [`FileRegion`] of it: on a plain HTTP/1.1 connection the server sends it with
+//! `sendfile` (the pages go to the socket without a copy through user space); over TLS
+//! or HTTP/2 it is read in chunks, like a static file. The pages are the kernel's
+//! (shared memory), not the heap's, and count against `max_bytes` all the same.
+//!
+//! Each such file is a descriptor; at most [`MAX_SEALED`] are open at once per store, so
+//! that a cache of many large objects cannot take the descriptors connections need.
+//! Past that, or when the file cannot be made, the body stays in memory.
+
+use std::fs::File;
+use std::io::{self, Write as _};
+use std::os::unix::fs::FileExt as _;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use bytes::{Bytes, BytesMut};
+use rustix::fs::{MemfdFlags, SealFlags};
+use scb_core::{Body, FileRegion};
+
+/// Bodies this large or larger go into a sealed memory file: past this, a copy through
+/// user space costs more than the descriptor and the `sendfile`.
+pub(crate) const SEALED_MIN: usize = 64 << 10;
+
+/// Sealed files one store keeps open at most.
+pub(crate) const MAX_SEALED: usize = 1024;
+
+/// A stored body.
+#[derive(Clone, Debug)]
+pub(crate) enum StoredBody {
+    Memory(Bytes),
+    Sealed(Arc<Sealed>),
+}
+
+/// A sealed memory file and its length; dropping the last handle closes it and gives its
+/// place back to the store's count.
+#[derive(Debug)]
+pub(crate) struct Sealed {
+    file: Arc<File>,
+    len: u64,
+    open: Arc<AtomicUsize>,
+}
+
+impl Drop for Sealed {
+    fn drop(&mut self) {
+        self.open.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl StoredBody {
+    /// No bytes.
+    pub(crate) fn empty() -> Self {
+        Self::Memory(Bytes::new())
+    }
+
+    /// `bytes` as stored: sealed in a memory file when large and `open` (the store's count
+    /// of sealed files) has room, in memory otherwise.
+    pub(crate) fn store(bytes: BytesMut, open: &Arc<AtomicUsize>) -> Self {
+        if bytes.len() < SEALED_MIN {
+            return Self::Memory(bytes.freeze());
+        }
+        if open.fetch_add(1, Ordering::AcqRel) >= MAX_SEALED {
+            open.fetch_sub(1, Ordering::AcqRel);
+            return Self::Memory(bytes.freeze());
+        }
+        match seal(&bytes) {
+            Ok(file) => Self::Sealed(Arc::new(Sealed {
+                file: Arc::new(file),
+                len: bytes.len() as u64,
+                open: Arc::clone(open),
+            })),
+            Err(e) => {
+                open.fetch_sub(1, Ordering::AcqRel);
+                tracing::debug!(error = %e, "cache: a large body stays in memory");
+                Self::Memory(bytes.freeze())
+            }
+        }
+    }
+
+    /// Its length in bytes.
+    pub(crate) fn len(&self) -> u64 {
+        match self {
+            Self::Memory(bytes) => bytes.len() as u64,
+            Self::Sealed(sealed) => sealed.len,
+        }
+    }
+
+    /// Whether it is in a sealed file (for tests).
+    #[cfg(test)]
+    pub(crate) fn is_sealed(&self) -> bool {
+        matches!(self, Self::Sealed(_))
+    }
+
+    /// The whole body, to send.
+    pub(crate) fn whole(&self) -> Body {
+        self.part(0, self.len())
+    }
+
+    /// `len` bytes from `offset` (within the body), to send.
+    pub(crate) fn part(&self, offset: u64, len: u64) -> Body {
+        match self {
+            Self::Memory(bytes) => Body::full(slice(bytes, offset, len)),
+            Self::Sealed(sealed) => {
+                Body::file(FileRegion::new(Arc::clone(&sealed.file), offset, len))
+            }
+        }
+    }
+
+    /// `len` bytes from `offset`, read into memory (the parts of a multipart answer).
+    /// From a sealed file it is a copy out of memory, not a disk read.
+    pub(crate) fn read(&self, offset: u64, len: u64) -> io::Result<Bytes> {
+        match self {
+            Self::Memory(bytes) => Ok(slice(bytes, offset, len)),
+            Self::Sealed(sealed) => {
+                let mut buf = vec![0; usize::try_from(len).unwrap_or(usize::MAX)];
+                sealed.file.read_exact_at(&mut buf, offset)?;
+                Ok(buf.into())
+            }
+        }
+    }
+}
+
+fn slice(bytes: &Bytes, offset: u64, len: u64) -> Bytes {
+    let start = usize::try_from(offset)
+        .unwrap_or(usize::MAX)
+        .min(bytes.len());
+    let end = usize::try_from(offset.saturating_add(len))
+        .unwrap_or(usize::MAX)
+        .min(bytes.len());
+    bytes.slice(start..end)
+}
+
+/// A memory file holding `bytes`, sealed against any change.
+fn seal(bytes: &[u8]) -> io::Result<File> {
+    let fd =
+        rustix::fs::memfd_create("scb-cache", MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)?;
+    let mut file = File::from(fd);
+    file.write_all(bytes)?;
+    rustix::fs::fcntl_add_seals(
+        &file,
+        SealFlags::WRITE | SealFlags::GROW | SealFlags::SHRINK | SealFlags::SEAL,
+    )?;
+    Ok(file)
+}
+
+#[cfg(test)]
+mod tests {
+    use http_body_util::BodyExt as _;
+
+    use super::*;
+
+    fn bytes(len: usize) -> BytesMut {
+        (0..len).map(|i| (i % 251) as u8).collect::<Vec<u8>>()[..].into()
+    }
+
+    #[tokio::test]
+    async fn a_large_body_is_sealed_and_sent_as_a_file_region_of_its_bytes() {
+        let open = Arc::new(AtomicUsize::new(0));
+        let body = StoredBody::store(bytes(SEALED_MIN + 5), &open);
+        assert!(body.is_sealed());
+        assert_eq!(open.load(Ordering::SeqCst), 1);
+        let whole = body.whole();
+        let region = whole.file_region().expect("a file region, for sendfile");
+        assert_eq!((region.offset(), region.len()), (0, SEALED_MIN as u64 + 5));
+        // Nothing can change it: the seals refuse writes.
+        assert!(region.file().write_at(b"x", 0).is_err());
+        let sent = whole.collect().await.unwrap().to_bytes();
+        assert_eq!(sent, bytes(SEALED_MIN + 5).freeze());
+        let part = body.part(10, 20).collect().await.unwrap().to_bytes();
+        assert_eq!(part, bytes(SEALED_MIN + 5).freeze().slice(10..30));
+        assert_eq!(body.read(10, 20).unwrap(), part);
+        drop(body);
+        assert_eq!(
+            open.load(Ordering::SeqCst),
+            0,
+            "closed with its last handle"
+        );
+    }
+
+    #[test]
+    fn small_bodies_and_bodies_past_the_descriptor_bound_stay_in_memory() {
+        let open = Arc::new(AtomicUsize::new(0));
+        assert!(!StoredBody::store(bytes(SEALED_MIN - 1), &open).is_sealed());
+        open.store(MAX_SEALED, Ordering::SeqCst);
+        let body = StoredBody::store(bytes(SEALED_MIN), &open);
+        assert!(!body.is_sealed());
+        assert_eq!(open.load(Ordering::SeqCst), MAX_SEALED);
+        assert!(body.whole().file_region().is_none());
+    }
+}
