@@ -31,7 +31,7 @@ const NOT_IN_304: [HeaderName; 3] = [
     header::CONTENT_TYPE,
 ];
 
-/// The `Cache-Status` of a fresh hit, which [`Entry::hit_head`] carries already.
+/// The `Cache-Status` of a fresh hit, which [`Entry::hit_headers`] sets.
 pub(crate) const HIT: &str = "scb; hit";
 
 /// Request fields that change what a stored response answers (a 304, a 412, a 206): a
@@ -58,7 +58,7 @@ pub(crate) fn from_entry(
             .iter()
             .any(|name| headers.contains_key(name))
     {
-        // The common hit: one map cloned, one value overwritten in place.
+        // The common hit: one map, sized once, and no precondition or range to weigh.
         let mut res = Response::new(if method == Method::HEAD {
             Body::empty()
         } else {
@@ -66,8 +66,7 @@ pub(crate) fn from_entry(
         });
         *res.status_mut() = entry.head.status;
         *res.version_mut() = entry.head.version;
-        *res.headers_mut() = entry.hit_head.clone();
-        res.headers_mut().insert(header::AGE, age);
+        *res.headers_mut() = entry.hit_headers(age);
         return res;
     }
     let mut head = copy_head(&entry.head);

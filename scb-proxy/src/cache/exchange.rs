@@ -58,18 +58,26 @@ where
         let directives = RequestDirectives::parse(req.headers());
         // A fresh hit is answered from the borrowed key, without allocating one.
         let now = SystemTime::now();
-        if let Some(variants) = self.store.variants(&lookup)
-            && let Some(entry) = selected(&variants, req.headers())
+        let found = self.store.variants(&lookup);
+        if let Some(variants) = &found
+            && let Some(entry) = selected(variants, req.headers())
             && entry.policy.reuse(&directives, now) == Reuse::Fresh
         {
             return Ok(from_entry(req.method(), req.headers(), entry, now, HIT));
         }
         let key = lookup.to_key();
         let source = Source::of(url);
+        // The first look is the one just made; after a wait, the store is read again.
+        let mut first = Some(found);
+        let mut nothing_stored;
         let mut waited = false;
         let (stale, guard) = loop {
             let now = SystemTime::now();
-            let variants = self.store.variants(&key);
+            let variants = match first.take() {
+                Some(found) => found,
+                None => self.store.variants(&key),
+            };
+            nothing_stored = variants.is_none();
             let selected = variants
                 .as_deref()
                 .and_then(|variants| selected(variants, req.headers()));
@@ -123,7 +131,7 @@ where
                     .await
             }
             None => {
-                let why = if !self.store.contains(&key) {
+                let why = if nothing_stored {
                     "uri-miss"
                 } else {
                     "vary-miss"

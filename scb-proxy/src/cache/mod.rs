@@ -73,7 +73,13 @@
 //!   it overtakes does not store.
 //!
 //! - the key is the request's scheme, host, path and query, or what a template
-//!   ([`key`](CacheLayer::key)) makes of them.
+//!   ([`key`](CacheLayer::key)) makes of them;
+//! - the store is shared by every clone (every worker), bounded in bytes, and evicts by
+//!   S3-FIFO ([`quick_cache`]): an object asked for once leaves before one asked for
+//!   again, so a scan does not flush the hot set; a hit holds no lock across I/O;
+//! - a body of 64 KiB or more is held in a sealed memory file, and a hit answers with a
+//!   [`FileRegion`](scb_core::FileRegion) of it that scb's HTTP/1.1 server sends with
+//!   `sendfile` (other servers read it like a file).
 //!
 //! Not yet: a disk tier.
 

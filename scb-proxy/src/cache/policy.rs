@@ -142,7 +142,7 @@ impl Policy {
         let mut head = Response::new(()).into_parts().0;
         head.status = status;
         head.version = res.version;
-        head.headers = res.headers.clone();
+        head.headers = owned_fields(&res.headers);
         crate::forward::strip_hop_by_hop(&mut head.headers);
         for name in NOT_STORED.iter().chain([&header::SET_COOKIE]) {
             head.headers.remove(name);
@@ -427,6 +427,20 @@ pub(crate) fn refreshed(stored: &Parts, not_modified: &Parts) -> Option<Parts> {
         head.headers.append(name, value.clone());
     }
     Some(head)
+}
+
+/// A copy of `fields` whose values own their bytes. A parsed head's values are slices of
+/// the connection's read buffer: stored as they are, each stored response would keep a
+/// whole buffer (kilobytes) alive for a few hundred bytes of fields, and the store's
+/// count would be a fraction of what it holds.
+fn owned_fields(fields: &HeaderMap) -> HeaderMap {
+    let mut owned = HeaderMap::with_capacity(fields.len());
+    for (name, value) in fields {
+        let mut copy = HeaderValue::from_bytes(value.as_bytes()).unwrap_or_else(|_| value.clone());
+        copy.set_sensitive(value.is_sensitive());
+        owned.append(name, copy);
+    }
+    owned
 }
 
 #[cfg(test)]

@@ -195,10 +195,7 @@ fn the_property_sees_hits_where_they_are_allowed() {
             url: 1,
             ..plain.clone()
         },
-        Step {
-            url: 1,
-            ..plain
-        },
+        Step { url: 1, ..plain },
     ];
     // URL 0: `max-age=60` varying on the language; URL 1: `private`.
     assert_eq!(run(&[(0, 1), (1, 0)], &steps).unwrap(), 2);

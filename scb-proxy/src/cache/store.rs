@@ -109,54 +109,64 @@ pub(crate) struct Shape {
     pub(crate) keying: Keying,
 }
 
-/// One stored response: its policy (freshness, `Vary`, validators), its head and its
-/// whole body.
+/// One stored response: its policy (freshness, `Vary`, validators), its head, its whole
+/// body and the URL it was fetched for.
 #[derive(Debug)]
 pub(crate) struct Entry {
     pub(crate) policy: Policy,
     pub(crate) head: Parts,
     pub(crate) body: StoredBody,
-    /// The head a plain fresh hit answers with, built once: the stored fields with
-    /// `Content-Length`, `Accept-Ranges` (a 200), `Cache-Status: scb; hit` and a
-    /// placeholder `Age`, so that a hit clones one map and overwrites one value in
-    /// place, without growing it.
-    pub(crate) hit_head: HeaderMap,
     pub(crate) source: Source,
     /// Bytes it counts for against the bound.
     size: u64,
 }
 
+/// What one stored entry costs besides its body and fields, measured (the test
+/// `the_bytes_counted_are_the_bytes_held` in `tests/cache_memory.rs`): the entry, its policy, its key, its place in
+/// the map and in its key's variants, and the allocator's rounding.
+const ENTRY_OVERHEAD: usize = 768;
+
+/// What one stored field costs besides its name and value: its slot in the head's map
+/// (a bucket and an index) and the value's own allocation.
+const FIELD_OVERHEAD: usize = 128;
+
 impl Entry {
     pub(crate) fn new(policy: Policy, head: Parts, body: StoredBody, source: Source) -> Self {
-        let mut hit_head = HeaderMap::with_capacity(head.headers.len() + 4);
-        for (name, value) in &head.headers {
-            hit_head.append(name, value.clone());
-        }
-        if head.status == http::StatusCode::OK {
-            hit_head.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
-        }
-        hit_head.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
-        let body_len = usize::try_from(body.len()).unwrap_or(usize::MAX);
-        hit_head.insert(header::AGE, HeaderValue::from_static("0"));
-        hit_head.insert(CACHE_STATUS, HeaderValue::from_static("scb; hit"));
         let fields: usize = head
             .headers
             .iter()
-            .map(|(name, value)| name.as_str().len() + value.len() + 32)
+            .map(|(name, value)| name.as_str().len() + value.len() + FIELD_OVERHEAD)
             .sum();
-        // The body, the fields twice (stored and pre-built), the URL and the fixed parts.
-        let size = (body_len + 2 * fields + source.host.len() + source.target.len() + 512) as u64;
+        let body_len = usize::try_from(body.len()).unwrap_or(usize::MAX);
+        let urls = 2 * (source.host.len() + source.target.len());
+        let size = (body_len + fields + urls + ENTRY_OVERHEAD) as u64;
         Self {
             policy,
             head,
             body,
-            hit_head,
             source,
             size,
         }
     }
 
-    /// Bytes it counts for against the bound: the body and an estimate of the heads.
+    /// The head of a plain fresh hit: the stored fields with `Content-Length`,
+    /// `Accept-Ranges` (a 200), `Age` and `Cache-Status: scb; hit`, in a map sized for
+    /// them all at once (it never grows while being filled).
+    pub(crate) fn hit_headers(&self, age: HeaderValue) -> HeaderMap {
+        let mut headers = HeaderMap::with_capacity(self.head.headers.len() + 4);
+        for (name, value) in &self.head.headers {
+            headers.append(name, value.clone());
+        }
+        if self.head.status == http::StatusCode::OK {
+            headers.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+        }
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(self.body.len()));
+        headers.insert(header::AGE, age);
+        headers.insert(CACHE_STATUS, HeaderValue::from_static("scb; hit"));
+        headers
+    }
+
+    /// Bytes it counts for against the bound: the body and an estimate of the rest.
     pub(crate) fn size(&self) -> u64 {
         self.size
     }
@@ -339,11 +349,6 @@ impl Store {
         self.map.get(key)
     }
 
-    /// Whether anything is stored under `key`, without counting as a use.
-    pub(crate) fn contains(&self, key: &Key) -> bool {
-        self.map.contains_key(key)
-    }
-
     /// Stores `entry` under `key`, replacing `replaces` (the variant it revalidated or
     /// refreshed) if given; nothing is stored if a purge came since `generation`. An
     /// entry larger than the whole bound is not stored.
@@ -362,9 +367,15 @@ impl Store {
         if generation != self.generation() {
             return;
         }
-        let mut entries = Vec::with_capacity(MAX_VARIANTS);
+        let stored = self.map.peek(&key);
+        let mut entries = Vec::with_capacity(
+            stored
+                .as_ref()
+                .map_or(1, |s| s.entries.len() + 1)
+                .min(MAX_VARIANTS),
+        );
         entries.push(entry);
-        if let Some(stored) = self.map.peek(&key) {
+        if let Some(stored) = stored {
             entries.extend(
                 stored
                     .entries

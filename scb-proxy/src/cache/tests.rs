@@ -903,14 +903,21 @@ async fn a_large_hit_is_a_file_region_for_sendfile_and_its_ranges_are_its_bytes(
     let svc = ServiceBuilder::new()
         .layer(CacheLayer::new(16 << 20))
         .service(origin.origin(move |_, _| {
-            response(200, &[("cache-control", "max-age=60"), ("etag", "\"v1\"")], body.clone())
+            response(
+                200,
+                &[("cache-control", "max-age=60"), ("etag", "\"v1\"")],
+                body.clone(),
+            )
         }));
     let (_, first) = send(&svc, get("/big")).await;
     assert_eq!(first, big);
     let res = svc.clone().oneshot(get("/big")).await.unwrap();
     assert_eq!(res.headers()["cache-status"], "scb; hit");
     assert_eq!(res.headers()["content-length"], "200000");
-    let region = res.body().file_region().expect("a hit a server can sendfile");
+    let region = res
+        .body()
+        .file_region()
+        .expect("a hit a server can sendfile");
     assert_eq!((region.offset(), region.len()), (0, 200_000));
     let sent = res.into_body().collect().await.unwrap().to_bytes();
     assert_eq!(sent, big);
@@ -928,13 +935,23 @@ async fn a_large_hit_is_a_file_region_for_sendfile_and_its_ranges_are_its_bytes(
     assert_eq!(res.status(), StatusCode::PARTIAL_CONTENT);
     let text = String::from_utf8_lossy(&body);
     assert!(text.contains("Content-Range: bytes 0-1/200000"), "{text}");
-    assert!(text.contains("Content-Range: bytes 199998-199999/200000"), "{text}");
+    assert!(
+        text.contains("Content-Range: bytes 199998-199999/200000"),
+        "{text}"
+    );
     let needle = [big[199_998], big[199_999]];
     assert!(body.windows(2).any(|w| w == needle));
 
     let head = request(Method::HEAD, "/big", &[]);
     let res = svc.clone().oneshot(head).await.unwrap();
     assert_eq!(res.headers()["content-length"], "200000");
-    assert!(res.into_body().collect().await.unwrap().to_bytes().is_empty());
+    assert!(
+        res.into_body()
+            .collect()
+            .await
+            .unwrap()
+            .to_bytes()
+            .is_empty()
+    );
     assert_eq!(origin.calls(), 1);
 }
