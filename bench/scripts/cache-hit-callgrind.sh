@@ -1,17 +1,37 @@
 #!/usr/bin/env bash
-# User-space instructions per request of a cache hit, next to a fixed response and a
-# static file of the same 13 bytes (bench/RESULTS.md, 2026-12-04), until the harness has
-# a cache scenario. Usage: bench/scripts/cache-hit-callgrind.sh [target/release/scb]
-# Needs valgrind, wrk, curl, python3. One worker, no access log, no [metrics].
+# User-space instructions per request of a cache hit and a cache miss, next to a fixed
+# response, a static file and the plain proxy, all 13 bytes (bench/RESULTS.md).
+# Usage: bench/scripts/cache-hit-callgrind.sh [target/release/scb]
+# Needs valgrind, wrk, curl, nginx (the origin). One worker, no access log, no [metrics].
 set -euo pipefail
 bin=${1:-target/release/scb}
 work=$(mktemp -d)
 trap 'kill $origin 2>/dev/null || true; rm -rf "$work"' EXIT
 mkdir -p "$work/www/static"
-printf 'hello, world\n' > "$work/www/a.txt"
-cp "$work/www/a.txt" "$work/www/static/a.txt"
-touch -d 2024-01-01 "$work/www/a.txt" "$work/www/static/a.txt"
-(cd "$work/www" && exec python3 -m http.server 18190 --bind 127.0.0.1 >/dev/null 2>&1) &
+printf 'hello, world\n' > "$work/www/static/a.txt"
+touch -d 2024-01-01 "$work/www/static/a.txt"
+# The origin answers every path with the same 13 bytes, cacheable for a day.
+cat > "$work/nginx.conf" <<NGINX
+daemon off;
+worker_processes 1;
+pid $work/nginx.pid;
+error_log $work/nginx-error.log;
+events { worker_connections 1024; }
+http {
+    access_log off;
+    client_body_temp_path $work/b; proxy_temp_path $work/p; fastcgi_temp_path $work/f;
+    uwsgi_temp_path $work/u; scgi_temp_path $work/s;
+    server {
+        listen 127.0.0.1:18190;
+        location / {
+            default_type text/plain;
+            add_header Cache-Control "max-age=86400";
+            return 200 "hello, world\n";
+        }
+    }
+}
+NGINX
+nginx -e stderr -c "$work/nginx.conf" &
 origin=$!
 cat > "$work/scb.toml" <<TOML
 [server]
@@ -27,21 +47,34 @@ respond = { body = "hello, world\n" }
 prefix = "/static/"
 static = { root = "$work/www" }
 [[route]]
+prefix = "/proxy/"
+proxy = { upstreams = ["127.0.0.1:18190"] }
+[[route]]
 prefix = "/"
 proxy = { upstreams = ["127.0.0.1:18190"] }
-cache = { max_bytes = "64MiB" }
+cache = { max_bytes = "256MiB" }
 TOML
-for path in /respond /static/a.txt /a.txt; do
+# A new URL for every request: each one a miss that is stored.
+cat > "$work/unique.lua" <<'LUA'
+local n = 0
+request = function()
+  n = n + 1
+  return wrk.format("GET", "/miss/" .. n)
+end
+LUA
+for path in /respond /static/a.txt /proxy/a /a /miss/; do
     out="$work/cg.out"
     rm -f "$out"
     valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$out" \
         "$bin" run "$work/scb.toml" >"$work/scb.log" 2>&1 &
     pid=$!
     for _ in $(seq 1 100); do curl -sf -o /dev/null http://127.0.0.1:18191/respond && break; sleep 0.2; done
-    # The first request fills the cache; the ones measured are hits.
+    # The first request fills the cache; the ones measured are hits (but under /miss/).
     for _ in 1 2 3; do curl -sf -o /dev/null "http://127.0.0.1:18191$path"; done
+    script=()
+    if [ "$path" = /miss/ ]; then script=(-s "$work/unique.lua"); fi
     callgrind_control -i on "$pid" >/dev/null
-    n=$(wrk -t1 -c8 -d10s "http://127.0.0.1:18191$path" | awk '/requests in/ {print $1}')
+    n=$(wrk -t1 -c8 -d10s "${script[@]}" "http://127.0.0.1:18191$path" | awk '/requests in/ {print $1}')
     callgrind_control -i off "$pid" >/dev/null
     kill "$pid"; wait "$pid" 2>/dev/null || true
     total=$(awk '/^totals:/ {print $2; exit}' "$out")

@@ -74,6 +74,18 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
     }
 }
 
+/// Which fields of `headers` are hop-by-hop (the fixed list, and what its `Connection`
+/// names), for a copy that leaves them out in the same pass rather than removing them
+/// after (each removal hashes).
+pub(crate) fn hop_by_hop(headers: &HeaderMap) -> impl Fn(&HeaderName) -> bool + use<> {
+    let named = if headers.contains_key(header::CONNECTION) {
+        connection_tokens(headers).unwrap_or_default()
+    } else {
+        Vec::new()
+    };
+    move |name| HOP_BY_HOP.contains(name) || named.contains(name)
+}
+
 /// The field names listed in `Connection`, when there are any besides `close` and
 /// `keep-alive` (which name no field a client would send).
 fn connection_tokens(headers: &HeaderMap) -> Option<Vec<HeaderName>> {

@@ -7,6 +7,8 @@
 //! `=` is not that directive. The first occurrence of a directive counts (§4.2.1 allows
 //! the first, or treating the response as stale).
 
+use std::borrow::Cow;
+
 use http::HeaderMap;
 use http::header::{self, HeaderValue};
 
@@ -94,7 +96,7 @@ impl ResponseDirectives {
         let mut d = Self::default();
         for (name, value) in directives(headers) {
             let first = |slot: &mut Option<Delta>| first_delta(slot, value.as_deref());
-            match name.as_str() {
+            match &*name {
                 "no-store" => d.no_store = true,
                 "no-cache" => match value.as_deref() {
                     Some(fields) => d.no_cache_fields.extend(field_names(fields)),
@@ -125,7 +127,7 @@ impl ResponseDirectives {
             if value.as_deref().is_some_and(|v| v.contains(';')) || name.contains(';') {
                 continue;
             }
-            match name.as_str() {
+            match &*name {
                 "max-age" if d.surrogate_max_age.is_none() => {
                     d.surrogate_max_age = Some(Delta::parse(value.as_deref()));
                 }
@@ -142,7 +144,7 @@ impl RequestDirectives {
         let mut d = Self::default();
         for (name, value) in directives(headers) {
             let first = |slot: &mut Option<Delta>| first_delta(slot, value.as_deref());
-            match name.as_str() {
+            match &*name {
                 "no-cache" => d.no_cache = true,
                 "no-store" => d.no_store = true,
                 "max-age" => first(&mut d.max_age),
@@ -192,11 +194,15 @@ fn field_names(list: &str) -> impl Iterator<Item = String> + '_ {
 }
 
 /// Every directive of the Cache-Control fields: lower-cased names, unquoted values.
-fn directives(headers: &HeaderMap) -> Vec<(String, Option<String>)> {
+fn directives(headers: &HeaderMap) -> Vec<Directive<'_>> {
     directives_of(headers, &header::CACHE_CONTROL)
 }
 
-fn directives_of(headers: &HeaderMap, name: &header::HeaderName) -> Vec<(String, Option<String>)> {
+/// A directive's name and value, borrowed from the field where they are written as they
+/// are read (lower case, no quotes): most are, and a miss then allocates nothing here.
+type Directive<'a> = (Cow<'a, str>, Option<Cow<'a, str>>);
+
+fn directives_of<'a>(headers: &'a HeaderMap, name: &header::HeaderName) -> Vec<Directive<'a>> {
     let mut out = Vec::new();
     for field in headers.get_all(name) {
         parse_field(field, &mut out);
@@ -204,7 +210,25 @@ fn directives_of(headers: &HeaderMap, name: &header::HeaderName) -> Vec<(String,
     out
 }
 
-fn parse_field(field: &HeaderValue, out: &mut Vec<(String, Option<String>)>) {
+/// `bytes` as text, lower-cased; borrowed when it already is.
+fn lowered(bytes: &[u8]) -> Cow<'_, str> {
+    match String::from_utf8_lossy(bytes) {
+        Cow::Borrowed(text) if !text.bytes().any(|b| b.is_ascii_uppercase()) => Cow::Borrowed(text),
+        text => Cow::Owned(text.to_ascii_lowercase()),
+    }
+}
+
+/// `bytes` without the spaces and tabs at its end.
+fn trim_end(bytes: &[u8]) -> &[u8] {
+    let spaces = bytes
+        .iter()
+        .rev()
+        .take_while(|b| b.is_ascii_whitespace())
+        .count();
+    &bytes[..bytes.len() - spaces]
+}
+
+fn parse_field<'a>(field: &'a HeaderValue, out: &mut Vec<Directive<'a>>) {
     let bytes = field.as_bytes();
     let mut at = 0;
     while at < bytes.len() {
@@ -216,9 +240,14 @@ fn parse_field(field: &HeaderValue, out: &mut Vec<(String, Option<String>)>) {
         while at < bytes.len() && !matches!(bytes[at], b',' | b'=') {
             at += 1;
         }
-        let name = String::from_utf8_lossy(&bytes[start..at])
-            .trim_end_matches([' ', '\t'])
-            .to_ascii_lowercase();
+        let name = lowered(
+            &bytes[start
+                ..start
+                    + bytes[start..at]
+                        .iter()
+                        .rposition(|b| !matches!(b, b' ' | b'\t'))
+                        .map_or(0, |last| last + 1)],
+        );
         // `max-age =5`: a space before `=` makes it no directive this cache knows.
         let spaced = bytes[start..at]
             .last()
@@ -237,7 +266,7 @@ fn parse_field(field: &HeaderValue, out: &mut Vec<(String, Option<String>)>) {
                     at += 1;
                 }
                 at += 1;
-                value = Some(String::from_utf8_lossy(&text).into_owned());
+                value = Some(Cow::Owned(String::from_utf8_lossy(&text).into_owned()));
                 while at < bytes.len() && bytes[at] != b',' {
                     at += 1;
                 }
@@ -246,11 +275,7 @@ fn parse_field(field: &HeaderValue, out: &mut Vec<(String, Option<String>)>) {
                 while at < bytes.len() && bytes[at] != b',' {
                     at += 1;
                 }
-                value = Some(
-                    String::from_utf8_lossy(&bytes[start..at])
-                        .trim_end()
-                        .to_owned(),
-                );
+                value = Some(String::from_utf8_lossy(trim_end(&bytes[start..at])));
             }
         }
         if !name.is_empty() && !spaced {

@@ -132,9 +132,9 @@ where
             }
             None => {
                 let why = if nothing_stored {
-                    "uri-miss"
+                    Miss::Uri
                 } else {
-                    "vary-miss"
+                    Miss::Vary
                 };
                 self.miss(req, key, source, why, guard).await
             }
@@ -147,7 +147,7 @@ where
         req: Request<Body>,
         key: Key,
         source: Source,
-        why: &str,
+        why: Miss,
         guard: Option<FillGuard>,
     ) -> Result<Response<Body>, S::Error> {
         let method = req.method().clone();
@@ -171,7 +171,7 @@ where
                 guard.pass();
             }
             let mut res = Response::from_parts(head, body);
-            set_status(&mut res, &format!("scb; fwd={why}"));
+            set_status(&mut res, why.status());
             return Ok(res);
         };
         let res = Response::from_parts(head, body);
@@ -183,13 +183,7 @@ where
             replaces: None,
             guard,
         };
-        Ok(self.send_and_store(
-            &method,
-            &client,
-            res,
-            fill,
-            &format!("scb; fwd={why}; stored"),
-        ))
+        Ok(self.send_and_store(&method, &client, res, fill, why.stored_status()))
     }
 
     /// Revalidates a stale response and answers from it on a 304, with what the origin
@@ -441,6 +435,30 @@ where
             }
         }
         Ok(res)
+    }
+}
+
+/// Why nothing stored could answer: nothing is stored for the URL, or only variants
+/// for other values of the fields its `Vary` names (RFC 9211's `fwd` values).
+#[derive(Clone, Copy, Debug)]
+enum Miss {
+    Uri,
+    Vary,
+}
+
+impl Miss {
+    const fn status(self) -> &'static str {
+        match self {
+            Miss::Uri => "scb; fwd=uri-miss",
+            Miss::Vary => "scb; fwd=vary-miss",
+        }
+    }
+
+    const fn stored_status(self) -> &'static str {
+        match self {
+            Miss::Uri => "scb; fwd=uri-miss; stored",
+            Miss::Vary => "scb; fwd=vary-miss; stored",
+        }
     }
 }
 

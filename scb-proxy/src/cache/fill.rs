@@ -10,6 +10,7 @@
 //! hit-for-miss).
 
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -84,14 +85,20 @@ impl Fills {
     /// Leads the fill of `key`, follows the one in progress, or passes.
     pub(crate) fn join(self: &Arc<Self>, key: &Key) -> Join {
         let mut slots = self.lock();
-        match slots.get(key) {
-            Some(Slot::Filling { done, .. }) => return Join::Follow(Follower(done.clone())),
-            Some(Slot::Pass { until }) if *until > Instant::now() => return Join::Pass,
-            _ => {}
-        }
+        // One hash of the key for the look and the insert.
+        let slot = match slots.entry(key.clone()) {
+            Entry::Occupied(slot) => match slot.get() {
+                Slot::Filling { done, .. } => return Join::Follow(Follower(done.clone())),
+                Slot::Pass { until } if *until > Instant::now() => return Join::Pass,
+                Slot::Pass { .. } => slot.into_mut(),
+            },
+            Entry::Vacant(vacant) => vacant.insert(Slot::Pass {
+                until: Instant::now(),
+            }),
+        };
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (sender, done) = watch::channel(());
-        slots.insert(key.clone(), Slot::Filling { id, done });
+        *slot = Slot::Filling { id, done };
         Join::Lead(FillGuard {
             fills: Arc::clone(self),
             key: key.clone(),
@@ -136,8 +143,11 @@ impl FillGuard {
 impl Drop for FillGuard {
     fn drop(&mut self) {
         let mut slots = self.fills.lock();
-        if matches!(slots.get(&self.key), Some(Slot::Filling { id, .. }) if *id == self.id) {
-            slots.remove(&self.key);
+        // One hash in the usual case: the slot is this fill's, and goes.
+        if let Some(slot) = slots.remove(&self.key)
+            && !matches!(slot, Slot::Filling { id, .. } if id == self.id)
+        {
+            slots.insert(self.key.clone(), slot);
         }
     }
 }

@@ -142,14 +142,17 @@ impl Policy {
         let mut head = Response::new(()).into_parts().0;
         head.status = status;
         head.version = res.version;
-        head.headers = owned_fields(&res.headers);
-        crate::forward::strip_hop_by_hop(&mut head.headers);
-        for name in NOT_STORED.iter().chain([&header::SET_COOKIE]) {
-            head.headers.remove(name);
-        }
-        for name in d.private_fields.iter().chain(&d.no_cache_fields) {
-            head.headers.remove(name.as_str());
-        }
+        let hop_by_hop = crate::forward::hop_by_hop(&res.headers);
+        let stripped = |name: &HeaderName| {
+            hop_by_hop(name)
+                || NOT_STORED.contains(name)
+                || name == header::SET_COOKIE
+                || d.private_fields
+                    .iter()
+                    .chain(&d.no_cache_fields)
+                    .any(|field| name.as_str() == field)
+        };
+        head.headers = owned_fields(&res.headers, stripped);
         Some(Storable { policy, head })
     }
 
@@ -433,9 +436,13 @@ pub(crate) fn refreshed(stored: &Parts, not_modified: &Parts) -> Option<Parts> {
 /// the connection's read buffer: stored as they are, each stored response would keep a
 /// whole buffer (kilobytes) alive for a few hundred bytes of fields, and the store's
 /// count would be a fraction of what it holds.
-fn owned_fields(fields: &HeaderMap) -> HeaderMap {
+/// Fields for which `stripped` is true are left out.
+fn owned_fields(fields: &HeaderMap, stripped: impl Fn(&HeaderName) -> bool) -> HeaderMap {
     let mut owned = HeaderMap::with_capacity(fields.len());
     for (name, value) in fields {
+        if stripped(name) {
+            continue;
+        }
         let mut copy = HeaderValue::from_bytes(value.as_bytes()).unwrap_or_else(|_| value.clone());
         copy.set_sensitive(value.is_sensitive());
         owned.append(name, copy);
