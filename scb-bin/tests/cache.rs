@@ -294,3 +294,124 @@ fn a_reload_keeps_what_the_cache_stored_even_during_a_fill_and_a_new_bound_start
     );
     assert_eq!(origin.seen(), 2);
 }
+
+/// The bytes of the large object the `large` origin serves.
+fn large_body() -> Vec<u8> {
+    (0..300_000u32).map(|i| (i * 7 % 251) as u8).collect()
+}
+
+/// An origin answering every GET with [`large_body`], fresh for a minute, counting.
+fn large_origin() -> (SocketAddr, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&seen);
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let counter = Arc::clone(&counter);
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    loop {
+                        let mut header = String::new();
+                        if reader.read_line(&mut header).unwrap_or(0) == 0 || header == "\r\n" {
+                            break;
+                        }
+                    }
+                    counter.fetch_add(1, Ordering::SeqCst);
+                    let body = large_body();
+                    let head = format!(
+                        "HTTP/1.1 200 OK\r\nCache-Control: max-age=60\r\nETag: \"big\"\r\n\
+                         Content-Length: {}\r\n\r\n",
+                        body.len()
+                    );
+                    if stream.write_all(head.as_bytes()).is_err()
+                        || stream.write_all(&body).is_err()
+                    {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (addr, seen)
+}
+
+#[test]
+fn a_large_stored_body_is_sent_whole_from_its_sealed_file_and_a_key_template_shares_queries() {
+    let (origin, seen) = large_origin();
+    let server = Server::start(&format!(
+        "[server]\nworkers = 2\n[[listen]]\naddr = \"127.0.0.1:0\"\n\
+         [[route]]\nprefix = \"/shared/\"\nproxy = {{ upstreams = [\"{origin}\"] }}\n\
+         cache = {{ max_bytes = \"16MiB\", key = \"{{host}}{{path}}\" }}\n\
+         [[route]]\nprefix = \"/\"\nproxy = {{ upstreams = [\"{origin}\"] }}\n\
+         cache = {{ max_bytes = \"16MiB\" }}\n"
+    ));
+    let addr = server.addr();
+    let big = large_body();
+    let first = send(addr, "GET", "/big", "");
+    assert_eq!(
+        first.header("cache-status"),
+        Some("scb; fwd=uri-miss; stored")
+    );
+    assert_eq!(first.body, big);
+    // Hits, several in a row and on a kept-alive connection too: whole, and the same.
+    for _ in 0..3 {
+        let hit = send(addr, "GET", "/big", "");
+        assert_eq!(hit.header("cache-status"), Some("scb; hit"));
+        assert_eq!(hit.header("content-length"), Some("300000"));
+        assert_eq!(hit.body, big);
+    }
+    let two = {
+        use std::io::Read as _;
+        let mut stream = TcpStream::connect(addr).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        stream
+            .write_all(
+                b"GET /big HTTP/1.1\r\nHost: test\r\n\r\n\
+                  GET /big HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n",
+            )
+            .unwrap();
+        let mut out = Vec::new();
+        stream.read_to_end(&mut out).unwrap();
+        out
+    };
+    let hits = two
+        .windows(b"cache-status: scb; hit".len())
+        .filter(|w| *w == b"cache-status: scb; hit")
+        .count();
+    assert_eq!(hits, 2);
+    assert!(two.len() > 2 * big.len(), "two heads and two whole bodies");
+    let second_body = &two[two.len() - big.len()..];
+    assert_eq!(
+        second_body,
+        &big[..],
+        "the second answer ends with the whole body"
+    );
+    let range = send(addr, "GET", "/big", "Range: bytes=150000-150099\r\n");
+    assert_eq!(range.status, 206);
+    assert_eq!(range.body, &big[150_000..150_100]);
+    assert_eq!(seen.load(Ordering::SeqCst), 1);
+
+    // The template without `{query}`: every query of a path is one stored response.
+    assert_eq!(
+        send(addr, "GET", "/shared/x?utm=1", "").header("cache-status"),
+        Some("scb; fwd=uri-miss; stored")
+    );
+    let shared = send(addr, "GET", "/shared/x?utm=2", "");
+    assert_eq!(shared.header("cache-status"), Some("scb; hit"));
+    assert_eq!(shared.body, big);
+    // The default key keeps queries apart.
+    assert_eq!(
+        send(addr, "GET", "/big?v=2", "").header("cache-status"),
+        Some("scb; fwd=uri-miss; stored")
+    );
+    assert_eq!(seen.load(Ordering::SeqCst), 3);
+}

@@ -20,7 +20,7 @@ fn plan(source: &str) -> Plan {
 #[test]
 fn the_schema_from_the_issue_is_accepted_as_written() {
     let plan = plan(include_str!("../../config/example.toml"));
-    assert_eq!(plan.routes().len(), 2);
+    assert_eq!(plan.routes().len(), 4);
     assert_eq!(&*plan.routes()[0].name, "hello");
     assert_eq!(
         plan.routes()[0].matcher,
@@ -31,6 +31,14 @@ fn the_schema_from_the_issue_is_accepted_as_written() {
         panic!("not a proxy: {:?}", plan.routes()[1].handler);
     };
     assert_eq!(proxy.upstreams().count(), 2);
+    // The cached API and the cached static origin.
+    for (at, prefix) in [(2, "/api/catalog/"), (3, "/assets/")] {
+        assert_eq!(plan.routes()[at].matcher, PathMatch::Prefix(prefix.into()));
+        assert!(matches!(
+            &plan.routes()[at].handler,
+            Handler::Proxy { cache: Some(_), .. }
+        ));
+    }
     assert_eq!(
         plan.metrics,
         Some(MetricsPlan {
