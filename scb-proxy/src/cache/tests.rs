@@ -514,6 +514,68 @@ async fn waiters_go_upstream_themselves_when_the_fill_stores_nothing_and_the_key
     }
 }
 
+#[tokio::test]
+async fn misses_during_a_revalidation_wait_for_it_and_another_key_does_not() {
+    let origin = Gated::new();
+    let svc = cache(origin.origin(|n| match n {
+        // Stored stale at once, with a validator: every later use revalidates.
+        0 => response(
+            200,
+            &[("cache-control", "max-age=0"), ("etag", "\"v1\"")],
+            "v1",
+        ),
+        // The revalidation: still v1, and fresh for a minute now.
+        1 => {
+            let mut res = response(
+                304,
+                &[("cache-control", "max-age=60"), ("etag", "\"v1\"")],
+                "",
+            );
+            res.headers_mut().remove(header::CONTENT_LENGTH);
+            res
+        }
+        _ => response(200, &[("cache-control", "max-age=60")], "other"),
+    }));
+    origin.gate.add_permits(1);
+    let (res, _) = send(&svc, get("/doc")).await;
+    assert_eq!(status_of(&res), "scb; fwd=uri-miss; stored");
+    let clients: Vec<_> = (0..20)
+        .map(|_| tokio::spawn(send_owned(svc.clone(), get("/doc"))))
+        .collect();
+    settle().await;
+    assert_eq!(
+        origin.calls.load(Ordering::SeqCst),
+        2,
+        "one revalidation, the rest wait"
+    );
+    // A miss of another key in the meantime is not held up by this one's fill.
+    let other = tokio::spawn(send_owned(svc.clone(), get("/other")));
+    settle().await;
+    assert_eq!(origin.calls.load(Ordering::SeqCst), 3);
+    origin.gate.add_permits(2);
+    let mut statuses = Vec::new();
+    for client in clients {
+        let (res, body) = client.await.unwrap();
+        assert_eq!(body, "v1");
+        statuses.push(status_of(&res).to_owned());
+    }
+    assert_eq!(
+        statuses
+            .iter()
+            .filter(|s| *s == "scb; fwd=stale; fwd-status=304")
+            .count(),
+        1,
+        "{statuses:?}"
+    );
+    assert_eq!(
+        statuses.iter().filter(|s| *s == "scb; hit").count(),
+        19,
+        "{statuses:?}"
+    );
+    assert_eq!(other.await.unwrap().1, "other");
+    assert_eq!(origin.calls.load(Ordering::SeqCst), 3);
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_waiter_stops_waiting_after_the_collapse_timeout() {
     let origin = Gated::new();
