@@ -16,9 +16,10 @@ use super::Settings;
 use super::answer::{HIT, copy_head, from_entry, respond, set_status};
 use super::directives::RequestDirectives;
 use super::fill::{FillGuard, Fills, Join};
+use super::key::Key;
 use super::key::Url;
 use super::policy::{Policy, Reuse, Storable, conditional_headers, refreshed};
-use super::store::{Entry, Key, Source, Store, Variants};
+use super::store::{Entry, Source, Store, Variants};
 use super::stored::StoredBody;
 use super::tee::{Pending, Tee};
 

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
-use super::store::Key;
+use super::key::Key;
 
 /// How long a key whose answer could not be stored goes upstream without collapsing.
 pub(crate) const PASS_FOR: Duration = Duration::from_secs(10);

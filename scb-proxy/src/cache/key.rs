@@ -19,7 +19,46 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use super::store::KeyRef;
+use quick_cache::Equivalent;
+
+/// What a response is stored under ([`Keying`] makes it): by default the scheme, the host
+/// and the path with its query; with a key template, no scheme, no host and the
+/// template's text as `target`. The method is always GET: HEAD is answered from a
+/// stored GET.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Key {
+    /// `https` rather than `http`: the two are different URIs, and may be answered
+    /// differently (a redirect to https on one, the page on the other).
+    pub(crate) secure: bool,
+    pub(crate) host: Box<str>,
+    pub(crate) target: Box<str>,
+}
+
+/// A [`Key`] borrowed from a request where it can be, to look up a hit without
+/// allocating. Its fields hash as the key's do (field by field, `str` for `str`), so
+/// either finds the other.
+#[derive(Debug, Hash)]
+pub(crate) struct KeyRef<'a> {
+    pub(crate) secure: bool,
+    pub(crate) host: Cow<'a, str>,
+    pub(crate) target: Cow<'a, str>,
+}
+
+impl KeyRef<'_> {
+    pub(crate) fn to_key(&self) -> Key {
+        Key {
+            secure: self.secure,
+            host: self.host.as_ref().into(),
+            target: self.target.as_ref().into(),
+        }
+    }
+}
+
+impl Equivalent<Key> for KeyRef<'_> {
+    fn equivalent(&self, key: &Key) -> bool {
+        self.secure == key.secure && *self.host == *key.host && *self.target == *key.target
+    }
+}
 
 /// Why a key template cannot be used.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -147,6 +186,15 @@ impl Keying {
             target: Cow::Owned(text),
         }
     }
+}
+
+/// Whether two hashers agree on a key and its borrowed form: the property lookups by
+/// [`KeyRef`] rest on.
+#[cfg(test)]
+pub(crate) fn hashes_agree(key: &Key, key_ref: &KeyRef<'_>) -> bool {
+    use std::hash::BuildHasher as _;
+    let state = std::hash::RandomState::new();
+    state.hash_one(key) == state.hash_one(key_ref)
 }
 
 #[cfg(test)]

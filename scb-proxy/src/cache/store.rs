@@ -15,60 +15,18 @@
 //! serialized by one more lock so that a variant list is never updated from a stale
 //! copy and no fill stores across a purge it overlapped.
 
-use std::borrow::Cow;
 use std::hash::{Hash, RandomState};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
-use http::header::{self, HeaderMap, HeaderValue};
 use http::response::Parts;
 use quick_cache::sync::Cache as Map;
 use quick_cache::{Equivalent, Lifecycle, OptionsBuilder, Weighter};
 
-use super::answer::CACHE_STATUS;
-use super::key::{Keying, Url};
+use super::key::{Key, KeyRef, Keying, Url};
 use super::metrics::CacheMetrics;
 use super::policy::Policy;
 use super::stored::StoredBody;
-
-/// What a response is stored under ([`Keying`] makes it): by default the scheme, the host
-/// and the path with its query; with a key template, no scheme, no host and the
-/// template's text as `target`. The method is always GET: HEAD is answered from a
-/// stored GET.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub(crate) struct Key {
-    /// `https` rather than `http`: the two are different URIs, and may be answered
-    /// differently (a redirect to https on one, the page on the other).
-    pub(crate) secure: bool,
-    pub(crate) host: Box<str>,
-    pub(crate) target: Box<str>,
-}
-
-/// A [`Key`] borrowed from a request where it can be, to look up a hit without
-/// allocating. Its fields hash as the key's do (field by field, `str` for `str`), so
-/// either finds the other.
-#[derive(Debug, Hash)]
-pub(crate) struct KeyRef<'a> {
-    pub(crate) secure: bool,
-    pub(crate) host: Cow<'a, str>,
-    pub(crate) target: Cow<'a, str>,
-}
-
-impl KeyRef<'_> {
-    pub(crate) fn to_key(&self) -> Key {
-        Key {
-            secure: self.secure,
-            host: self.host.as_ref().into(),
-            target: self.target.as_ref().into(),
-        }
-    }
-}
-
-impl Equivalent<Key> for KeyRef<'_> {
-    fn equivalent(&self, key: &Key) -> bool {
-        self.secure == key.secure && *self.host == *key.host && *self.target == *key.target
-    }
-}
 
 /// The URL a stored response was fetched for (host lower-cased, path and query): what a
 /// purge names, whatever the key template kept of it.
@@ -147,23 +105,6 @@ impl Entry {
             source,
             size,
         }
-    }
-
-    /// The head of a plain fresh hit: the stored fields with `Content-Length`,
-    /// `Accept-Ranges` (a 200), `Age` and `Cache-Status: scb; hit`, in a map sized for
-    /// them all at once (it never grows while being filled).
-    pub(crate) fn hit_headers(&self, age: HeaderValue) -> HeaderMap {
-        let mut headers = HeaderMap::with_capacity(self.head.headers.len() + 4);
-        for (name, value) in &self.head.headers {
-            headers.append(name, value.clone());
-        }
-        if self.head.status == http::StatusCode::OK {
-            headers.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
-        }
-        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(self.body.len()));
-        headers.insert(header::AGE, age);
-        headers.insert(CACHE_STATUS, HeaderValue::from_static("scb; hit"));
-        headers
     }
 
     /// Bytes it counts for against the bound: the body and an estimate of the rest.
@@ -458,13 +399,4 @@ impl Store {
     pub(crate) fn bytes(&self) -> u64 {
         self.map.weight()
     }
-}
-
-/// Whether two hashers agree on a key and its borrowed form: the property lookups by
-/// [`KeyRef`] rest on.
-#[cfg(test)]
-pub(crate) fn hashes_agree(key: &Key, key_ref: &KeyRef<'_>) -> bool {
-    use std::hash::BuildHasher as _;
-    let state = RandomState::new();
-    state.hash_one(key) == state.hash_one(key_ref)
 }

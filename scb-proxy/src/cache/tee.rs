@@ -12,8 +12,9 @@ use http_body::{Body as HttpBody, Frame, SizeHint};
 use scb_core::{Body, BoxError};
 
 use super::fill::FillGuard;
+use super::key::Key;
 use super::policy::Policy;
-use super::store::{Entry, Key, Source, Store};
+use super::store::{Entry, Source, Store};
 use super::stored::StoredBody;
 
 /// What to store once the body is whole.

@@ -378,19 +378,19 @@ async fn a_scan_of_cold_objects_leaves_the_hot_ones_stored() {
 
 #[test]
 fn a_borrowed_key_hashes_and_compares_as_the_stored_one() {
-    let key = store::Key {
+    let key = key::Key {
         secure: true,
         host: "example.com".into(),
         target: "/a?b=c".into(),
     };
-    let borrowed = store::KeyRef {
+    let borrowed = key::KeyRef {
         secure: true,
         host: std::borrow::Cow::Borrowed("example.com"),
         target: std::borrow::Cow::Borrowed("/a?b=c"),
     };
-    assert!(store::hashes_agree(&key, &borrowed));
+    assert!(key::hashes_agree(&key, &borrowed));
     assert!(quick_cache::Equivalent::equivalent(&borrowed, &key));
-    let other = store::KeyRef {
+    let other = key::KeyRef {
         secure: false,
         ..borrowed
     };
