@@ -395,10 +395,27 @@ fn a_large_stored_body_is_sent_whole_from_its_sealed_file_and_a_key_template_sha
         &big[..],
         "the second answer ends with the whole body"
     );
+    // A HEAD first: fetched as the GET and stored, the head alone sent, with its length.
+    let head = raw(
+        addr,
+        "HEAD /head-first HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n",
+    );
+    assert!(
+        head.contains("cache-status: scb; fwd=uri-miss; stored\r\n"),
+        "{head}"
+    );
+    assert!(head.contains("content-length: 300000\r\n"), "{head}");
+    assert!(
+        head.ends_with("\r\n\r\n"),
+        "no body after a HEAD's head: {head}"
+    );
+    let after = send(addr, "GET", "/head-first", "");
+    assert_eq!(after.header("cache-status"), Some("scb; hit"));
+    assert_eq!(after.body, big);
     let range = send(addr, "GET", "/big", "Range: bytes=150000-150099\r\n");
     assert_eq!(range.status, 206);
     assert_eq!(range.body, &big[150_000..150_100]);
-    assert_eq!(seen.load(Ordering::SeqCst), 1);
+    assert_eq!(seen.load(Ordering::SeqCst), 2);
 
     // The template without `{query}`: every query of a path is one stored response.
     assert_eq!(
@@ -413,5 +430,5 @@ fn a_large_stored_body_is_sent_whole_from_its_sealed_file_and_a_key_template_sha
         send(addr, "GET", "/big?v=2", "").header("cache-status"),
         Some("scb; fwd=uri-miss; stored")
     );
-    assert_eq!(seen.load(Ordering::SeqCst), 3);
+    assert_eq!(seen.load(Ordering::SeqCst), 4);
 }

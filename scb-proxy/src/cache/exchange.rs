@@ -157,20 +157,21 @@ where
         for name in &ANSWERED_HERE {
             upstream.headers_mut().remove(name);
         }
+        // A HEAD goes up as the GET it will be answered from, so that the answer can be
+        // stored for both (as nginx's `proxy_cache_convert_head`).
+        *upstream.method_mut() = Method::GET;
         let request_time = SystemTime::now();
         let generation = self.store.generation();
         let res = self.inner.clone().oneshot(upstream).await?;
         let (head, body) = res.into_parts();
-        let storable = (method == Method::GET)
-            .then(|| Policy::storable(&client, &head, request_time, SystemTime::now()))
-            .flatten();
-        let Some(storable) = storable else {
-            // A HEAD's answer has no body to store; that says nothing of the GET's.
-            if let Some(guard) = guard
-                && method == Method::GET
-            {
+        let Some(storable) = Policy::storable(&client, &head, request_time, SystemTime::now())
+        else {
+            if let Some(guard) = guard {
                 guard.pass();
             }
+            // For a HEAD, the GET's body goes with it: the server sends a HEAD's head
+            // alone, with the length the GET's body has (an empty body here would
+            // claim a length of 0), and drops the body unread.
             let mut res = Response::from_parts(head, body);
             set_status(&mut res, why.status());
             return Ok(res);
@@ -289,10 +290,9 @@ where
             if let Some(guard) = guard {
                 guard.pass();
             }
+            // A HEAD's GET body goes with it, as on a miss: the server sends the head
+            // alone, with the GET's length.
             let mut res = Response::from_parts(head, body);
-            if method == Method::HEAD {
-                *res.body_mut() = Body::empty();
-            }
             set_status(&mut res, "scb; fwd=stale");
             return Ok(res);
         };

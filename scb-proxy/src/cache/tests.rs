@@ -821,6 +821,40 @@ async fn a_head_revalidation_stores_the_get_it_fetched() {
 }
 
 #[tokio::test]
+async fn a_head_miss_goes_up_as_a_get_and_stores_it_for_both() {
+    let origin = Scripted::new();
+    let svc = cache(origin.origin(|req, n| {
+        assert_eq!(req.method(), Method::GET, "a HEAD goes up as a GET");
+        let policy = if req.uri().path() == "/private" {
+            "private"
+        } else {
+            "max-age=60"
+        };
+        response(200, &[("cache-control", policy)], format!("body {n}"))
+    }));
+    let (head, body) = send(&svc, request(Method::HEAD, "/h", &[])).await;
+    assert_eq!(status_of(&head), "scb; fwd=uri-miss; stored");
+    assert!(body.is_empty());
+    assert_eq!(head.headers()["content-length"], "6");
+    settle().await;
+    let (res, body) = send(&svc, get("/h")).await;
+    assert_eq!((status_of(&res), &body[..]), ("scb; hit", &b"body 0"[..]));
+    let (res, _) = send(&svc, request(Method::HEAD, "/h", &[])).await;
+    assert_eq!(status_of(&res), "scb; hit");
+    assert_eq!(origin.calls(), 1);
+    // Not storable: the GET's head answers the HEAD, with the GET's length (the server
+    // leaves the body unsent).
+    let res = svc
+        .clone()
+        .oneshot(request(Method::HEAD, "/private", &[]))
+        .await
+        .unwrap();
+    assert_eq!(res.headers()["cache-status"], "scb; fwd=uri-miss");
+    assert_eq!(res.headers()["content-length"], "6");
+    assert_eq!(origin.calls(), 2);
+}
+
+#[tokio::test]
 async fn a_purge_drops_by_path_or_prefix_and_a_fill_it_overtakes_stores_nothing() {
     let origin = Scripted::new();
     let layer = CacheLayer::new(1 << 20);
