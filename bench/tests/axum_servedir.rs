@@ -26,7 +26,7 @@ const RETRY: Duration = Duration::from_millis(5);
 const HELLO: &[u8] = b"Hello, world!";
 
 /// The placeholders the harness replaces in every template.
-const PLACEHOLDERS: [&str; 13] = [
+const PLACEHOLDERS: [&str; 14] = [
     "HTTP_PORT",
     "TLS_PORT",
     "UPSTREAM",
@@ -40,6 +40,7 @@ const PLACEHOLDERS: [&str; 13] = [
     "WORKERS",
     "WORKDIR",
     "OPEN_FILE_CACHE",
+    "METRICS",
 ];
 
 const TEMPLATES: [&str; 4] = ["nginx.conf", "nginx-upstream.conf", "Caddyfile", "scb.toml"];

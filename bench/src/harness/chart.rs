@@ -18,6 +18,7 @@ const BOTTOM: f64 = 56.0;
 fn colour(server: Server) -> &'static str {
     match server {
         Server::Scb => "#e15759",
+        Server::ScbMetrics => "#ff9d9a",
         Server::Nginx => "#59a14f",
         Server::NginxTuned => "#8cd17d",
         Server::Caddy => "#4e79a7",

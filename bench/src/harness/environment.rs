@@ -125,7 +125,8 @@ impl Environment {
             });
         };
         if let Some(scb) = settings.scb.as_deref()
-            && settings.servers.contains(&Server::Scb)
+            && (settings.servers.contains(&Server::Scb)
+                || settings.servers.contains(&Server::ScbMetrics))
         {
             add("scb", first_line(scb, &["--version"]));
         }

@@ -7,18 +7,19 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 
-use crate::harness::load::{H2_STREAMS, LoadGen, LoadResult, Tool};
+use crate::harness::load::{LoadGen, LoadResult, Tool};
 use crate::harness::server::Launch;
 use crate::harness::tools;
 
-/// The h2load command: `-c` connections, [`H2_STREAMS`] streams each, one thread per load
-/// CPU, timing-based for `window` (h2load takes milliseconds, so fractions need no trick).
-pub(crate) fn launch(load: &LoadGen, url: &str, window: Duration) -> Launch {
+/// The h2load command: `-c` connections, `streams` streams each (the scenario's:
+/// [`H2_STREAMS`](crate::harness::load::H2_STREAMS) but for the one-stream scenario), one thread per load CPU, timing-based
+/// for `window` (h2load takes milliseconds, so fractions need no trick).
+pub(crate) fn launch(load: &LoadGen, url: &str, window: Duration, streams: usize) -> Launch {
     Launch {
         program: tools::program("h2load"),
         args: vec![
             format!("-c{}", load.connections).into(),
-            format!("-m{H2_STREAMS}").into(),
+            format!("-m{streams}").into(),
             format!("-t{}", load.threads()).into(),
             "-D".into(),
             format!("{}ms", window.as_millis().max(1)).into(),
@@ -168,6 +169,7 @@ mod tests {
             &load,
             "https://127.0.0.1:1/small.txt",
             Duration::from_millis(500),
+            10,
         );
         let args: Vec<_> = l.args.iter().map(|a| a.to_str().unwrap()).collect();
         assert_eq!(
@@ -181,5 +183,7 @@ mod tests {
                 "https://127.0.0.1:1/small.txt"
             ]
         );
+        let one = launch(&load, "https://127.0.0.1:1/", Duration::from_secs(1), 1);
+        assert!(one.args.iter().any(|a| a == "-m1"));
     }
 }

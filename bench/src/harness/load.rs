@@ -88,7 +88,7 @@ pub(crate) struct LoadGen {
 /// What to load.
 #[derive(Debug)]
 pub(crate) enum Target<'a> {
-    /// HTTP/1.1 with wrk: the URL and its Lua script (which prints the summary line and,
+    /// HTTP/1.1 (plain or over TLS) with wrk: the URL and its Lua script (which prints the summary line and,
     /// for `static-many`, picks the paths).
     Http1 {
         /// Base URL.
@@ -100,6 +100,8 @@ pub(crate) enum Target<'a> {
     H2 {
         /// The URL.
         url: &'a str,
+        /// Streams in flight per connection.
+        streams: usize,
     },
 }
 
@@ -140,8 +142,8 @@ impl LoadGen {
                     )
                 })
             }
-            Target::H2 { url } => {
-                let launch = h2load::launch(self, url, window);
+            Target::H2 { url, streams } => {
+                let launch = h2load::launch(self, url, window, *streams);
                 let out = process::run_tool(&self.cpus, &launch, None, window + OVERRUN)?;
                 keep(transcript, &launch, &self.cpus, &out);
                 h2load::parse(&out.stdout).map_err(|e| {

@@ -57,10 +57,11 @@ pub(crate) fn run(args: ProfileArgs, argv: &[String]) -> anyhow::Result<bool> {
     let dir = work.join(format!("profile-{scenario}"));
     fs::create_dir_all(&dir)?;
     let script = dir.join("load.lua");
-    fs::write(
-        &script,
-        wrk::script(&scenario.load_paths(&fixtures), settings.load.threads()),
-    )?;
+    let mut lua = wrk::script(&scenario.load_paths(&fixtures), settings.load.threads());
+    if scenario.closes() {
+        lua = wrk::closing(&lua);
+    }
+    fs::write(&script, lua)?;
     let expected = scenario.expected(&fixtures);
     let mut upstream = if scenario.needs_upstream() {
         Some(start_upstream(&ctx, &dir, scenario)?)

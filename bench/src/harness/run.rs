@@ -155,6 +155,7 @@ fn vars(ctx: &Ctx<'_>, http: u16, tls: u16, upstream: u16, workers: usize, dir: 
         .set("KEY", path(&ctx.cert.key))
         .set("WORKERS", workers.to_string())
         .set("WORKDIR", path(dir))
+        .set("METRICS", "")
 }
 
 /// Renders template `name` from the configs directory into `dir`.
@@ -219,10 +220,13 @@ fn run_scenario(ctx: &Ctx<'_>, scenario: Scenario) -> anyhow::Result<Vec<Row>> {
     let dir = ctx.work.join(scenario.name());
     fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let script = dir.join("load.lua");
-    if scenario.protocol() == Protocol::Http1 {
+    if matches!(scenario.protocol(), Protocol::Http1 | Protocol::TlsHttp1) {
         let paths = scenario.load_paths(ctx.fixtures);
-        fs::write(&script, wrk::script(&paths, settings.load.threads()))
-            .with_context(|| format!("writing {}", script.display()))?;
+        let mut lua = wrk::script(&paths, settings.load.threads());
+        if scenario.closes() {
+            lua = wrk::closing(&lua);
+        }
+        fs::write(&script, lua).with_context(|| format!("writing {}", script.display()))?;
     }
     let expected = scenario.expected(ctx.fixtures);
 
@@ -363,7 +367,14 @@ impl Started {
                 url: &self.url,
                 script,
             },
-            Protocol::TlsH2 => Target::H2 { url: &self.url },
+            Protocol::TlsHttp1 => Target::Http1 {
+                url: &self.url,
+                script,
+            },
+            Protocol::TlsH2 => Target::H2 {
+                url: &self.url,
+                streams: scenario.h2_streams(),
+            },
         }
     }
 }
@@ -391,7 +402,8 @@ pub(crate) fn start_verified(
         settings.workers,
         dir,
     )
-    .set("OPEN_FILE_CACHE", server.nginx_open_file_cache());
+    .set("OPEN_FILE_CACHE", server.nginx_open_file_cache())
+    .set("METRICS", server.scb_metrics());
     let config = server
         .config_template()
         .map(|name| render_config(ctx, name, &vars, dir))
@@ -439,7 +451,7 @@ pub(crate) fn start_verified(
             };
             (http_port, format!("http://127.0.0.1:{http_port}{path}"))
         }
-        Protocol::TlsH2 => (
+        Protocol::TlsH2 | Protocol::TlsHttp1 => (
             tls_port,
             format!(
                 "https://127.0.0.1:{tls_port}{}",
@@ -450,7 +462,9 @@ pub(crate) fn start_verified(
     let waited = wait_until_accepting(&mut process, local(port)).map_err(at(Stage::Start))?;
     match scenario.protocol() {
         Protocol::Http1 => verify::plain(port, expected),
-        Protocol::TlsH2 => verify::tls_h2(port, expected, dir),
+        // Over TLS the URLs are checked with HTTP/2 (curl, ALPN h2): the same listener
+        // and certificate the HTTP/1.1 load then uses.
+        Protocol::TlsH2 | Protocol::TlsHttp1 => verify::tls_h2(port, expected, dir),
     }
     .map_err(at(Stage::Verification))?;
     progress(&format!(

@@ -40,6 +40,21 @@ pub(crate) enum Scenario {
     /// The 13-byte file over TLS 1.3 + HTTP/2 (h2load).
     #[value(name = "tls-h2-static-small")]
     TlsH2StaticSmall,
+    /// `GET /respond` with `Connection: close`: a new TCP connection per request (accept,
+    /// the first read, close), the shape of clients that do not keep connections.
+    #[value(name = "close-respond")]
+    CloseRespond,
+    /// The 13-byte file over TLS 1.3 + HTTP/1.1 (wrk, keep-alive).
+    #[value(name = "tls-h1-static-small")]
+    TlsH1StaticSmall,
+    /// `GET /respond` over TLS 1.3 + HTTP/1.1 with `Connection: close`: a full handshake
+    /// per request (wrk does not resume sessions).
+    #[value(name = "tls-handshake")]
+    TlsHandshake,
+    /// The 13-byte file over TLS 1.3 + HTTP/2 with one stream in flight per connection
+    /// (h2load `-m1`), as many HTTP/2 clients use it.
+    #[value(name = "tls-h2-static-small-1stream")]
+    TlsH2StaticSmall1Stream,
     /// `GET /cache/hello` through a response cache in front of the upstream, which
     /// answers 13 bytes cacheable for a day: every measured request is a hit.
     #[value(name = "proxy-cache-hit")]
@@ -85,6 +100,8 @@ pub(crate) enum Feature {
 pub(crate) enum Protocol {
     /// Plain HTTP/1.1 on the HTTP port (wrk).
     Http1,
+    /// TLS 1.3 + HTTP/1.1 on the TLS port (wrk).
+    TlsHttp1,
     /// TLS 1.3 + HTTP/2 on the TLS port (h2load).
     TlsH2,
 }
@@ -129,7 +146,7 @@ pub(crate) struct Expected {
 
 impl Scenario {
     /// Every scenario, in the report's order.
-    pub(crate) const ALL: [Scenario; 12] = [
+    pub(crate) const ALL: [Scenario; 16] = [
         Scenario::Respond,
         Scenario::StaticSmall,
         Scenario::Static1m,
@@ -138,6 +155,10 @@ impl Scenario {
         Scenario::ProxyTls,
         Scenario::ProxyH2c,
         Scenario::TlsH2StaticSmall,
+        Scenario::CloseRespond,
+        Scenario::TlsH1StaticSmall,
+        Scenario::TlsHandshake,
+        Scenario::TlsH2StaticSmall1Stream,
         Scenario::ProxyCacheHit,
         Scenario::ProxyCache100k,
         Scenario::ProxyCache1m,
@@ -155,6 +176,10 @@ impl Scenario {
             Scenario::ProxyTls => "proxy-tls",
             Scenario::ProxyH2c => "proxy-h2c",
             Scenario::TlsH2StaticSmall => "tls-h2-static-small",
+            Scenario::CloseRespond => "close-respond",
+            Scenario::TlsH1StaticSmall => "tls-h1-static-small",
+            Scenario::TlsHandshake => "tls-handshake",
+            Scenario::TlsH2StaticSmall1Stream => "tls-h2-static-small-1stream",
             Scenario::ProxyCacheHit => "proxy-cache-hit",
             Scenario::ProxyCache100k => "proxy-cache-100k",
             Scenario::ProxyCache1m => "proxy-cache-1m",
@@ -165,7 +190,11 @@ impl Scenario {
     /// What a server needs to serve this scenario.
     pub(crate) const fn requires(self) -> &'static [Feature] {
         match self {
-            Scenario::Respond => &[Feature::Respond],
+            Scenario::Respond | Scenario::CloseRespond => &[Feature::Respond],
+            Scenario::TlsHandshake => &[Feature::Respond, Feature::TlsH2],
+            Scenario::TlsH1StaticSmall | Scenario::TlsH2StaticSmall1Stream => {
+                &[Feature::StaticFiles, Feature::TlsH2]
+            }
             Scenario::StaticSmall | Scenario::Static1m | Scenario::StaticMany => {
                 &[Feature::StaticFiles]
             }
@@ -183,8 +212,23 @@ impl Scenario {
     /// The protocol and load generator.
     pub(crate) const fn protocol(self) -> Protocol {
         match self {
-            Scenario::TlsH2StaticSmall => Protocol::TlsH2,
+            Scenario::TlsH2StaticSmall | Scenario::TlsH2StaticSmall1Stream => Protocol::TlsH2,
+            Scenario::TlsH1StaticSmall | Scenario::TlsHandshake => Protocol::TlsHttp1,
             _ => Protocol::Http1,
+        }
+    }
+
+    /// Whether each request asks for its connection to be closed (`Connection: close`):
+    /// a new connection, and over TLS a new full handshake, per request.
+    pub(crate) const fn closes(self) -> bool {
+        matches!(self, Scenario::CloseRespond | Scenario::TlsHandshake)
+    }
+
+    /// HTTP/2 streams in flight per connection (h2load `-m`).
+    pub(crate) const fn h2_streams(self) -> usize {
+        match self {
+            Scenario::TlsH2StaticSmall1Stream => 1,
+            _ => crate::harness::load::H2_STREAMS,
         }
     }
 
@@ -206,8 +250,13 @@ impl Scenario {
     /// shuffled order (the same for every server).
     pub(crate) fn load_paths(self, fixtures: &Fixtures) -> Vec<String> {
         match self {
-            Scenario::Respond => vec!["/respond".to_owned()],
-            Scenario::StaticSmall | Scenario::TlsH2StaticSmall => {
+            Scenario::Respond | Scenario::CloseRespond | Scenario::TlsHandshake => {
+                vec!["/respond".to_owned()]
+            }
+            Scenario::StaticSmall
+            | Scenario::TlsH2StaticSmall
+            | Scenario::TlsH1StaticSmall
+            | Scenario::TlsH2StaticSmall1Stream => {
                 vec![Fixtures::SMALL_PATH.to_owned()]
             }
             Scenario::Static1m => vec![Fixtures::ONE_MIB_PATH.to_owned()],
@@ -226,11 +275,16 @@ impl Scenario {
     pub(crate) fn expected(self, fixtures: &Fixtures) -> Vec<Expected> {
         let hello = || Fixtures::SMALL_BODY.to_vec();
         match self {
-            Scenario::Respond => vec![Expected {
-                path: "/respond".to_owned(),
-                body: hello(),
-            }],
-            Scenario::StaticSmall | Scenario::TlsH2StaticSmall => vec![Expected {
+            Scenario::Respond | Scenario::CloseRespond | Scenario::TlsHandshake => {
+                vec![Expected {
+                    path: "/respond".to_owned(),
+                    body: hello(),
+                }]
+            }
+            Scenario::StaticSmall
+            | Scenario::TlsH2StaticSmall
+            | Scenario::TlsH1StaticSmall
+            | Scenario::TlsH2StaticSmall1Stream => vec![Expected {
                 path: Fixtures::SMALL_PATH.to_owned(),
                 body: hello(),
             }],
@@ -299,11 +353,26 @@ mod tests {
     }
 
     #[test]
-    fn only_the_tls_scenario_uses_h2load() {
+    fn only_the_tls_h2_scenarios_use_h2load_and_only_one_keeps_one_stream() {
         let tls: Vec<_> = Scenario::ALL
             .into_iter()
             .filter(|s| s.protocol() == Protocol::TlsH2)
             .collect();
-        assert_eq!(tls, [Scenario::TlsH2StaticSmall]);
+        assert_eq!(
+            tls,
+            [
+                Scenario::TlsH2StaticSmall,
+                Scenario::TlsH2StaticSmall1Stream
+            ]
+        );
+        assert_eq!(Scenario::TlsH2StaticSmall.h2_streams(), 10);
+        assert_eq!(Scenario::TlsH2StaticSmall1Stream.h2_streams(), 1);
+    }
+
+    #[test]
+    fn the_closing_scenarios_are_the_connection_per_request_ones() {
+        let closing: Vec<_> = Scenario::ALL.into_iter().filter(|s| s.closes()).collect();
+        assert_eq!(closing, [Scenario::CloseRespond, Scenario::TlsHandshake]);
+        assert_eq!(Scenario::TlsHandshake.protocol(), Protocol::TlsHttp1);
     }
 }

@@ -18,6 +18,10 @@ pub(crate) enum Server {
     /// This workspace's `scb` binary.
     #[value(name = "scb")]
     Scb,
+    /// The same binary with a `[metrics]` table, as production runs it: Prometheus
+    /// counters and histograms on every request, scraped from a listener of its own.
+    #[value(name = "scb-metrics")]
+    ScbMetrics,
     /// nginx from the distribution, tuned the way its users tune it.
     #[value(name = "nginx")]
     Nginx,
@@ -98,7 +102,7 @@ impl Capabilities {
 
 /// The capability table. Each scb issue that lands a layer flips its entry here, and its
 /// scenarios are measured from then on.
-const CAPABILITIES: [(Server, Capabilities); 5] = [
+const CAPABILITIES: [(Server, Capabilities); 6] = [
     (
         Server::Scb,
         Capabilities {
@@ -111,6 +115,7 @@ const CAPABILITIES: [(Server, Capabilities); 5] = [
             proxy_cache: true,  // issue 27: scb-proxy's cache
         },
     ),
+    (Server::ScbMetrics, Capabilities::ALL),
     (Server::Nginx, Capabilities::ALL),
     (Server::NginxTuned, Capabilities::ALL),
     (Server::Caddy, Capabilities::ALL_BUT_PROXY_TLS_H2C),
@@ -155,8 +160,9 @@ pub(crate) struct Launch {
 
 impl Server {
     /// Every server, in the default table order.
-    pub(crate) const ALL: [Server; 5] = [
+    pub(crate) const ALL: [Server; 6] = [
         Server::Scb,
+        Server::ScbMetrics,
         Server::Nginx,
         Server::NginxTuned,
         Server::Caddy,
@@ -167,6 +173,7 @@ impl Server {
     pub(crate) const fn name(self) -> &'static str {
         match self {
             Server::Scb => "scb",
+            Server::ScbMetrics => "scb-metrics",
             Server::Nginx => "nginx",
             Server::NginxTuned => "nginx-tuned",
             Server::Caddy => "caddy",
@@ -198,10 +205,19 @@ impl Server {
         }
     }
 
+    /// What `{{METRICS}}` in scb's template becomes: a `[metrics]` table on a port of
+    /// the system's choosing for `scb-metrics`, nothing for everyone else.
+    pub(crate) const fn scb_metrics(self) -> &'static str {
+        match self {
+            Server::ScbMetrics => "[metrics]\nlisten = \"127.0.0.1:0\"\n",
+            _ => "",
+        }
+    }
+
     /// The config template's file name in the configs directory, if the server reads one.
     pub(crate) const fn config_template(self) -> Option<&'static str> {
         match self {
-            Server::Scb => Some("scb.toml"),
+            Server::Scb | Server::ScbMetrics => Some("scb.toml"),
             Server::Nginx | Server::NginxTuned => Some("nginx.conf"),
             Server::Caddy => Some("Caddyfile"),
             Server::AxumServedir => None,
@@ -226,7 +242,7 @@ impl Server {
         };
         let os = |s: &str| OsString::from(s);
         Ok(match self {
-            Server::Scb => Launch {
+            Server::Scb | Server::ScbMetrics => Launch {
                 program: binary()?.to_path_buf(),
                 args: vec![os("run"), os("--config"), config()?.into()],
                 env: vec![],

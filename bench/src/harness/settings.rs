@@ -131,6 +131,7 @@ impl Settings {
         }
         for (server, path, flag) in [
             (Server::Scb, &args.scb, "--scb"),
+            (Server::ScbMetrics, &args.scb, "--scb"),
             (Server::AxumServedir, &args.axum_servedir, "--axum-servedir"),
         ] {
             if !servers.contains(&server) {
@@ -196,7 +197,7 @@ impl Settings {
     pub(crate) fn needs_wrk(&self) -> bool {
         Scenario::ALL
             .into_iter()
-            .any(|s| s.protocol() == Protocol::Http1 && self.runs(s))
+            .any(|s| matches!(s.protocol(), Protocol::Http1 | Protocol::TlsHttp1) && self.runs(s))
     }
 
     /// Whether any TLS scenario runs.
@@ -209,7 +210,7 @@ impl Settings {
     /// The binary of a workspace server.
     pub(crate) fn binary(&self, server: Server) -> Option<&std::path::Path> {
         match server {
-            Server::Scb => self.scb.as_deref(),
+            Server::Scb | Server::ScbMetrics => self.scb.as_deref(),
             Server::AxumServedir => self.axum_servedir.as_deref(),
             Server::Nginx | Server::NginxTuned | Server::Caddy => None,
         }

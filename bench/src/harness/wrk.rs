@@ -113,6 +113,13 @@ end
     lua
 }
 
+/// `lua` with every request asking for its connection to be closed (`Connection:
+/// close`): wrk then opens a new connection, and over TLS makes a new full handshake, for
+/// each request. Set before `init()`, so requests formatted there carry it too.
+pub(crate) fn closing(lua: &str) -> String {
+    format!("wrk.headers[\"Connection\"] = \"close\"\n{lua}")
+}
+
 /// The wrk command, and when to interrupt it. wrk takes whole seconds only; a fractional
 /// duration runs with the next whole second and is ended by SIGINT at the exact time (wrk
 /// then stops and reports as usual).
@@ -250,6 +257,16 @@ mod tests {
         assert!(lua.contains(r#"local prefix = "/cache/miss/""#), "{lua}");
         assert!(lua.contains(r#"wrk.format("GET", prefix .. (id or 0) .. "-" .. n)"#));
         assert!(!lua.contains('*'), "{lua}");
+        assert!(lua.contains("done = function"));
+    }
+
+    #[test]
+    fn a_closing_script_sets_the_header_before_anything_else() {
+        let lua = closing(&script(&["/respond".to_owned()], 1));
+        assert!(
+            lua.starts_with("wrk.headers[\"Connection\"] = \"close\"\n"),
+            "{lua}"
+        );
         assert!(lua.contains("done = function"));
     }
 
