@@ -43,7 +43,13 @@ const PLACEHOLDERS: [&str; 14] = [
     "METRICS",
 ];
 
-const TEMPLATES: [&str; 4] = ["nginx.conf", "nginx-upstream.conf", "Caddyfile", "scb.toml"];
+const TEMPLATES: [&str; 5] = [
+    "nginx.conf",
+    "nginx-upstream.conf",
+    "Caddyfile",
+    "scb.toml",
+    "haproxy.cfg",
+];
 
 #[test]
 fn serves_respond_files_and_proxy_over_plain_http() {
@@ -229,6 +235,30 @@ fn caddyfile_passes_caddy_validate() {
     assert!(
         output.status.success(),
         "caddy validate:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+#[test]
+fn haproxy_cfg_passes_haproxy_check() {
+    let Some(haproxy) = installed("haproxy", &["/usr/sbin/haproxy"]) else {
+        return;
+    };
+    let scratch = ScratchDir::new("haproxy-check");
+    let dir = &scratch.0;
+    let (cert, key) = write_cert(dir);
+    let rendered = dir.join("haproxy.cfg");
+    std::fs::write(&rendered, render("haproxy.cfg", dir, dir, &cert, &key)).unwrap();
+    let output = Command::new(&haproxy)
+        .arg("-c")
+        .arg("-f")
+        .arg(&rendered)
+        .output()
+        .expect("running haproxy -c");
+    assert!(
+        output.status.success(),
+        "haproxy -c:\n{}{}",
+        String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
     );
 }

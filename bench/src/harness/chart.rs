@@ -21,6 +21,7 @@ fn colour(server: Server) -> &'static str {
         Server::ScbMetrics => "#ff9d9a",
         Server::Nginx => "#59a14f",
         Server::NginxTuned => "#8cd17d",
+        Server::Haproxy => "#f28e2b",
         Server::Caddy => "#4e79a7",
         Server::AxumServedir => "#b07aa1",
     }

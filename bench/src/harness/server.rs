@@ -30,6 +30,9 @@ pub(crate) enum Server {
     /// else as `nginx`: the peer for scb's own open-file cache.
     #[value(name = "nginx-tuned")]
     NginxTuned,
+    /// HAProxy from the distribution, for `respond` and `proxy` (it serves no files).
+    #[value(name = "haproxy")]
+    Haproxy,
     /// Caddy from the distribution.
     #[value(name = "caddy")]
     Caddy,
@@ -102,7 +105,7 @@ impl Capabilities {
 
 /// The capability table. Each scb issue that lands a layer flips its entry here, and its
 /// scenarios are measured from then on.
-const CAPABILITIES: [(Server, Capabilities); 6] = [
+const CAPABILITIES: [(Server, Capabilities); 7] = [
     (
         Server::Scb,
         Capabilities {
@@ -118,6 +121,14 @@ const CAPABILITIES: [(Server, Capabilities); 6] = [
     (Server::ScbMetrics, Capabilities::ALL),
     (Server::Nginx, Capabilities::ALL),
     (Server::NginxTuned, Capabilities::ALL),
+    (
+        Server::Haproxy,
+        Capabilities {
+            respond: true,
+            proxy: true,
+            ..Capabilities::NONE
+        },
+    ),
     (Server::Caddy, Capabilities::ALL_BUT_PROXY_TLS_H2C),
     (Server::AxumServedir, Capabilities::ALL_BUT_PROXY_TLS_H2C),
 ];
@@ -160,11 +171,12 @@ pub(crate) struct Launch {
 
 impl Server {
     /// Every server, in the default table order.
-    pub(crate) const ALL: [Server; 6] = [
+    pub(crate) const ALL: [Server; 7] = [
         Server::Scb,
         Server::ScbMetrics,
         Server::Nginx,
         Server::NginxTuned,
+        Server::Haproxy,
         Server::Caddy,
         Server::AxumServedir,
     ];
@@ -176,6 +188,7 @@ impl Server {
             Server::ScbMetrics => "scb-metrics",
             Server::Nginx => "nginx",
             Server::NginxTuned => "nginx-tuned",
+            Server::Haproxy => "haproxy",
             Server::Caddy => "caddy",
             Server::AxumServedir => "axum-servedir",
         }
@@ -219,6 +232,7 @@ impl Server {
         match self {
             Server::Scb | Server::ScbMetrics => Some("scb.toml"),
             Server::Nginx | Server::NginxTuned => Some("nginx.conf"),
+            Server::Haproxy => Some("haproxy.cfg"),
             Server::Caddy => Some("Caddyfile"),
             Server::AxumServedir => None,
         }
@@ -250,6 +264,12 @@ impl Server {
             // `-e stderr`: errors before the config's own error_log is read (a bad config,
             // a port in use) land in this server's log file, not in /var/log/nginx.
             Server::Nginx | Server::NginxTuned => nginx_launch(config()?),
+            // `-db`: in the foreground, no daemon, logs (there are none) on stderr.
+            Server::Haproxy => Launch {
+                program: tools::program("haproxy"),
+                args: vec![os("-db"), os("-f"), config()?.into()],
+                env: vec![],
+            },
             Server::Caddy => Launch {
                 program: tools::program("caddy"),
                 args: vec![

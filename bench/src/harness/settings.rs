@@ -204,7 +204,7 @@ impl Settings {
     pub(crate) fn needs_tls(&self) -> bool {
         Scenario::ALL
             .into_iter()
-            .any(|s| s.protocol() == Protocol::TlsH2 && self.runs(s))
+            .any(|s| matches!(s.protocol(), Protocol::TlsH2 | Protocol::TlsHttp1) && self.runs(s))
     }
 
     /// The binary of a workspace server.
@@ -212,7 +212,7 @@ impl Settings {
         match server {
             Server::Scb | Server::ScbMetrics => self.scb.as_deref(),
             Server::AxumServedir => self.axum_servedir.as_deref(),
-            Server::Nginx | Server::NginxTuned | Server::Caddy => None,
+            Server::Nginx | Server::NginxTuned | Server::Haproxy | Server::Caddy => None,
         }
     }
 }

@@ -33,6 +33,10 @@ const NGINX: Tool = Tool {
     program: "nginx",
     package: "nginx",
 };
+const HAPROXY: Tool = Tool {
+    program: "haproxy",
+    package: "haproxy",
+};
 const CADDY: Tool = Tool {
     program: "caddy",
     package: "caddy",
@@ -94,6 +98,9 @@ pub(crate) fn needed(settings: &Settings) -> Vec<Tool> {
     }
     if settings.servers.contains(&Server::Caddy) {
         tools.push(CADDY);
+    }
+    if settings.servers.contains(&Server::Haproxy) {
+        tools.push(HAPROXY);
     }
     if settings.needs_wrk() {
         tools.push(WRK);
