@@ -218,11 +218,12 @@ impl Server {
         }
     }
 
-    /// What `{{METRICS}}` in scb's template becomes: a `[metrics]` table on a port of
-    /// the system's choosing for `scb-metrics`, nothing for everyone else.
+    /// What `{{METRICS}}` in scb's template becomes: the `[metrics]` table, written as
+    /// one top-level line (it is also rendered into the template's header comment), on a
+    /// port of the system's choosing for `scb-metrics`; nothing for everyone else.
     pub(crate) const fn scb_metrics(self) -> &'static str {
         match self {
-            Server::ScbMetrics => "[metrics]\nlisten = \"127.0.0.1:0\"\n",
+            Server::ScbMetrics => "metrics = { listen = \"127.0.0.1:0\" }",
             _ => "",
         }
     }
