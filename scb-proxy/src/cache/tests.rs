@@ -400,9 +400,7 @@ fn a_borrowed_key_hashes_and_compares_as_the_stored_one() {
 #[tokio::test]
 async fn a_host_in_capitals_finds_what_the_lower_case_host_stored() {
     let origin = Scripted::new();
-    let svc = ServiceBuilder::new()
-        .layer(CacheLayer::new(1 << 20))
-        .service(origin.origin(|_, _| response(200, &[("cache-control", "max-age=60")], "x")));
+    let svc = cache(origin.origin(|_, _| response(200, &[("cache-control", "max-age=60")], "x")));
     send(&svc, get("/a")).await;
     let req = Request::get("/a")
         .header("host", "EXAMPLE.com")
@@ -946,11 +944,9 @@ async fn a_key_template_without_the_query_shares_one_response_between_queries() 
 #[tokio::test]
 async fn the_default_key_keeps_queries_and_hosts_apart() {
     let origin = Scripted::new();
-    let svc = ServiceBuilder::new()
-        .layer(CacheLayer::new(1 << 20))
-        .service(
-            origin.origin(|_, n| response(200, &[("cache-control", "max-age=60")], n.to_string())),
-        );
+    let svc = cache(
+        origin.origin(|_, n| response(200, &[("cache-control", "max-age=60")], n.to_string())),
+    );
     send(&svc, get("/a?x=1")).await;
     let (res, _) = send(&svc, get("/a?x=2")).await;
     assert_eq!(status_of(&res), "scb; fwd=uri-miss; stored");
