@@ -364,7 +364,7 @@ async fn accept_loop<S, B>(
                 tokio::task::spawn_local(async move {
                     let _guard = guard;
                     let (peer, local) = (ConnectInfo::UNIX_PEER, ConnectInfo::UNIX_LOCAL);
-                    conn::serve(stream, peer, local, svc, ctx).await;
+                    Box::pin(conn::serve(stream, peer, local, svc, ctx)).await;
                 });
             }
             Ok(Accepted::Tcp(stream, remote, local)) => {
@@ -384,13 +384,17 @@ async fn accept_loop<S, B>(
                             }
                         }
                     };
+                    // The connection's future is boxed where it is made: it is kilobytes
+                    // (buffers, TLS state), and a task moves its future more than once
+                    // while spawning it; a box moves as a pointer. Measured on a
+                    // connection per request (callgrind, see bench/RESULTS.md).
                     match options.secure {
-                        None => conn::serve(stream, remote, local, svc, ctx).await,
+                        None => Box::pin(conn::serve(stream, remote, local, svc, ctx)).await,
                         Some(secure) => {
                             let listener = listener_metrics.as_deref();
-                            conn::serve_secure(
+                            Box::pin(conn::serve_secure(
                                 stream, remote, local, &*secure.0, listener, svc, ctx,
-                            )
+                            ))
                             .await;
                         }
                     }
