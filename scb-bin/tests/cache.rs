@@ -432,3 +432,110 @@ fn a_large_stored_body_is_sent_whole_from_its_sealed_file_and_a_key_template_sha
     );
     assert_eq!(seen.load(Ordering::SeqCst), 4);
 }
+
+/// Waits for the cache's disk tier to have scanned its directory (the line may have come
+/// before the listeners'); the line.
+fn disk_ready(server: &mut Server) -> String {
+    let ready = |l: &str| l.contains("cache disk tier ready");
+    match server.log.iter().find(|l| ready(l)) {
+        Some(line) => line.clone(),
+        None => server.wait_for_line(ready),
+    }
+}
+
+/// The records in a disk tier's directory.
+fn records(dir: &std::path::Path) -> usize {
+    std::fs::read_dir(dir).map_or(0, |d| {
+        d.flatten()
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+            .count()
+    })
+}
+
+#[test]
+fn a_disk_tier_survives_a_restart_and_a_reload_and_a_removed_directory_costs_one_log_line() {
+    use rustix::process::Signal;
+    let (origin, seen) = large_origin();
+    let dir = std::env::temp_dir().join(format!("scb-cache-bin-{}", std::process::id()));
+    std::fs::remove_dir_all(&dir).ok();
+    let config = format!(
+        "[server]\nworkers = 2\n[[listen]]\naddr = \"127.0.0.1:0\"\n\
+         [[route]]\nname = \"assets\"\nprefix = \"/\"\nproxy = {{ upstreams = [\"{origin}\"] }}\n\
+         cache = {{ max_bytes = \"16MiB\", path = \"{}\", disk_max_bytes = \"64MiB\" }}\n",
+        dir.display()
+    );
+    let mut server = Server::start(&config);
+    assert!(disk_ready(&mut server).contains("records=0"));
+    let big = large_body();
+    for path in ["/one", "/two"] {
+        let res = send(server.addr(), "GET", path, "");
+        assert_eq!(
+            res.header("cache-status"),
+            Some("scb; fwd=uri-miss; stored")
+        );
+        assert_eq!(res.body, big);
+    }
+    // The writer is a thread of its own: the records appear when it has written them.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while records(&dir) < 2 {
+        assert!(std::time::Instant::now() < deadline, "no records written");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    server.terminate();
+    assert!(server.wait().success());
+
+    // A new process: what was stored is answered from disk, the origin is not asked.
+    let mut server = Server::start(&config);
+    assert!(
+        disk_ready(&mut server).contains("records=2"),
+        "{:?}",
+        server.log
+    );
+    let addr = server.addr();
+    for path in ["/one", "/two", "/one"] {
+        let res = send(addr, "GET", path, "");
+        assert_eq!(res.header("cache-status"), Some("scb; hit"), "{path}");
+        assert_eq!(res.body, big);
+    }
+    let head = raw(
+        addr,
+        "HEAD /two HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n",
+    );
+    assert!(head.contains("cache-status: scb; hit\r\n"), "{head}");
+    assert!(head.contains("content-length: 300000\r\n"), "{head}");
+    assert!(head.ends_with("\r\n\r\n"), "{head}");
+    let range = send(addr, "GET", "/one", "Range: bytes=299990-\r\n");
+    assert_eq!((range.status, &range.body[..]), (206, &big[299_990..]));
+    assert_eq!(seen.load(Ordering::SeqCst), 2);
+
+    // A reload keeps the store, disk tier included.
+    server.signal(Signal::HUP);
+    server.wait_for_line(|l| l.contains("reloaded "));
+    assert_eq!(
+        send(addr, "GET", "/two", "").header("cache-status"),
+        Some("scb; hit")
+    );
+
+    // The directory removed under it: new responses are stored in memory and answered,
+    // and the log says so once.
+    std::fs::remove_dir_all(&dir).unwrap();
+    for path in ["/three", "/four", "/five"] {
+        let miss = send(addr, "GET", path, "");
+        assert_eq!(
+            miss.header("cache-status"),
+            Some("scb; fwd=uri-miss; stored")
+        );
+        let hit = send(addr, "GET", path, "");
+        assert_eq!(hit.header("cache-status"), Some("scb; hit"), "{path}");
+        assert_eq!(hit.body, big);
+    }
+    server.terminate();
+    assert!(server.wait().success());
+    let unusable = server
+        .log
+        .iter()
+        .filter(|l| l.contains("cache disk tier unusable"))
+        .count();
+    assert_eq!(unusable, 1, "{:?}", server.log);
+    assert_eq!(seen.load(Ordering::SeqCst), 5);
+}

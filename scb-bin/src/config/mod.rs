@@ -380,8 +380,10 @@ pub(crate) struct CacheConfig {
     pub(crate) max_bytes: Spanned<ByteSize>,
     /// The largest response stored; absent means 64 MiB or an eighth of `max_bytes`.
     pub(crate) max_object: Option<Spanned<ByteSize>>,
-    /// A directory for the disk tier.
+    /// A directory for the disk tier (made if missing); absent means memory only.
     pub(crate) path: Option<Spanned<std::path::PathBuf>>,
+    /// Bytes of records the disk tier keeps; absent means 1 GiB.
+    pub(crate) disk_max_bytes: Option<Spanned<ByteSize>>,
     /// What responses are stored under: a template of `{scheme}`, `{host}`, `{path}`
     /// and `{query}`; absent means the whole URL.
     pub(crate) key: Option<Spanned<String>>,

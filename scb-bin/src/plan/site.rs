@@ -64,6 +64,7 @@ pub(super) fn sites(
     readiness: &Readiness,
     trusted: &TrustedProxies,
 ) -> Result<Vec<SitePlan>, Located> {
+    unique_cache_paths(config)?;
     let mut named = Vec::new();
     let mut default: Option<SitePlan> = None;
     // Host names are checked here, with their place in the file, as VirtualHosts will.
@@ -127,6 +128,46 @@ pub(super) fn sites(
     }
     named.extend(default);
     Ok(named)
+}
+
+/// Fails when two routes' caches name one disk directory: each store indexes and
+/// removes the records in its directory as its own.
+fn unique_cache_paths(config: &Config) -> Result<(), Located> {
+    let top = config
+        .route
+        .iter()
+        .enumerate()
+        .map(|(j, r)| (format!("route[{j}]"), r));
+    let in_sites = config.site.iter().enumerate().flat_map(|(i, site)| {
+        site.get_ref()
+            .route
+            .iter()
+            .enumerate()
+            .map(move |(j, r)| (format!("site[{i}].route[{j}]"), r))
+    });
+    let mut seen: HashMap<&std::path::Path, String> = HashMap::new();
+    for (key, route) in top.chain(in_sites) {
+        let Some(path) = route
+            .get_ref()
+            .cache
+            .as_ref()
+            .and_then(|c| c.get_ref().path.as_ref())
+        else {
+            continue;
+        };
+        if let Some(other) = seen.get(path.get_ref().as_path()) {
+            return Err(Located::at(
+                path,
+                format!("{key}.cache.path"),
+                format_args!(
+                    "{:?} is already the cache directory of {other}: give each cache its own",
+                    path.get_ref()
+                ),
+            ));
+        }
+        seen.insert(path.get_ref(), key);
+    }
+    Ok(())
 }
 
 /// Fails when a route of `plan` (site `key`) has a name another site's route has.

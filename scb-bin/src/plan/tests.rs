@@ -1021,11 +1021,35 @@ fn a_cache_goes_on_a_proxy_route_and_its_bad_values_are_refused_where_they_are()
         error(&route("{ max_bytes = \"1MiB\", max_object = \"2MiB\" }"))
             .contains("route[0].cache.max_object: must be between 1 byte and max_bytes"),
     );
+    let on_disk = plan(&route(
+        "{ max_bytes = \"1MiB\", path = \"/var/cache/scb\", disk_max_bytes = \"10GiB\" }",
+    ));
+    assert!(matches!(
+        &on_disk.routes()[0].handler,
+        Handler::Proxy { cache: Some(_), .. }
+    ));
     assert!(
         error(&route(
-            "{ max_bytes = \"1MiB\", path = \"/var/cache/scb\" }"
+            "{ max_bytes = \"1MiB\", max_object = \"1MiB\", path = \"/c\", disk_max_bytes = \"1KiB\" }"
         ))
-        .contains("route[0].cache.path: the disk tier is not built yet"),
+        .contains("route[0].cache.disk_max_bytes: must be more than 0 and at least max_object"),
+    );
+    assert!(
+        error(&route(
+            "{ max_bytes = \"1MiB\", disk_max_bytes = \"1GiB\" }"
+        ))
+        .contains("route[0].cache.disk_max_bytes: bounds the disk tier, and there is none"),
+    );
+    let shared_dir = error(&format!(
+        "{LISTEN}[[route]]\nprefix = \"/a/\"\nproxy = {{ upstreams = [\"127.0.0.1:9\"] }}\n\
+         cache = {{ max_bytes = \"1MiB\", path = \"/c\" }}\n\
+         [[route]]\nprefix = \"/b/\"\nproxy = {{ upstreams = [\"127.0.0.1:9\"] }}\n\
+         cache = {{ max_bytes = \"1MiB\", path = \"/c\" }}\n"
+    ));
+    assert!(
+        shared_dir
+            .contains("route[1].cache.path: \"/c\" is already the cache directory of route[0]"),
+        "{shared_dir}"
     );
     assert!(error(&route("{ max_bytes = \"1MiB\", size = 1 }")).contains("unknown field `size`"),);
     let keyed = plan(&route("{ max_bytes = \"1MiB\", key = \"{host}{path}\" }"));

@@ -15,6 +15,7 @@ use scb_core::Body;
 use scb_core::conditional::{Precondition, Validators, evaluate_validators};
 use scb_core::range::{self, Boundary, Ranges};
 
+use super::policy::copy_head;
 use super::store::Entry;
 use super::stored::StoredBody;
 
@@ -198,15 +199,6 @@ fn bounds(range: range::ByteRange, len: u64) -> (u64, u64) {
     let start = range.start.min(len);
     let end = range.end_inclusive.saturating_add(1).min(len);
     (start, end.saturating_sub(start))
-}
-
-/// A copy of a response head (status, version, fields; no extensions).
-pub(crate) fn copy_head(head: &Parts) -> Parts {
-    let mut copy = Response::new(()).into_parts().0;
-    copy.status = head.status;
-    copy.version = head.version;
-    copy.headers = head.headers.clone();
-    copy
 }
 
 pub(crate) fn set_status(res: &mut Response<Body>, status: &str) {

@@ -13,13 +13,14 @@ use scb_core::conditional::{Precondition, Validators, evaluate_validators};
 use tower::{Service, ServiceExt as _};
 
 use super::Settings;
-use super::answer::{HIT, copy_head, from_entry, respond, set_status};
+use super::answer::{HIT, from_entry, respond, set_status};
 use super::directives::RequestDirectives;
 use super::fill::{FillGuard, Fills, Join};
 use super::key::Key;
+use super::key::Source;
 use super::key::Url;
-use super::policy::{Policy, Reuse, Storable, conditional_headers, refreshed};
-use super::store::{Entry, Source, Store, Variants};
+use super::policy::{Policy, Reuse, Storable, conditional_headers, copy_head, refreshed};
+use super::store::{Entry, Store, Variants};
 use super::stored::StoredBody;
 use super::tee::{Pending, Tee};
 
@@ -59,7 +60,7 @@ where
         let directives = RequestDirectives::parse(req.headers());
         // A fresh hit is answered from the borrowed key, without allocating one.
         let now = SystemTime::now();
-        let found = self.store.variants(&lookup);
+        let mut found = self.store.variants(&lookup);
         if let Some(variants) = &found
             && let Some(entry) = selected(variants, req.headers())
             && entry.policy.reuse(&directives, now) == Reuse::Fresh
@@ -67,6 +68,9 @@ where
             return Ok(from_entry(req.method(), req.headers(), entry, now, HIT));
         }
         let key = lookup.to_key();
+        if found.is_none() && self.store.disk().is_some() {
+            found = self.store.from_disk(&key).await;
+        }
         let source = Source::of(url);
         // The first look is the one just made; after a wait, the store is read again.
         let mut first = Some(found);

@@ -110,6 +110,35 @@ pub(crate) struct Url<'a> {
     pub(crate) target: &'a str,
 }
 
+/// The URL a stored response was fetched for (host lower-cased, path and query): what a
+/// purge names, whatever the key template kept of it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Source {
+    pub(crate) host: Box<str>,
+    pub(crate) target: Box<str>,
+}
+
+impl Source {
+    /// The URL of a request, host lower-cased.
+    pub(crate) fn of(url: Url<'_>) -> Self {
+        Self {
+            host: url.host.to_ascii_lowercase().into(),
+            target: url.target.into(),
+        }
+    }
+
+    /// Whether a purge of `host` (any when `None`) and `target` (exactly, or as a
+    /// `prefix`) names it.
+    pub(crate) fn matches(&self, host: Option<&str>, target: &str, prefix: bool) -> bool {
+        host.is_none_or(|h| self.host.eq_ignore_ascii_case(h))
+            && if prefix {
+                self.target.starts_with(target)
+            } else {
+                &*self.target == target
+            }
+    }
+}
+
 impl Keying {
     /// The keying of `template`.
     pub(crate) fn template(template: &str) -> Result<Self, KeyTemplateError> {

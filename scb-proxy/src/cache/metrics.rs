@@ -11,6 +11,8 @@ use metrics::{Counter, Gauge, SharedString};
 pub const CACHE_REQUESTS_TOTAL: &str = "scb_cache_requests_total";
 /// Bytes the store holds (bodies and an estimate of their heads).
 pub const CACHE_BYTES: &str = "scb_cache_bytes";
+/// Bytes of the records the disk tier holds (with `path`).
+pub const CACHE_DISK_BYTES: &str = "scb_cache_disk_bytes";
 /// Stored responses evicted to stay within `max_bytes`.
 pub const CACHE_EVICTIONS_TOTAL: &str = "scb_cache_evictions_total";
 

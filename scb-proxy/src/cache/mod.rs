@@ -81,15 +81,20 @@
 //!   [`FileRegion`](scb_core::FileRegion) of it that scb's HTTP/1.1 server sends with
 //!   `sendfile` (other servers read it like a file).
 //!
-//! Not yet: a disk tier.
+//! - with [`disk`](CacheLayer::disk), stored responses are written to files too (by a
+//!   thread of the store's, to a temporary name and renamed), survive a restart, and a
+//!   large one is sent from its file; a directory that cannot be written leaves the
+//!   cache in memory with one log line.
 
 mod answer;
 mod directives;
+mod disk;
 mod exchange;
 mod fill;
 mod key;
 mod metrics;
 mod policy;
+mod sizing;
 mod store;
 mod stored;
 mod tee;
@@ -108,7 +113,7 @@ use exchange::Exchange;
 use fill::Fills;
 pub use key::KeyTemplateError;
 use key::Keying;
-pub use metrics::{CACHE_BYTES, CACHE_EVICTIONS_TOTAL, CACHE_REQUESTS_TOTAL};
+pub use metrics::{CACHE_BYTES, CACHE_DISK_BYTES, CACHE_EVICTIONS_TOTAL, CACHE_REQUESTS_TOTAL};
 use store::{Shape, Store};
 
 /// Puts a [`Cache`] in front of a service; clones share one store.
@@ -148,6 +153,7 @@ impl CacheLayer {
             max_bytes,
             max_object: max_object as u64,
             keying: Keying::Url,
+            disk: None,
         };
         Self {
             shared: Self::shared(shape, "cache".into()),
@@ -206,7 +212,7 @@ impl CacheLayer {
     }
 
     /// This layer with the store of `previous` (and its fills in progress) when both have
-    /// the same `max_bytes`, `max_object` and key template, so that a reload keeps what
+    /// the same `max_bytes`, `max_object`, key template and disk tier, so that a reload keeps what
     /// was stored and a fill begun before it is waited for after it; otherwise unchanged
     /// (a new bound or key starts empty). The other settings stay this layer's own.
     #[must_use]
@@ -239,6 +245,26 @@ impl CacheLayer {
         self.rebuilt(shape, route)
     }
 
+    /// Keeps stored responses on disk too, in files under `path` (made if missing), at
+    /// most `max_bytes` of them: they survive a restart, more can be kept than memory
+    /// holds, and a large hit is sent from its file (with `sendfile` on plain HTTP/1.1).
+    /// Writes are made by a thread of the store's, never by a request; when `path` cannot
+    /// be written the cache logs one line and goes on from memory. Two stores must not
+    /// share a `path`. Defaults to none: memory only. Like [`route`](Self::route), it
+    /// starts a new, empty store: call it while building the layer. See `disk/mod.rs`.
+    #[must_use]
+    pub fn disk(self, path: impl Into<std::path::PathBuf>, max_bytes: u64) -> Self {
+        let shape = Shape {
+            disk: Some(disk::DiskShape {
+                path: path.into(),
+                max_bytes,
+            }),
+            ..self.shared.store.shape().clone()
+        };
+        let route = self.shared.store.route();
+        self.rebuilt(shape, route)
+    }
+
     /// How long a request waits for another that is fetching the same key before it
     /// goes upstream itself. Defaults to 5 seconds (nginx's `proxy_cache_lock_timeout`).
     #[must_use]
@@ -261,6 +287,7 @@ impl<S> Layer<S> for CacheLayer {
     type Service = Cache<S>;
 
     fn layer(&self, inner: S) -> Cache<S> {
+        self.shared.store.start();
         Cache {
             inner,
             shared: Arc::clone(&self.shared),
@@ -321,6 +348,8 @@ where
     }
 }
 
+#[cfg(test)]
+mod disk_tests;
 #[cfg(test)]
 mod proptests;
 #[cfg(test)]

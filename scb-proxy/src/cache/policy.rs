@@ -46,22 +46,23 @@ const NOT_UPDATED: [HeaderName; 6] = [
     header::TRANSFER_ENCODING,
 ];
 
-/// How a stored response may be reused, decided when it was stored.
+/// How a stored response may be reused, decided when it was stored. Its fields are
+/// the cache's to read: the disk tier writes and reads them (`disk/record.rs`).
 #[derive(Clone, Debug)]
 pub(crate) struct Policy {
     /// When the response arrived, and its age then (§4.2.3's corrected initial age).
-    response_time: SystemTime,
-    initial_age: Duration,
+    pub(super) response_time: SystemTime,
+    pub(super) initial_age: Duration,
     /// Fresh while its age is below this.
-    lifetime: Duration,
+    pub(super) lifetime: Duration,
     /// `no-cache`: every reuse is validated first.
-    no_cache: bool,
+    pub(super) no_cache: bool,
     /// `must-revalidate`, `proxy-revalidate` or `s-maxage`: never reused stale.
-    must_revalidate: bool,
-    while_revalidate: Duration,
-    if_error: Duration,
+    pub(super) must_revalidate: bool,
+    pub(super) while_revalidate: Duration,
+    pub(super) if_error: Duration,
     /// The request fields the response varies on, with the values they had.
-    vary: Vec<(HeaderName, Option<String>)>,
+    pub(super) vary: Vec<(HeaderName, Option<String>)>,
 }
 
 /// A response that may be stored: its policy and the head kept of it.
@@ -430,6 +431,15 @@ pub(crate) fn refreshed(stored: &Parts, not_modified: &Parts) -> Option<Parts> {
         head.headers.append(name, value.clone());
     }
     Some(head)
+}
+
+/// A copy of a response head (status, version, fields; no extensions).
+pub(crate) fn copy_head(head: &Parts) -> Parts {
+    let mut copy = Response::new(()).into_parts().0;
+    copy.status = head.status;
+    copy.version = head.version;
+    copy.headers = head.headers.clone();
+    copy
 }
 
 /// A copy of `fields` whose values own their bytes. A parsed head's values are slices of

@@ -21,41 +21,13 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 use http::response::Parts;
 use quick_cache::sync::Cache as Map;
-use quick_cache::{Equivalent, Lifecycle, OptionsBuilder, Weighter};
+use quick_cache::{Equivalent, Lifecycle, Weighter};
 
-use super::key::{Key, KeyRef, Keying, Url};
+use super::disk::{Disk, DiskShape, Job, Loaded, Written};
+use super::key::{Key, KeyRef, Keying, Source, Url};
 use super::metrics::CacheMetrics;
-use super::policy::Policy;
+use super::policy::{Policy, copy_head};
 use super::stored::StoredBody;
-
-/// The URL a stored response was fetched for (host lower-cased, path and query): what a
-/// purge names, whatever the key template kept of it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Source {
-    pub(crate) host: Box<str>,
-    pub(crate) target: Box<str>,
-}
-
-impl Source {
-    /// The URL of a request, host lower-cased.
-    pub(crate) fn of(url: Url<'_>) -> Self {
-        Self {
-            host: url.host.to_ascii_lowercase().into(),
-            target: url.target.into(),
-        }
-    }
-
-    /// Whether a purge of `host` (any when `None`) and `target` (exactly, or as a
-    /// `prefix`) names it.
-    fn matches(&self, host: Option<&str>, target: &str, prefix: bool) -> bool {
-        host.is_none_or(|h| self.host.eq_ignore_ascii_case(h))
-            && if prefix {
-                self.target.starts_with(target)
-            } else {
-                &*self.target == target
-            }
-    }
-}
 
 /// What a store is built for: its bounds and how its keys are made. A reload keeps the
 /// store only when these are unchanged.
@@ -65,6 +37,8 @@ pub(crate) struct Shape {
     /// The largest object; shards are sized so that one fits.
     pub(crate) max_object: u64,
     pub(crate) keying: Keying,
+    /// Where its disk tier is, if it has one.
+    pub(crate) disk: Option<DiskShape>,
 }
 
 /// One stored response: its policy (freshness, `Vary`, validators), its head, its whole
@@ -75,6 +49,8 @@ pub(crate) struct Entry {
     pub(crate) head: Parts,
     pub(crate) body: StoredBody,
     pub(crate) source: Source,
+    /// Unique in the store; its record's name on disk.
+    pub(crate) id: u64,
     /// Bytes it counts for against the bound.
     size: u64,
 }
@@ -90,12 +66,18 @@ const FIELD_OVERHEAD: usize = 128;
 
 impl Entry {
     pub(crate) fn new(policy: Policy, head: Parts, body: StoredBody, source: Source) -> Self {
+        Self::with_id(fastrand::u64(..), policy, head, body, source)
+    }
+
+    /// An entry with the id it had (read back from disk, or given a body there).
+    fn with_id(id: u64, policy: Policy, head: Parts, body: StoredBody, source: Source) -> Self {
         let fields: usize = head
             .headers
             .iter()
             .map(|(name, value)| name.as_str().len() + value.len() + FIELD_OVERHEAD)
             .sum();
-        let body_len = usize::try_from(body.len()).unwrap_or(usize::MAX);
+        // A body in a file on disk is the page cache's, bounded by the disk tier.
+        let body_len = usize::try_from(body.held()).unwrap_or(usize::MAX);
         let urls = 2 * (source.host.len() + source.target.len());
         let size = (body_len + fields + urls + ENTRY_OVERHEAD) as u64;
         Self {
@@ -103,6 +85,7 @@ impl Entry {
             head,
             body,
             source,
+            id,
             size,
         }
     }
@@ -131,14 +114,6 @@ impl Variants {
         &self.entries
     }
 }
-
-/// How many variants one key keeps (a `Vary` on a header with many values must not
-/// crowd out everything else): the oldest goes first.
-const MAX_VARIANTS: usize = 8;
-
-/// A shard smaller than this many of the largest objects would refuse them (an object
-/// heavier than a shard's share is never admitted): fewer, larger shards then.
-const OBJECTS_PER_SHARD: u64 = 2;
 
 /// The weight of a key: its variants' bytes (never zero: a zero weight is never evicted).
 #[derive(Clone, Copy, Debug)]
@@ -189,8 +164,12 @@ pub(crate) struct Store {
     map: Map<Key, Arc<Variants>, ByBytes, RandomState, CountEvictions>,
     /// Held by every write, never by a hit.
     writer: Mutex<()>,
-    /// Sealed memory files its bodies hold open (`stored.rs`).
+    /// Sealed memory files and disk records its bodies hold open (`stored.rs`).
     sealed: Arc<AtomicUsize>,
+    disk: Option<Disk>,
+    /// Bumped by every removal (an invalidation, a purge, a variant dropped), under the
+    /// writer lock: a read of the disk tier that overlapped one puts nothing back.
+    epoch: AtomicU64,
 }
 
 impl std::fmt::Debug for Store {
@@ -217,25 +196,12 @@ impl Store {
             route,
             metrics: OnceLock::new(),
         });
-        let cores = std::thread::available_parallelism().map_or(1, usize::from);
-        let mut shards = (cores * 4).next_power_of_two();
-        while shards > 1
-            && max_bytes / (shards as u64) < max_object.saturating_mul(OBJECTS_PER_SHARD)
-        {
-            shards /= 2;
-        }
-        let options = OptionsBuilder::new()
-            .shards(shards)
-            // For the ghost list (recently evicted keys) and the shards' minimum size:
-            // an order of magnitude is enough.
-            .estimated_items_capacity(
-                usize::try_from(max_bytes / (16 << 10))
-                    .unwrap_or(usize::MAX)
-                    .clamp(64, 1 << 20),
-            )
-            .weight_capacity(max_bytes)
-            .build()
-            .expect("the options set are all valid");
+        let options = super::sizing::options(max_bytes, max_object);
+        let sealed = Arc::default();
+        let disk = shape
+            .disk
+            .clone()
+            .map(|disk| Disk::new(disk, max_object, Arc::clone(&sealed), labels.route.clone()));
         Self {
             shape,
             generation: AtomicU64::new(0),
@@ -247,8 +213,109 @@ impl Store {
             ),
             labels,
             writer: Mutex::new(()),
-            sealed: Arc::default(),
+            sealed,
+            disk,
+            epoch: AtomicU64::new(0),
         }
+    }
+
+    /// Starts its disk tier, if it has one (once; the layer does it when it is applied).
+    pub(crate) fn start(self: &Arc<Self>) {
+        let Some(disk) = &self.disk else {
+            return;
+        };
+        let store = Arc::downgrade(self);
+        disk.start(
+            self.route(),
+            Box::new(move |key, id, body| {
+                if let Some(store) = store.upgrade() {
+                    store.rebody(key, id, body);
+                }
+            }),
+        );
+    }
+
+    /// Its disk tier.
+    pub(crate) fn disk(&self) -> Option<&Disk> {
+        self.disk.as_ref()
+    }
+
+    /// The variants of `key` read back from the disk tier into memory, if it holds any
+    /// (and nothing removed them meanwhile).
+    pub(crate) async fn from_disk(self: &Arc<Self>, key: &Key) -> Option<Arc<Variants>> {
+        let disk = self.disk.as_ref()?;
+        let epoch = self.epoch.load(Ordering::Acquire);
+        let refs = disk.refs(key, epoch)?;
+        let store = Arc::clone(self);
+        let read_key = key.clone();
+        let loaded = tokio::task::spawn_blocking(move || {
+            let disk = store.disk.as_ref().expect("checked above");
+            disk.load(&read_key, &refs, epoch)
+        })
+        .await
+        .ok()?;
+        self.restore(key, epoch, loaded)
+    }
+
+    /// Puts `loaded` into memory under `key`, unless a removal came since `epoch`; if a
+    /// fill stored the key meanwhile, its variants are kept instead.
+    fn restore(&self, key: &Key, epoch: u64, loaded: Vec<Loaded>) -> Option<Arc<Variants>> {
+        if loaded.is_empty() {
+            return None;
+        }
+        let _writing = self.write();
+        if self.epoch.load(Ordering::Acquire) != epoch {
+            return None;
+        }
+        if let Some(stored) = self.map.peek(key) {
+            return Some(stored);
+        }
+        let entries = loaded
+            .into_iter()
+            .map(|l| {
+                Arc::new(Entry::with_id(
+                    l.id,
+                    l.meta.policy,
+                    l.meta.head,
+                    l.body,
+                    l.meta.source,
+                ))
+            })
+            .collect();
+        let variants = Arc::new(Variants::new(entries));
+        self.map.insert(key.clone(), Arc::clone(&variants));
+        self.publish_bytes();
+        Some(variants)
+    }
+
+    /// Gives entry `id` of `key` its body on disk, if it is still stored.
+    fn rebody(&self, key: &Key, id: u64, body: StoredBody) {
+        let _writing = self.write();
+        let Some(stored) = self.map.peek(key) else {
+            return;
+        };
+        let Some(at) = stored.entries.iter().position(|e| e.id == id) else {
+            return;
+        };
+        let old = &stored.entries[at];
+        let moved = Entry::with_id(
+            id,
+            old.policy.clone(),
+            copy_head(&old.head),
+            body,
+            old.source.clone(),
+        );
+        let mut entries = stored.entries.clone();
+        entries[at] = Arc::new(moved);
+        self.map
+            .replace(key.clone(), Arc::new(Variants::new(entries)), true)
+            .ok();
+        self.publish_bytes();
+    }
+
+    /// Bumps the removal epoch (under the writer lock) and returns the new one.
+    fn next_epoch(&self) -> u64 {
+        self.epoch.fetch_add(1, Ordering::AcqRel) + 1
     }
 
     /// The route's cache metrics.
@@ -313,7 +380,7 @@ impl Store {
             stored
                 .as_ref()
                 .map_or(1, |s| s.entries.len() + 1)
-                .min(MAX_VARIANTS),
+                .min(super::sizing::MAX_VARIANTS),
         );
         entries.push(entry);
         if let Some(stored) = stored {
@@ -322,9 +389,23 @@ impl Store {
                     .entries
                     .iter()
                     .filter(|v| replaces.is_none_or(|old| !Arc::ptr_eq(v, old)))
-                    .take(MAX_VARIANTS - 1)
+                    .take(super::sizing::MAX_VARIANTS - 1)
                     .cloned(),
             );
+        }
+        if let Some(disk) = &self.disk {
+            let keep = entries.iter().skip(1).map(|e| e.id).collect();
+            let entry = &entries[0];
+            disk.write(Written {
+                key: key.clone(),
+                id: entry.id,
+                source: entry.source.clone(),
+                policy: entry.policy.clone(),
+                head: copy_head(&entry.head),
+                body: entry.body.clone(),
+                keep,
+                queued: 0,
+            });
         }
         self.map.insert(key, Arc::new(Variants::new(entries)));
         self.publish_bytes();
@@ -346,19 +427,35 @@ impl Store {
     pub(crate) fn purge(&self, host: Option<&str>, target: &str, prefix: bool) -> usize {
         let _writing = self.write();
         self.generation.fetch_add(1, Ordering::AcqRel);
-        let dropped = AtomicU64::new(0);
+        let dropped = Mutex::new(Vec::new());
         self.map.retain(|_, variants| {
             let doomed = variants
                 .entries
                 .iter()
                 .any(|e| e.source.matches(host, target, prefix));
             if doomed {
-                dropped.fetch_add(variants.entries.len() as u64, Ordering::Relaxed);
+                dropped
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .extend(variants.entries.iter().map(|e| e.id));
             }
             !doomed
         });
         self.publish_bytes();
-        usize::try_from(dropped.into_inner()).unwrap_or(usize::MAX)
+        let mut dropped = dropped.into_inner().unwrap_or_else(PoisonError::into_inner);
+        if let Some(disk) = &self.disk {
+            // What is on disk only counts too.
+            dropped.extend(disk.purged_ids(host, target, prefix));
+            dropped.sort_unstable();
+            dropped.dedup();
+            disk.send(Job::Purge {
+                host: host.map(Into::into),
+                target: target.into(),
+                prefix,
+                epoch: self.next_epoch(),
+            });
+        }
+        dropped.len()
     }
 
     /// Drops every variant stored under `key` (after an unsafe method, RFC 9111 4.4).
@@ -367,11 +464,24 @@ impl Store {
         if self.map.remove(key).is_some() {
             self.publish_bytes();
         }
+        if let Some(disk) = &self.disk {
+            disk.send(Job::Forget {
+                key: key.clone(),
+                epoch: self.next_epoch(),
+            });
+        }
     }
 
     /// Drops `entry` from the variants of `key`, if it is still there.
     pub(crate) fn remove(&self, key: &Key, entry: &Arc<Entry>) {
         let _writing = self.write();
+        if let Some(disk) = &self.disk {
+            disk.send(Job::Drop {
+                key: key.clone(),
+                id: entry.id,
+                epoch: self.next_epoch(),
+            });
+        }
         let Some(stored) = self.map.peek(key) else {
             return;
         };

@@ -13,6 +13,11 @@
 //! Each such file is a descriptor; at most [`MAX_SEALED`] are open at once per store, so
 //! that a cache of many large objects cannot take the descriptors connections need.
 //! Past that, or when the file cannot be made, the body stays in memory.
+//!
+//! With a disk tier, a large body moves once more, to its record's file on disk, and is
+//! sent from there (`disk/`): the same [`FileRegion`], at the body's offset in the
+//! record. Such a file is written once to a temporary name and renamed; nothing opens it
+//! for writing again, so a descriptor held here reads what was stored.
 
 use std::fs::File;
 use std::io::{self, Write as _};
@@ -35,19 +40,23 @@ pub(crate) const MAX_SEALED: usize = 1024;
 #[derive(Clone, Debug)]
 pub(crate) enum StoredBody {
     Memory(Bytes),
-    Sealed(Arc<Sealed>),
+    File(Arc<FileBody>),
 }
 
-/// A sealed memory file and its length; dropping the last handle closes it and gives its
-/// place back to the store's count.
+/// A body held in a file: a sealed memory file, or a record of the disk tier (the body
+/// from `offset`). Dropping the last handle closes it and gives its place back to the
+/// store's count of open files.
 #[derive(Debug)]
-pub(crate) struct Sealed {
+pub(crate) struct FileBody {
     file: Arc<File>,
+    offset: u64,
     len: u64,
+    /// In a file on disk (its pages are the page cache's, not this process's).
+    on_disk: bool,
     open: Arc<AtomicUsize>,
 }
 
-impl Drop for Sealed {
+impl Drop for FileBody {
     fn drop(&mut self) {
         self.open.fetch_sub(1, Ordering::AcqRel);
     }
@@ -70,9 +79,11 @@ impl StoredBody {
             return Self::Memory(bytes.freeze());
         }
         match seal(&bytes) {
-            Ok(file) => Self::Sealed(Arc::new(Sealed {
+            Ok(file) => Self::File(Arc::new(FileBody {
                 file: Arc::new(file),
+                offset: 0,
                 len: bytes.len() as u64,
+                on_disk: false,
                 open: Arc::clone(open),
             })),
             Err(e) => {
@@ -83,18 +94,71 @@ impl StoredBody {
         }
     }
 
+    /// `len` bytes of the file on disk `file` from `offset`, if `open` (the store's count
+    /// of open files) has room for one more; `None` otherwise.
+    pub(crate) fn on_disk(
+        file: File,
+        offset: u64,
+        len: u64,
+        open: &Arc<AtomicUsize>,
+    ) -> Option<Self> {
+        if open.fetch_add(1, Ordering::AcqRel) >= MAX_SEALED {
+            open.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        Some(Self::File(Arc::new(FileBody {
+            file: Arc::new(file),
+            offset,
+            len,
+            on_disk: true,
+            open: Arc::clone(open),
+        })))
+    }
+
     /// Its length in bytes.
     pub(crate) fn len(&self) -> u64 {
         match self {
             Self::Memory(bytes) => bytes.len() as u64,
-            Self::Sealed(sealed) => sealed.len,
+            Self::File(file) => file.len,
         }
     }
 
-    /// Whether it is in a sealed file (for tests).
+    /// The bytes of it this process holds: all of them, unless they are in a file on
+    /// disk.
+    pub(crate) fn held(&self) -> u64 {
+        match self {
+            Self::File(file) if file.on_disk => 0,
+            _ => self.len(),
+        }
+    }
+
+    /// Whether it is in a file, sealed in memory or on disk (for tests).
     #[cfg(test)]
     pub(crate) fn is_sealed(&self) -> bool {
-        matches!(self, Self::Sealed(_))
+        matches!(self, Self::File(_))
+    }
+
+    /// Copies it to `out`, from memory or by reading its file.
+    pub(crate) fn write_to(&self, out: &mut impl io::Write) -> io::Result<()> {
+        match self {
+            Self::Memory(bytes) => out.write_all(bytes),
+            Self::File(file) => {
+                let mut buf = vec![0; 128 << 10];
+                let mut done = 0;
+                while done < file.len {
+                    let want = usize::try_from(file.len - done)
+                        .unwrap_or(usize::MAX)
+                        .min(buf.len());
+                    let n = file.file.read_at(&mut buf[..want], file.offset + done)?;
+                    if n == 0 {
+                        return Err(io::ErrorKind::UnexpectedEof.into());
+                    }
+                    out.write_all(&buf[..n])?;
+                    done += n as u64;
+                }
+                Ok(())
+            }
+        }
     }
 
     /// The whole body, to send.
@@ -106,9 +170,11 @@ impl StoredBody {
     pub(crate) fn part(&self, offset: u64, len: u64) -> Body {
         match self {
             Self::Memory(bytes) => Body::full(slice(bytes, offset, len)),
-            Self::Sealed(sealed) => {
-                Body::file(FileRegion::new(Arc::clone(&sealed.file), offset, len))
-            }
+            Self::File(file) => Body::file(FileRegion::new(
+                Arc::clone(&file.file),
+                file.offset + offset,
+                len,
+            )),
         }
     }
 
@@ -117,9 +183,9 @@ impl StoredBody {
     pub(crate) fn read(&self, offset: u64, len: u64) -> io::Result<Bytes> {
         match self {
             Self::Memory(bytes) => Ok(slice(bytes, offset, len)),
-            Self::Sealed(sealed) => {
+            Self::File(file) => {
                 let mut buf = vec![0; usize::try_from(len).unwrap_or(usize::MAX)];
-                sealed.file.read_exact_at(&mut buf, offset)?;
+                file.file.read_exact_at(&mut buf, file.offset + offset)?;
                 Ok(buf.into())
             }
         }

@@ -13,8 +13,9 @@ use scb_core::{Body, BoxError};
 
 use super::fill::FillGuard;
 use super::key::Key;
+use super::key::Source;
 use super::policy::Policy;
-use super::store::{Entry, Source, Store};
+use super::store::{Entry, Store};
 use super::stored::StoredBody;
 
 /// What to store once the body is whole.

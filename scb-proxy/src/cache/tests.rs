@@ -16,28 +16,28 @@ use tower::ServiceExt as _;
 
 use super::*;
 
-type Origin = BoxCloneSyncService<Request<Body>, Response<Body>, Infallible>;
+pub(super) type Origin = BoxCloneSyncService<Request<Body>, Response<Body>, Infallible>;
 
 /// An origin answering `script(request, count)`, counting requests.
 #[derive(Clone)]
-struct Scripted {
+pub(super) struct Scripted {
     calls: Arc<AtomicUsize>,
     seen: Arc<Mutex<Vec<http::HeaderMap>>>,
 }
 
 impl Scripted {
-    fn new() -> Self {
+    pub(super) fn new() -> Self {
         Self {
             calls: Arc::default(),
             seen: Arc::default(),
         }
     }
 
-    fn calls(&self) -> usize {
+    pub(super) fn calls(&self) -> usize {
         self.calls.load(Ordering::SeqCst)
     }
 
-    fn origin(
+    pub(super) fn origin(
         &self,
         script: impl Fn(&Request<Body>, usize) -> Response<Body> + Clone + Send + Sync + 'static,
     ) -> Origin {
@@ -52,7 +52,11 @@ impl Scripted {
     }
 }
 
-fn response(status: u16, headers: &[(&str, &str)], body: impl Into<Bytes>) -> Response<Body> {
+pub(super) fn response(
+    status: u16,
+    headers: &[(&str, &str)],
+    body: impl Into<Bytes>,
+) -> Response<Body> {
     let body: Bytes = body.into();
     let len = body.len();
     let mut res = Response::new(Body::full(body));
@@ -68,7 +72,7 @@ fn response(status: u16, headers: &[(&str, &str)], body: impl Into<Bytes>) -> Re
     res
 }
 
-fn request(method: Method, path: &str, headers: &[(&str, &str)]) -> Request<Body> {
+pub(super) fn request(method: Method, path: &str, headers: &[(&str, &str)]) -> Request<Body> {
     let mut req = Request::builder()
         .method(method)
         .uri(path)
@@ -79,19 +83,19 @@ fn request(method: Method, path: &str, headers: &[(&str, &str)]) -> Request<Body
     req.body(Body::empty()).unwrap()
 }
 
-fn get(path: &str) -> Request<Body> {
+pub(super) fn get(path: &str) -> Request<Body> {
     request(Method::GET, path, &[])
 }
 
 /// Sends `req` and reads the whole answer (which is what stores a miss).
-async fn send(svc: &Cache<Origin>, req: Request<Body>) -> (Response<()>, Bytes) {
+pub(super) async fn send(svc: &Cache<Origin>, req: Request<Body>) -> (Response<()>, Bytes) {
     let res = svc.clone().oneshot(req).await.unwrap();
     let (head, body) = res.into_parts();
     let body = body.collect().await.unwrap().to_bytes();
     (Response::from_parts(head, ()), body)
 }
 
-fn status_of(res: &Response<()>) -> &str {
+pub(super) fn status_of(res: &Response<()>) -> &str {
     res.headers()
         .get("cache-status")
         .and_then(|v| v.to_str().ok())
