@@ -95,18 +95,18 @@ impl StoredBody {
     }
 
     /// `len` bytes of the file on disk `file` from `offset`, if `open` (the store's count
-    /// of open files) has room for one more; `None` otherwise.
+    /// of open files) has room for one more; the file back otherwise.
     pub(crate) fn on_disk(
         file: File,
         offset: u64,
         len: u64,
         open: &Arc<AtomicUsize>,
-    ) -> Option<Self> {
+    ) -> Result<Self, File> {
         if open.fetch_add(1, Ordering::AcqRel) >= MAX_SEALED {
             open.fetch_sub(1, Ordering::AcqRel);
-            return None;
+            return Err(file);
         }
-        Some(Self::File(Arc::new(FileBody {
+        Ok(Self::File(Arc::new(FileBody {
             file: Arc::new(file),
             offset,
             len,
@@ -138,23 +138,20 @@ impl StoredBody {
         matches!(self, Self::File(_))
     }
 
-    /// Copies it to `out`, from memory or by reading its file.
-    pub(crate) fn write_to(&self, out: &mut impl io::Write) -> io::Result<()> {
+    /// Writes `head` and then it to `out` (a new file), from memory or from its file
+    /// with `sendfile` (the kernel copies between the files: no buffer here).
+    pub(crate) fn write_after(&self, head: &[u8], out: &File) -> io::Result<()> {
         match self {
-            Self::Memory(bytes) => out.write_all(bytes),
+            Self::Memory(bytes) => write_both(out, head, bytes),
             Self::File(file) => {
-                let mut buf = vec![0; 128 << 10];
-                let mut done = 0;
-                while done < file.len {
-                    let want = usize::try_from(file.len - done)
-                        .unwrap_or(usize::MAX)
-                        .min(buf.len());
-                    let n = file.file.read_at(&mut buf[..want], file.offset + done)?;
-                    if n == 0 {
+                write_both(out, head, &[])?;
+                let mut offset = file.offset;
+                let end = file.offset + file.len;
+                while offset < end {
+                    let want = usize::try_from(end - offset).unwrap_or(usize::MAX);
+                    if rustix::fs::sendfile(out, &*file.file, Some(&mut offset), want)? == 0 {
                         return Err(io::ErrorKind::UnexpectedEof.into());
                     }
-                    out.write_all(&buf[..n])?;
-                    done += n as u64;
                 }
                 Ok(())
             }
@@ -190,6 +187,24 @@ impl StoredBody {
             }
         }
     }
+}
+
+/// Writes `a` then `b` to `out`, in one system call when it takes them whole.
+fn write_both(mut out: &File, a: &[u8], b: &[u8]) -> io::Result<()> {
+    let mut done = 0;
+    let total = a.len() + b.len();
+    while done < total {
+        let n = if done < a.len() {
+            out.write_vectored(&[io::IoSlice::new(&a[done..]), io::IoSlice::new(b)])?
+        } else {
+            out.write(&b[done - a.len()..])?
+        };
+        if n == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        done += n;
+    }
+    Ok(())
 }
 
 fn slice(bytes: &Bytes, offset: u64, len: u64) -> Bytes {

@@ -225,15 +225,11 @@ impl Disk {
                 .map_err(ReadError::Io)?;
             return Ok((meta, StoredBody::Memory(Bytes::from(body))));
         }
-        if let Some(body) = StoredBody::on_disk(
-            file.try_clone().map_err(ReadError::Io)?,
-            offset,
-            len,
-            &self.open,
-        ) {
-            return Ok((meta, body));
-        }
         // No room for another descriptor: the body is read into memory.
+        let file = match StoredBody::on_disk(file, offset, len, &self.open) {
+            Ok(body) => return Ok((meta, body)),
+            Err(file) => file,
+        };
         let mut body = vec![0; usize::try_from(len).unwrap_or(usize::MAX)];
         file.read_exact_at(&mut body, offset)
             .map_err(ReadError::Io)?;

@@ -4,6 +4,8 @@
 //! "SCBC" version(1) 0 0 0 | head_len u32 | head_crc u32 | body_len u64 | head | body
 //! ```
 //!
+//! The head may end in zeros, so that a body sent with `sendfile` starts on a page.
+//!
 //! All integers are little-endian. The head holds the key, the URL the response was
 //! fetched for, its [`Policy`] and its status, version and fields; its CRC-32 is checked
 //! before anything of it is believed. The file's length must be the prefix's sum: a
@@ -81,13 +83,18 @@ pub(crate) enum Unreadable {
     Malformed,
 }
 
-/// The prefix and head of a record for `meta` with a body of `body_len` bytes.
+/// What a body is aligned to when asked.
+const PAGE: usize = 4096;
+
+/// The prefix and head of a record for `meta` with a body of `body_len` bytes; with
+/// `align_body`, padded so that the body starts on a page.
 pub(crate) fn encode(
     key: &Key,
     source: &Source,
     policy: &Policy,
     head: &Parts,
     body_len: u64,
+    align_body: bool,
 ) -> Vec<u8> {
     let mut out = vec![0; PREFIX];
     let mut w = Writer(&mut out);
@@ -115,6 +122,9 @@ pub(crate) fn encode(
     for (name, value) in &head.headers {
         w.str(name.as_str());
         w.bytes(value.as_bytes());
+    }
+    if align_body {
+        out.resize(out.len().next_multiple_of(PAGE), 0);
     }
     let head_len = out.len() - PREFIX;
     let crc = crc32fast::hash(&out[PREFIX..]);
@@ -197,7 +207,7 @@ fn read(r: &mut Reader<'_>) -> Option<Meta> {
         headers.append(name, value);
     }
     head.headers = headers;
-    r.0.is_empty().then_some(Meta {
+    r.0.iter().all(|&b| b == 0).then_some(Meta {
         key,
         source,
         policy,
@@ -348,7 +358,7 @@ mod tests {
     #[test]
     fn a_record_reads_back_as_it_was_written() {
         let (key, source, policy, head) = meta();
-        let record = encode(&key, &source, &policy, &head, 7);
+        let record = encode(&key, &source, &policy, &head, 7, false);
         let (layout, rest) = split(&record);
         assert_eq!(layout.body_len, 7);
         assert_eq!(layout.body_offset(), record.len() as u64);
@@ -366,9 +376,19 @@ mod tests {
     }
 
     #[test]
+    fn an_aligned_record_s_body_starts_on_a_page() {
+        let (key, source, policy, head) = meta();
+        let record = encode(&key, &source, &policy, &head, 1 << 20, true);
+        let (layout, rest) = split(&record);
+        assert_eq!(layout.body_offset() % PAGE as u64, 0);
+        assert_eq!(layout.body_offset(), record.len() as u64);
+        assert_eq!(decode(&layout, rest).unwrap().key, key);
+    }
+
+    #[test]
     fn a_record_cut_short_or_altered_is_not_read() {
         let (key, source, policy, head) = meta();
-        let record = encode(&key, &source, &policy, &head, 0);
+        let record = encode(&key, &source, &policy, &head, 0, false);
         let (layout, rest) = split(&record);
         assert_eq!(
             decode(&layout, &rest[..rest.len() - 1]).unwrap_err(),
