@@ -56,6 +56,9 @@ pub use conn::BodyError;
 pub use handshake::{Handshake, HandshakeFuture, Protocol, SecureIo, Secured};
 pub use limits::Limits;
 pub use proxy_protocol::ProxyProtocol;
+/// The QUIC library [`Http3`] is configured with.
+#[cfg(feature = "http3")]
+pub use quinn;
 pub use shutdown::shutdown_signal;
 pub use unix::UnixListen;
 
@@ -101,6 +104,32 @@ pub(crate) struct Secure(pub(crate) Arc<dyn Handshake>);
 pub struct ListenOptions {
     pub(crate) secure: Option<Secure>,
     pub(crate) proxy_protocol: Option<Arc<ProxyProtocol>>,
+    #[cfg(feature = "http3")]
+    pub(crate) http3: Option<Http3>,
+}
+
+/// HTTP/3 beside a TLS listener, on the same port over UDP: the QUIC server
+/// configuration (certificates, ALPN `h3`) its handshakes use. For
+/// [`ListenOptions::http3`]. Feature `http3`.
+#[cfg(feature = "http3")]
+#[derive(Clone)]
+pub struct Http3(pub(crate) quinn::ServerConfig);
+
+#[cfg(feature = "http3")]
+impl Http3 {
+    /// QUIC handshakes with `config`. Its transport settings are replaced by the
+    /// server's [`Limits`]: `h2_max_concurrent_streams` bounds the streams a client may
+    /// open at once, `keep_alive_timeout` is the idle timeout.
+    pub fn new(config: quinn::ServerConfig) -> Self {
+        Self(config)
+    }
+}
+
+#[cfg(feature = "http3")]
+impl fmt::Debug for Http3 {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Http3")
+    }
 }
 
 impl ListenOptions {
@@ -114,6 +143,17 @@ impl ListenOptions {
     #[must_use]
     pub fn secure(mut self, handshake: Arc<dyn Handshake>) -> Self {
         self.secure = Some(Secure(handshake));
+        self
+    }
+
+    /// Also serves HTTP/3 on the listener's port over UDP, each worker with its own
+    /// socket (`SO_REUSEPORT`) and QUIC endpoint. Defaults to none. A reload that keeps
+    /// the listener gives new handshakes the new configuration; open connections keep
+    /// theirs. Feature `http3`.
+    #[cfg(feature = "http3")]
+    #[must_use]
+    pub fn http3(mut self, http3: Http3) -> Self {
+        self.http3 = Some(http3);
         self
     }
 

@@ -8,6 +8,10 @@ pub use body::BodyError;
 mod h1;
 pub(crate) mod head;
 mod hyper;
+#[cfg(feature = "http3")]
+mod quic;
+#[cfg(feature = "http3")]
+pub(crate) use quic::serve_quic;
 
 use std::future::Future;
 use std::net::SocketAddr;

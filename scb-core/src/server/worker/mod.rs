@@ -20,6 +20,9 @@ use super::shutdown::Trigger;
 use super::{ConnectInfo, Server, WorkerInfo};
 use crate::{Body, BoxError};
 
+#[cfg(feature = "http3")]
+mod quic;
+
 /// Listen backlog per worker socket: connections the kernel holds while the worker is busy
 /// or at its connection limit.
 const BACKLOG: i32 = 4096;
@@ -161,6 +164,41 @@ pub(super) enum ListenerUpdate {
 struct Accepting {
     task: tokio::task::JoinHandle<()>,
     options: Rc<RefCell<super::ListenOptions>>,
+    /// The QUIC endpoint on the same address, with its accept loop.
+    #[cfg(feature = "http3")]
+    quic: Option<(quinn::Endpoint, tokio::task::JoinHandle<()>)>,
+}
+
+impl Accepting {
+    /// Stops accepting on it (the socket closes when the loop's future is dropped);
+    /// resolves once that is done.
+    async fn stop(self) {
+        self.task.abort();
+        let _ = self.task.await;
+        #[cfg(feature = "http3")]
+        if let Some((endpoint, task)) = self.quic {
+            endpoint.set_server_config(None);
+            task.abort();
+            let _ = task.await;
+        }
+    }
+
+    /// New connections start as `options` say.
+    fn update(&self, options: &super::ListenOptions, current: &Current) {
+        *self.options.borrow_mut() = options.clone();
+        #[cfg(feature = "http3")]
+        if let Some((endpoint, _)) = &self.quic {
+            let limits = &current.ctx.borrow().limits;
+            endpoint.set_server_config(
+                options
+                    .http3
+                    .as_ref()
+                    .map(|http3| quic::server_config(http3, limits)),
+            );
+        }
+        #[cfg(not(feature = "http3"))]
+        let _ = current;
+    }
 }
 
 /// What a worker's accept loops read for each new connection: replaced by an [`Update`],
@@ -239,6 +277,28 @@ pub(super) fn run<S, B>(
                     return;
                 }
             };
+            #[cfg(feature = "http3")]
+            let quic = match (&key, &options.http3) {
+                (ListenKey::Tcp(addr), Some(http3)) => {
+                    let limits = current.ctx.borrow().limits.clone();
+                    match quic::endpoint(*addr, http3, &limits) {
+                        Ok(endpoint) => {
+                            let task = tokio::task::spawn_local(quic::accept_loop(
+                                endpoint.clone(),
+                                *addr,
+                                svc.clone(),
+                                Rc::clone(&current),
+                            ));
+                            Some((endpoint, task))
+                        }
+                        Err(e) => {
+                            tracing::error!(worker = info.index, %addr, error = %e, "cannot open the HTTP/3 (UDP) socket");
+                            None
+                        }
+                    }
+                }
+                _ => None,
+            };
             let options = Rc::new(RefCell::new(options));
             let name = match &key {
                 ListenKey::Tcp(addr) => addr.to_string(),
@@ -254,7 +314,12 @@ pub(super) fn run<S, B>(
             accepting
                 .entry(key)
                 .or_default()
-                .push(Accepting { task, options });
+                .push(Accepting {
+                    task,
+                    options,
+                    #[cfg(feature = "http3")]
+                    quic,
+                });
         };
         for listener in listeners {
             start(listener, &mut accepting);
@@ -277,7 +342,7 @@ pub(super) fn run<S, B>(
                     ListenerUpdate::Keep { local, options } => {
                         if let Some(loops) = accepting.remove(&local) {
                             for loop_ in &loops {
-                                *loop_.options.borrow_mut() = options.clone();
+                                loop_.update(&options, &current);
                             }
                             kept.insert(local, loops);
                         }
@@ -288,9 +353,7 @@ pub(super) fn run<S, B>(
             // The listeners left out stop accepting: their sockets close when the aborted
             // loops drop them, while the connections they accepted carry on.
             for removed in accepting.drain().flat_map(|(_, loops)| loops) {
-                removed.task.abort();
-                // Resolves once the loop's future, and with it the socket, is dropped.
-                let _ = removed.task.await;
+                removed.stop().await;
             }
             accepting = kept;
             let _ = update.done.send(());

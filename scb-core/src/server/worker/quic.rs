@@ -1,0 +1,103 @@
+//! A worker's QUIC endpoint beside one of its TCP listeners: its own UDP socket on the
+//! same address (`SO_REUSEPORT`, so every worker has one and the kernel spreads clients
+//! across them by their address), and the loop that accepts connections on it.
+
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{Request, Response};
+use socket2::{Domain, Protocol, Socket, Type};
+use tower::Service;
+
+use super::{ConnGuard, Current};
+use crate::server::Http3;
+use crate::server::Limits;
+use crate::server::conn;
+use crate::{Body, BoxError};
+
+/// A UDP socket on `addr` that every worker binds (`SO_REUSEPORT`).
+fn reuseport_udp(addr: SocketAddr) -> std::io::Result<std::net::UdpSocket> {
+    let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    socket.set_reuse_address(true)?;
+    socket.set_reuse_port(true)?;
+    if addr.is_ipv6() {
+        socket.set_only_v6(true)?;
+    }
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    Ok(socket.into())
+}
+
+/// `http3`'s server configuration with the transport `limits` set.
+pub(super) fn server_config(http3: &Http3, limits: &Limits) -> quinn::ServerConfig {
+    let mut config = http3.0.clone();
+    let mut transport = quinn::TransportConfig::default();
+    transport.max_concurrent_bidi_streams(limits.h2_max_concurrent_streams.into());
+    // The client's control, QPACK encoder and decoder streams, and a few more it may
+    // open and ignore (grease): unidirectional streams carry no requests.
+    transport.max_concurrent_uni_streams(8u32.into());
+    transport.max_idle_timeout(quinn::IdleTimeout::try_from(limits.keep_alive_timeout).ok());
+    config.transport_config(Arc::new(transport));
+    config
+}
+
+/// This worker's endpoint on `addr`, handshaking with `http3`.
+pub(super) fn endpoint(
+    addr: SocketAddr,
+    http3: &Http3,
+    limits: &Limits,
+) -> std::io::Result<quinn::Endpoint> {
+    let socket = reuseport_udp(addr)?;
+    quinn::Endpoint::new(
+        quinn::EndpointConfig::default(),
+        Some(server_config(http3, limits)),
+        socket,
+        Arc::new(quinn::TokioRuntime),
+    )
+}
+
+/// Accepts QUIC connections on `endpoint` until shutdown, within the worker's connection
+/// limit (past it, a new connection is refused: the client may try another server).
+pub(super) async fn accept_loop<S, B>(
+    endpoint: quinn::Endpoint,
+    local: SocketAddr,
+    svc: S,
+    current: Rc<Current>,
+) where
+    S: Service<Request<Body>, Response = Response<B>> + Clone + 'static,
+    S::Error: Into<BoxError>,
+    S::Future: 'static,
+    B: http_body::Body<Data = Bytes> + 'static,
+    B::Error: Into<BoxError>,
+{
+    let connections = &current.connections;
+    loop {
+        let ctx = Rc::clone(&current.ctx.borrow());
+        let incoming = tokio::select! {
+            biased;
+            () = ctx.shutdown.fired() => {
+                // No new handshakes; the connections open drain (GOAWAY) on their own.
+                endpoint.set_server_config(None);
+                return;
+            }
+            incoming = endpoint.accept() => incoming,
+        };
+        let Some(incoming) = incoming else {
+            return;
+        };
+        let ctx = Rc::clone(&current.ctx.borrow());
+        if connections.open.get() >= ctx.limits.max_connections.max(1) {
+            incoming.refuse();
+            continue;
+        }
+        connections.open.set(connections.open.get() + 1);
+        let guard = ConnGuard(Rc::clone(connections));
+        let svc = svc.clone();
+        tokio::task::spawn_local(async move {
+            let _guard = guard;
+            Box::pin(conn::serve_quic(incoming, local, svc, ctx)).await;
+        });
+    }
+}
