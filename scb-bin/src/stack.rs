@@ -1,7 +1,7 @@
 //! The tower stacks the binary serves, built once per worker.
 //!
 //! ```text
-//! main server:    RequestId -> AccessLog -> CatchPanic -> [RedirectHttps] -> [Hsts]
+//! main server:    RequestId -> AccessLog -> CatchPanic -> [RedirectHttps] -> [AltSvc] -> [Hsts]
 //!                   -> VirtualHosts by host (only when there are named sites)
 //!                   each site: HeaderRules (site) -> Router
 //!                     routes:   Metrics(route name; off without [metrics]) -> [guards] -> RouteService
@@ -29,6 +29,7 @@ use http::{HeaderName, HeaderValue, Request, Response, header};
 use metrics_exporter_prometheus::PrometheusHandle;
 use scb_core::Body;
 use scb_core::access_log::{AccessLog, AccessLogLayer};
+use scb_core::alt_svc::{AltSvc, AltSvcLayer};
 use scb_core::catch_panic::{CatchPanic, CatchPanicLayer};
 
 use scb_core::health::{HealthCheck, Readiness};
@@ -47,7 +48,9 @@ use crate::plan::SitePlan;
 use crate::route::RouteService;
 
 /// The sites with the https layers a config may add.
-type Routed = Either<RedirectHttps<Either<Hsts<Sites>, Sites>>, Either<Hsts<Sites>, Sites>>;
+type Routed = Either<RedirectHttps<Advertised>, Advertised>;
+/// The sites with HSTS and `Alt-Svc`, when the config has them.
+type Advertised = Either<AltSvc<Either<Hsts<Sites>, Sites>>, Either<Hsts<Sites>, Sites>>;
 /// The one site (no lookup), or sites chosen by host when there are named ones; a host
 /// no site takes gets 421, counted as `unmatched`.
 type Sites = OneOf<Site, VirtualHosts<Site, Metrics<Misdirected>>>;
@@ -65,6 +68,8 @@ pub(crate) struct Https {
     pub(crate) redirect: Option<(Vec<SocketAddr>, u16)>,
     /// The HSTS value and the TLS listeners that send it.
     pub(crate) hsts: Option<(HeaderValue, Vec<SocketAddr>)>,
+    /// `Alt-Svc` for the TCP answers of the listeners that also serve HTTP/3.
+    pub(crate) alt_svc: Option<AltSvcLayer>,
 }
 
 impl Https {
@@ -88,8 +93,29 @@ impl Https {
                 .hsts
                 .as_ref()
                 .map(|(value, listeners)| (value.clone(), pick(listeners))),
+            alt_svc: alt_svc(&plan.alt_svc, bound),
         }
     }
+}
+
+/// The `Alt-Svc` layer for the HTTP/3 listeners `(index, max age)`: each advertises its
+/// own port (the bound one: a port 0 in the config is the kernel's choice); none when no
+/// listener advertises.
+fn alt_svc(
+    listeners: &[(usize, std::time::Duration)],
+    bound: &[SocketAddr],
+) -> Option<AltSvcLayer> {
+    let mut advertised = listeners
+        .iter()
+        .filter(|(_, max_age)| !max_age.is_zero())
+        .filter_map(|&(i, max_age)| Some((*bound.get(i)?, max_age)))
+        .peekable();
+    advertised.peek()?;
+    Some(
+        advertised.fold(AltSvcLayer::new(), |layer, (addr, max_age)| {
+            layer.max_age(max_age).listener(addr, addr.port())
+        }),
+    )
 }
 
 /// Builds the main stack for one worker. Metric handles are registered here, so the
@@ -157,6 +183,7 @@ pub(crate) fn app(
                 .only_on(listeners.iter().copied())
                 .metrics(metrics_layer(HTTPS_REDIRECT))
         }))
+        .option_layer(https.alt_svc.clone())
         .option_layer(https.hsts.as_ref().map(|(value, listeners)| {
             HstsLayer::new(value.clone()).only_on(listeners.iter().copied())
         }))

@@ -31,6 +31,7 @@
 
 pub mod access_log;
 pub mod admission;
+pub mod alt_svc;
 #[cfg(feature = "auth")]
 pub mod basic_auth;
 pub mod body;

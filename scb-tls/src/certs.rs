@@ -205,6 +205,12 @@ pub(crate) fn client_certificate(der: &CertificateDer<'_>) -> Option<ClientCerti
     Some(ClientCertificate::new(subject, sans))
 }
 
+/// [`client_certificate`] from the bare DER, as QUIC connections give it.
+#[cfg(feature = "http3")]
+pub(crate) fn client_certificate_der(der: &[u8]) -> Option<ClientCertificate> {
+    client_certificate(&CertificateDer::from(der))
+}
+
 fn unix_now() -> i64 {
     match SystemTime::now().duration_since(UNIX_EPOCH) {
         Ok(since) => i64::try_from(since.as_secs()).unwrap_or(i64::MAX),

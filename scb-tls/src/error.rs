@@ -115,4 +115,10 @@ pub enum TlsError {
     /// rustls refused the configuration (not expected with the settings this crate makes).
     #[error("cannot set up TLS: {0}")]
     Rustls(#[from] rustls::Error),
+
+    /// The TLS configuration cannot secure QUIC (it lacks the TLS 1.3 suite QUIC's
+    /// initial packets need). Feature `http3`.
+    #[cfg(feature = "http3")]
+    #[error("the TLS configuration cannot serve QUIC: {0}")]
+    Quic(#[from] scb_core::server::quinn::crypto::rustls::NoInitialCipherSuite),
 }

@@ -92,6 +92,8 @@ mod config;
 mod der;
 mod error;
 mod provider;
+#[cfg(feature = "http3")]
+mod quic;
 mod resolver;
 mod settings;
 

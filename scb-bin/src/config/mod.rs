@@ -266,6 +266,12 @@ pub(crate) struct ListenConfig {
     /// `proxy_protocol = { trusted = ["10.0.0.0/8"] }`: connections from these peers
     /// begin with a PROXY protocol header (v1 or v2) naming the client.
     pub(crate) proxy_protocol: Option<Spanned<ProxyProtocolConfig>>,
+    /// On a TLS listener: HTTP/3 over QUIC on the same port (UDP), advertised with
+    /// `Alt-Svc` on the TCP answers.
+    pub(crate) http3: Option<Spanned<bool>>,
+    /// How long clients may remember the `Alt-Svc` advertisement (`ma`); `"0s"` sends
+    /// none. Default 24 hours.
+    pub(crate) alt_svc_max_age: Option<Spanned<units::HumanDuration>>,
 }
 
 /// `proxy_protocol = { trusted = [...] }` of a `[[listen]]`.

@@ -28,7 +28,14 @@ pub(crate) struct HttpsPlan {
     /// by the listeners that serve it): each runs one renewal task, and their HTTP-01
     /// answers are served on every listener.
     pub(crate) acme: Vec<scb_tls::TlsAcceptor>,
+    /// The listeners that also serve HTTP/3, each with the `Alt-Svc` max age its TCP
+    /// answers advertise it with (none when zero).
+    pub(crate) alt_svc: Vec<(usize, std::time::Duration)>,
 }
+
+/// How long clients may remember that a listener speaks HTTP/3, unless
+/// `alt_svc_max_age` says otherwise: a day, as Caddy and most servers advertise.
+const DEFAULT_ALT_SVC_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(86_400);
 
 /// Where the Prometheus endpoint listens.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -96,8 +103,25 @@ pub(super) fn listeners(
                 })?;
             options = options.proxy_protocol(ProxyProtocol::new(networks));
         }
+        let http3 = listen.http3.as_ref().filter(|h| *h.get_ref());
+        if listen.http3.is_none()
+            && let Some(max_age) = &listen.alt_svc_max_age
+        {
+            return Err(Located::at(
+                max_age,
+                format!("listen[{i}].alt_svc_max_age"),
+                "advertises HTTP/3: set `http3 = true` as well",
+            ));
+        }
         match &listen.tls {
             None => {
+                if let Some(http3) = http3 {
+                    return Err(Located::at(
+                        http3,
+                        format!("listen[{i}].http3"),
+                        "HTTP/3 runs over QUIC, which is always encrypted: add `tls`",
+                    ));
+                }
                 server = server.listen_with(addr, options);
                 if redirect.is_some_and(|r| *r.get_ref()) {
                     https.redirect.push(t);
@@ -137,6 +161,17 @@ pub(super) fn listeners(
                         }
                         None => https.acme.push(acceptor.clone()),
                     }
+                }
+                if http3.is_some() {
+                    let quic = acceptor
+                        .http3()
+                        .map_err(|e| Located::at(config_tls, format!("listen[{i}].http3"), e))?;
+                    options = options.http3(quic);
+                    let max_age = listen
+                        .alt_svc_max_age
+                        .as_ref()
+                        .map_or(DEFAULT_ALT_SVC_MAX_AGE, |m| m.get_ref().0);
+                    https.alt_svc.push((t, max_age));
                 }
                 server = server.listen_with(addr, options.secure(Arc::new(acceptor)));
                 https.https_listener.get_or_insert(t);
@@ -188,6 +223,9 @@ fn unix_listen(
     }
     if let Some(proxy) = &listen.proxy_protocol {
         return Err(refuse(proxy.span(), "proxy_protocol"));
+    }
+    if let Some(http3) = &listen.http3 {
+        return Err(refuse(http3.span(), "http3"));
     }
     let mut unix = scb_core::server::UnixListen::new(path);
     if let Some(mode) = &listen.mode {

@@ -111,9 +111,20 @@ pub struct ListenOptions {
 /// HTTP/3 beside a TLS listener, on the same port over UDP: the QUIC server
 /// configuration (certificates, ALPN `h3`) its handshakes use. For
 /// [`ListenOptions::http3`]. Feature `http3`.
+///
+/// 0-RTT is whatever the configuration's rustls `max_early_data_size` says; scb-tls
+/// leaves it at 0 (off), because early data can be replayed.
 #[cfg(feature = "http3")]
 #[derive(Clone)]
-pub struct Http3(pub(crate) quinn::ServerConfig);
+pub struct Http3 {
+    pub(crate) config: quinn::ServerConfig,
+    pub(crate) client_certificate: Option<ParseCertificate>,
+    pub(crate) retry_above: usize,
+}
+
+/// Reads a client's end-entity certificate (DER) into what requests carry.
+#[cfg(feature = "http3")]
+pub type ParseCertificate = fn(&[u8]) -> Option<ClientCertificate>;
 
 #[cfg(feature = "http3")]
 impl Http3 {
@@ -121,14 +132,40 @@ impl Http3 {
     /// server's [`Limits`]: `h2_max_concurrent_streams` bounds the streams a client may
     /// open at once, `keep_alive_timeout` is the idle timeout.
     pub fn new(config: quinn::ServerConfig) -> Self {
-        Self(config)
+        Self {
+            config,
+            client_certificate: None,
+            retry_above: 64,
+        }
+    }
+
+    /// How a client's certificate (the first of the chain it presented, DER) becomes the
+    /// [`ClientCertificate`] its requests carry, as on TCP. Defaults to none: requests
+    /// carry no certificate even when the handshake verified one.
+    #[must_use]
+    pub fn client_certificates(mut self, parse: ParseCertificate) -> Self {
+        self.client_certificate = Some(parse);
+        self
+    }
+
+    /// Past this many handshakes in progress on a worker, a client whose address is not
+    /// yet validated is sent a stateless Retry first (RFC 9000 §8.1): it must echo the
+    /// token from its address before the server spends a handshake on it, so spoofed
+    /// sources cannot make the server amplify or burn CPU. Defaults to 64; 0 retries
+    /// every new client (one round trip more for each).
+    #[must_use]
+    pub fn retry_above(mut self, handshakes: usize) -> Self {
+        self.retry_above = handshakes;
+        self
     }
 }
 
 #[cfg(feature = "http3")]
 impl fmt::Debug for Http3 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Http3")
+        f.debug_struct("Http3")
+            .field("retry_above", &self.retry_above)
+            .finish_non_exhaustive()
     }
 }
 

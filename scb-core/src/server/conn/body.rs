@@ -43,6 +43,10 @@ pub enum BodyError {
     /// before the body was read).
     #[error("request body aborted: the response was sent before the body was read")]
     Aborted,
+    /// The body's DATA came to more or fewer bytes than its `Content-Length` (HTTP/3,
+    /// where the length and the frames are separate: RFC 9114 §4.1.2 calls it malformed).
+    #[error("request body length differs from its Content-Length")]
+    LengthMismatch,
     /// Reading the connection failed.
     #[error("i/o error reading the request body: {0}")]
     Io(#[from] std::io::Error),

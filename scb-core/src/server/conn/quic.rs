@@ -37,6 +37,8 @@ type SendStream = h3::server::RequestStream<h3_quinn::SendStream<Bytes>, Bytes>;
 pub(crate) async fn serve_quic<S, B>(
     incoming: quinn::Incoming,
     local: std::net::SocketAddr,
+    certificate: Option<crate::server::ParseCertificate>,
+    handshake: impl Sized,
     svc: S,
     ctx: Rc<ConnCtx>,
 ) where
@@ -65,11 +67,21 @@ pub(crate) async fn serve_quic<S, B>(
             return;
         }
     };
-    let peer = Peer::plain(ConnectInfo {
+    drop(handshake);
+    let mut peer = Peer::plain(ConnectInfo {
         remote,
         local,
         secure: true,
     });
+    if let Some(parse) = certificate {
+        peer.cert = conn
+            .peer_identity()
+            .and_then(|id| {
+                id.downcast::<Vec<quinn::rustls::pki_types::CertificateDer<'static>>>()
+                    .ok()
+            })
+            .and_then(|chain| chain.first().and_then(|der| parse(der)));
+    }
     let max_field_section = u64::try_from(ctx.limits.max_header_bytes).unwrap_or(u64::MAX);
     let mut h3 = match h3::server::builder()
         .max_field_section_size(max_field_section)
@@ -141,7 +153,15 @@ async fn serve_request<S, B>(
         .get(http::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    let res = if declared.is_some_and(|len| len > limits.max_body_bytes) {
+    let res = if let Some(field) = connection_specific(req.headers()) {
+        // RFC 9114 §4.2: malformed; the server may answer before closing the stream.
+        error_response(
+            StatusCode::BAD_REQUEST,
+            &format!("connection-specific field {field} in an HTTP/3 request"),
+            &ctx.request_id_header,
+            false,
+        )
+    } else if declared.is_some_and(|len| len > limits.max_body_bytes) {
         error_response(
             StatusCode::PAYLOAD_TOO_LARGE,
             "request body too large",
@@ -153,6 +173,7 @@ async fn serve_request<S, B>(
         let body = Body::new(RecvBody {
             recv,
             left: limits.max_body_bytes,
+            declared,
             deadline: Box::pin(tokio::time::sleep_until(deadline)),
             data_done: false,
             done: false,
@@ -173,6 +194,29 @@ async fn serve_request<S, B>(
     if let Err(e) = send_response(&mut send, res, head).await {
         tracing::debug!(error = %e, "HTTP/3 response not sent whole");
     }
+}
+
+/// The first connection-specific field of a request, which HTTP/3 forbids (RFC 9114
+/// §4.2): `TE` is allowed only as `trailers`.
+fn connection_specific(headers: &http::HeaderMap) -> Option<&'static str> {
+    const FORBIDDEN: [&str; 5] = [
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "transfer-encoding",
+        "upgrade",
+    ];
+    if let Some(name) = FORBIDDEN
+        .into_iter()
+        .find(|name| headers.contains_key(*name))
+    {
+        return Some(name);
+    }
+    headers
+        .get_all(http::header::TE)
+        .iter()
+        .any(|v| !v.as_bytes().eq_ignore_ascii_case(b"trailers"))
+        .then_some("te")
 }
 
 /// Sends `res` on `send`: its head, then its body's frames (none for a HEAD), then the
@@ -198,7 +242,13 @@ where
     ] {
         parts.headers.remove(name);
     }
+    // 1xx, 204 and 304 have no content, and a length of 0 on a 304 would claim the
+    // resource is empty (RFC 9110 §8.6).
+    let no_content = parts.status.is_informational()
+        || parts.status == StatusCode::NO_CONTENT
+        || parts.status == StatusCode::NOT_MODIFIED;
     if let Some(len) = body.size_hint().exact()
+        && !no_content
         && !parts.headers.contains_key(http::header::CONTENT_LENGTH)
         && !(head && len == 0)
     {
@@ -236,6 +286,9 @@ where
 struct RecvBody {
     recv: RecvStream,
     left: u64,
+    /// The request's `Content-Length`, which the DATA frames must add up to: what is
+    /// left of it.
+    declared: Option<u64>,
     deadline: Pin<Box<tokio::time::Sleep>>,
     /// The DATA frames have ended: what is left is the trailers, if any.
     data_done: bool,
@@ -269,12 +322,30 @@ impl http_body::Body for RecvBody {
                         return Poll::Ready(Some(Err(super::body::BodyError::TooLarge.into())));
                     }
                     self.left -= len;
+                    if let Some(declared) = &mut self.declared {
+                        if len > *declared {
+                            self.done = true;
+                            self.recv.stop_sending(h3::error::Code::H3_MESSAGE_ERROR);
+                            return Poll::Ready(Some(Err(
+                                super::body::BodyError::LengthMismatch.into()
+                            )));
+                        }
+                        *declared -= len;
+                    }
                     let bytes = data.copy_to_bytes(data.remaining());
                     return Poll::Ready(Some(Ok(Frame::data(bytes))));
                 }
                 // h3 keeps trailers that came for `poll_recv_trailers`; polling for
                 // data again would wait for a frame that never comes.
-                Poll::Ready(Ok(None)) => self.data_done = true,
+                Poll::Ready(Ok(None)) => {
+                    if self.declared.is_some_and(|left| left > 0) {
+                        self.done = true;
+                        return Poll::Ready(Some(Err(
+                            super::body::BodyError::LengthMismatch.into()
+                        )));
+                    }
+                    self.data_done = true;
+                }
                 Poll::Ready(Err(e)) => {
                     self.done = true;
                     return Poll::Ready(Some(Err(e.into())));

@@ -277,8 +277,9 @@ pub(super) fn run<S, B>(
                     return;
                 }
             };
+            let options = Rc::new(RefCell::new(options));
             #[cfg(feature = "http3")]
-            let quic = match (&key, &options.http3) {
+            let quic = match (&key, &options.borrow().http3) {
                 (ListenKey::Tcp(addr), Some(http3)) => {
                     let limits = current.ctx.borrow().limits.clone();
                     match quic::endpoint(*addr, http3, &limits) {
@@ -288,6 +289,7 @@ pub(super) fn run<S, B>(
                                 *addr,
                                 svc.clone(),
                                 Rc::clone(&current),
+                                Rc::clone(&options),
                             ));
                             Some((endpoint, task))
                         }
@@ -299,7 +301,6 @@ pub(super) fn run<S, B>(
                 }
                 _ => None,
             };
-            let options = Rc::new(RefCell::new(options));
             let name = match &key {
                 ListenKey::Tcp(addr) => addr.to_string(),
                 ListenKey::Unix(path) => format!("unix:{}", path.display()),

@@ -2,6 +2,7 @@
 //! same address (`SO_REUSEPORT`, so every worker has one and the kernel spreads clients
 //! across them by their address), and the loop that accepts connections on it.
 
+use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -32,7 +33,7 @@ fn reuseport_udp(addr: SocketAddr) -> std::io::Result<std::net::UdpSocket> {
 
 /// `http3`'s server configuration with the transport `limits` set.
 pub(super) fn server_config(http3: &Http3, limits: &Limits) -> quinn::ServerConfig {
-    let mut config = http3.0.clone();
+    let mut config = http3.config.clone();
     let mut transport = quinn::TransportConfig::default();
     transport.max_concurrent_bidi_streams(limits.h2_max_concurrent_streams.into());
     // The client's control, QPACK encoder and decoder streams, and a few more it may
@@ -59,12 +60,15 @@ pub(super) fn endpoint(
 }
 
 /// Accepts QUIC connections on `endpoint` until shutdown, within the worker's connection
-/// limit (past it, a new connection is refused: the client may try another server).
+/// limit (past it, a new connection is refused: the client may try another server). When
+/// more handshakes are in progress than the listener's [`Http3::retry_above`], a client
+/// whose address is not validated yet is sent a stateless Retry instead.
 pub(super) async fn accept_loop<S, B>(
     endpoint: quinn::Endpoint,
     local: SocketAddr,
     svc: S,
     current: Rc<Current>,
+    options: Rc<RefCell<crate::server::ListenOptions>>,
 ) where
     S: Service<Request<Body>, Response = Response<B>> + Clone + 'static,
     S::Error: Into<BoxError>,
@@ -73,6 +77,7 @@ pub(super) async fn accept_loop<S, B>(
     B::Error: Into<BoxError>,
 {
     let connections = &current.connections;
+    let handshaking = Rc::new(Cell::new(0usize));
     loop {
         let ctx = Rc::clone(&current.ctx.borrow());
         let incoming = tokio::select! {
@@ -92,12 +97,55 @@ pub(super) async fn accept_loop<S, B>(
             incoming.refuse();
             continue;
         }
+        let Some((retry_above, certificate)) = options
+            .borrow()
+            .http3
+            .as_ref()
+            .map(|h| (h.retry_above, h.client_certificate))
+        else {
+            incoming.refuse();
+            continue;
+        };
+        if handshaking.get() >= retry_above && !incoming.remote_address_validated() {
+            if incoming.may_retry() {
+                // Stateless: nothing is kept for it; the client comes back with a token.
+                let _ = incoming.retry();
+            } else {
+                incoming.ignore();
+            }
+            continue;
+        }
         connections.open.set(connections.open.get() + 1);
         let guard = ConnGuard(Rc::clone(connections));
         let svc = svc.clone();
+        let handshake = Handshaking::start(&handshaking);
         tokio::task::spawn_local(async move {
             let _guard = guard;
-            Box::pin(conn::serve_quic(incoming, local, svc, ctx)).await;
+            Box::pin(conn::serve_quic(
+                incoming,
+                local,
+                certificate,
+                handshake,
+                svc,
+                ctx,
+            ))
+            .await;
         });
+    }
+}
+
+/// One handshake in progress on a worker, counted until it ends either way (dropped).
+pub(crate) struct Handshaking(Rc<Cell<usize>>);
+
+impl Handshaking {
+    fn start(count: &Rc<Cell<usize>>) -> Self {
+        count.set(count.get() + 1);
+        Self(Rc::clone(count))
+    }
+}
+
+impl Drop for Handshaking {
+    fn drop(&mut self) {
+        self.0.set(self.0.get() - 1);
     }
 }
