@@ -1,7 +1,8 @@
 //! HTTP/3 beside a listener (`ListenOptions::http3`), driven by a QUIC client (quinn and
 //! h3's client): requests reach the same service as over TCP, with their facts; bodies
 //! stream both ways; a HEAD gets the head alone; the body limit holds; several workers
-//! each answer on the one port; shutdown drains an open stream.
+//! each answer on the one port, and a client whose address changes stays with its worker;
+//! clients sent a Retry are served; shutdown drains an open stream.
 
 #![cfg(feature = "http3")]
 
@@ -54,7 +55,7 @@ static RELEASE: tokio::sync::Notify = tokio::sync::Notify::const_new();
 
 /// Echoes what it was asked: method, path, version, the client's facts, the body's
 /// length and trailers; `/slow` waits for the test, `/big` answers with 3 MB.
-async fn answer(req: Request<Body>) -> Result<Response<Body>, Infallible> {
+async fn answer(req: Request<Body>, worker: usize) -> Result<Response<Body>, Infallible> {
     let info = req.extensions().get::<ConnectInfo>().copied().unwrap();
     let (parts, body) = req.into_parts();
     if parts.uri.path() == "/slow" {
@@ -62,6 +63,9 @@ async fn answer(req: Request<Body>) -> Result<Response<Body>, Infallible> {
         let released = RELEASE.notified();
         ARRIVED.store(true, std::sync::atomic::Ordering::SeqCst);
         released.await;
+    }
+    if parts.uri.path() == "/worker" {
+        return Ok(Response::new(Body::from(worker.to_string())));
     }
     if parts.uri.path() == "/big" {
         return Ok(Response::new(Body::from(vec![b'b'; 3_000_000])));
@@ -91,7 +95,11 @@ async fn answer(req: Request<Body>) -> Result<Response<Body>, Infallible> {
 }
 
 fn start(workers: usize, limits: Limits, cert: &Cert) -> (SocketAddr, ServerHandle) {
-    let options = ListenOptions::new().http3(Http3::new(server_config(cert)));
+    start_with(workers, limits, Http3::new(server_config(cert)))
+}
+
+fn start_with(workers: usize, limits: Limits, http3: Http3) -> (SocketAddr, ServerHandle) {
+    let options = ListenOptions::new().http3(http3);
     let bound = Server::builder()
         .workers(workers)
         .limits(limits)
@@ -100,7 +108,10 @@ fn start(workers: usize, limits: Limits, cert: &Cert) -> (SocketAddr, ServerHand
         .bind()
         .unwrap();
     let addr = bound.local_addrs()[0];
-    let handle = bound.start(|_| tower::service_fn(answer));
+    let handle = bound.start(|w| {
+        let worker = w.index;
+        tower::service_fn(move |req| answer(req, worker))
+    });
     (addr, handle)
 }
 
@@ -275,6 +286,50 @@ async fn every_worker_answers_on_the_one_port_and_shutdown_drains_an_open_stream
     let (res, body) = slow.await.unwrap();
     assert_eq!(res.status(), StatusCode::OK);
     assert!(String::from_utf8_lossy(&body).starts_with("GET /slow "));
+    tokio::task::spawn_blocking(move || handle.join())
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_whose_client_address_changes_stays_with_its_worker() {
+    let cert = cert();
+    let (addr, handle) = start(2, Limits::default(), &cert);
+    // Several clients, so that some are on each worker.
+    let mut owners = std::collections::HashSet::new();
+    for _ in 0..4 {
+        let (endpoint, mut send) = connect(addr, &cert).await;
+        let (_, owner) = exchange(&mut send, Method::GET, "/worker", b"", None).await;
+        owners.insert(owner.clone());
+        // Ten new source ports in turn (a NAT rebinding, a new network): the kernel
+        // hashes each to either worker's socket, and every request is still answered,
+        // by the worker that holds the connection.
+        for i in 0..10 {
+            let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+            endpoint.rebind(socket).unwrap();
+            let (res, body) = exchange(&mut send, Method::GET, "/worker", b"", None).await;
+            assert_eq!(res.status(), StatusCode::OK, "after rebinding {i}");
+            assert_eq!(body, owner, "after rebinding {i}");
+        }
+    }
+    handle.shutdown();
+    tokio::task::spawn_blocking(move || handle.join())
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_sent_a_retry_come_back_validated_and_are_served() {
+    let cert = cert();
+    // Every new client is sent a Retry first, as under a handshake flood.
+    let http3 = Http3::new(server_config(&cert)).retry_above(0);
+    let (addr, handle) = start_with(1, Limits::default(), http3);
+    for i in 0..3 {
+        let (_endpoint, mut send) = connect(addr, &cert).await;
+        let (res, _) = exchange(&mut send, Method::GET, &format!("/r/{i}"), b"", None).await;
+        assert_eq!(res.status(), StatusCode::OK);
+    }
+    handle.shutdown();
     tokio::task::spawn_blocking(move || handle.join())
         .await
         .unwrap();

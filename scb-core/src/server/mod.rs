@@ -92,6 +92,9 @@ pub struct Server {
     replace_unix: bool,
     inherited: Arc<std::sync::Mutex<Vec<std::net::TcpListener>>>,
     metrics: Option<Arc<metrics::ServerMetrics>>,
+    /// The workers' QUIC sockets, for datagrams that reach the wrong one.
+    #[cfg(feature = "http3")]
+    quic_peers: Arc<worker::QuicPeers>,
 }
 
 /// A listener's handshake.
@@ -248,6 +251,8 @@ impl Server {
             replace_unix: false,
             inherited: Arc::default(),
             metrics: None,
+            #[cfg(feature = "http3")]
+            quic_peers: Arc::default(),
         }
     }
 

@@ -5,7 +5,8 @@
 //! belongs to) and a QUIC endpoint on its own runtime; connections and their streams are
 //! served with `spawn_local`, so the service need not be `Send`. The kernel hands the
 //! datagrams of one 4-tuple to one socket, so a connection stays on the worker that
-//! accepted it while the client's address stays the same.
+//! accepted it while the client's address stays the same; when it changes, the
+//! connection IDs steer its datagrams back (`worker::steer`).
 //!
 //! A request's body streams from the QUIC stream to the service (bounded by
 //! [`Limits::max_body_bytes`](crate::server::Limits) and its read timeout, trailers

@@ -22,6 +22,10 @@ use crate::{Body, BoxError};
 
 #[cfg(feature = "http3")]
 mod quic;
+#[cfg(feature = "http3")]
+mod steer;
+#[cfg(feature = "http3")]
+pub(super) use steer::Peers as QuicPeers;
 
 /// Listen backlog per worker socket: connections the kernel holds while the worker is busy
 /// or at its connection limit.
@@ -282,7 +286,7 @@ pub(super) fn run<S, B>(
             let quic = match (&key, &options.borrow().http3) {
                 (ListenKey::Tcp(addr), Some(http3)) => {
                     let limits = current.ctx.borrow().limits.clone();
-                    match quic::endpoint(*addr, http3, &limits) {
+                    match quic::endpoint(*addr, http3, &limits, info.index, &config.quic_peers) {
                         Ok(endpoint) => {
                             let task = tokio::task::spawn_local(quic::accept_loop(
                                 endpoint.clone(),

@@ -44,18 +44,35 @@ pub(super) fn server_config(http3: &Http3, limits: &Limits) -> quinn::ServerConf
     config
 }
 
-/// This worker's endpoint on `addr`, handshaking with `http3`.
+/// Worker `worker`'s endpoint on `addr`, handshaking with `http3`: its connection IDs
+/// name it, and its socket hands other workers' datagrams to them (see [`super::steer`]).
+/// Past 255 workers the rest issue random IDs and do without.
 pub(super) fn endpoint(
     addr: SocketAddr,
     http3: &Http3,
     limits: &Limits,
+    worker: usize,
+    peers: &Arc<super::QuicPeers>,
 ) -> std::io::Result<quinn::Endpoint> {
-    let socket = reuseport_udp(addr)?;
-    quinn::Endpoint::new(
-        quinn::EndpointConfig::default(),
+    let runtime = Arc::new(quinn::TokioRuntime);
+    let socket = quinn::Runtime::wrap_udp_socket(&*runtime, reuseport_udp(addr)?)?;
+    let mut config = quinn::EndpointConfig::default();
+    let socket: Arc<dyn quinn::AsyncUdpSocket> = match u8::try_from(worker) {
+        Ok(index) if index < u8::MAX => {
+            config.cid_generator(move || Box::new(super::steer::WorkerCids::new(index)));
+            Arc::new(super::steer::SteeringSocket::new(
+                socket,
+                index,
+                Arc::clone(peers),
+            )?)
+        }
+        _ => socket,
+    };
+    quinn::Endpoint::new_with_abstract_socket(
+        config,
         Some(server_config(http3, limits)),
         socket,
-        Arc::new(quinn::TokioRuntime),
+        runtime,
     )
 }
 
