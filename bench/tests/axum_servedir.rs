@@ -26,7 +26,7 @@ const RETRY: Duration = Duration::from_millis(5);
 const HELLO: &[u8] = b"Hello, world!";
 
 /// The placeholders the harness replaces in every template.
-const PLACEHOLDERS: [&str; 14] = [
+const PLACEHOLDERS: [&str; 16] = [
     "HTTP_PORT",
     "TLS_PORT",
     "UPSTREAM",
@@ -41,6 +41,8 @@ const PLACEHOLDERS: [&str; 14] = [
     "WORKDIR",
     "OPEN_FILE_CACHE",
     "METRICS",
+    "HTTP3",
+    "CADDY_PROTOCOLS",
 ];
 
 const TEMPLATES: [&str; 5] = [
@@ -619,6 +621,9 @@ fn render(name: &str, workdir: &Path, docroot: &Path, cert: &Path, key: &Path) -
         ("KEY", key.display().to_string()),
         ("WORKERS", "1".to_owned()),
         ("WORKDIR", workdir.display().to_string()),
+        // The HTTP/3 rows' form: the one with more to check.
+        ("HTTP3", "true".to_owned()),
+        ("CADDY_PROTOCOLS", "h1 h2 h3".to_owned()),
     ];
     let mut text = template(name);
     for (placeholder, value) in values {

@@ -92,6 +92,7 @@ pub(crate) fn csv(rows: &[Row]) -> String {
         let tool = r.tool.map_or("", |t| match t {
             Tool::Wrk => "wrk",
             Tool::H2load => "h2load",
+            Tool::H3load => "h3load",
         });
         let fields = [
             r.server.to_owned(),

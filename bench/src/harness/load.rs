@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use crate::harness::cpuset::CpuSet;
 use crate::harness::server::Launch;
-use crate::harness::{h2load, process, wrk};
+use crate::harness::{h2load, process, tools, wrk};
 
 /// Concurrent HTTP/2 streams per h2load connection. One would make HTTP/2 a slower
 /// HTTP/1.1; browsers and proxies keep several in flight, and 10 with 64 connections keeps
@@ -27,6 +27,8 @@ pub(crate) enum Tool {
     Wrk,
     /// h2load (HTTP/2).
     H2load,
+    /// h3load (HTTP/3, the harness's own: `src/bin/h3load.rs`).
+    H3load,
 }
 
 /// What a load run measured, in the tool's own terms, normalised.
@@ -103,6 +105,13 @@ pub(crate) enum Target<'a> {
         /// Streams in flight per connection.
         streams: usize,
     },
+    /// HTTP/3 with h3load.
+    H3 {
+        /// The URL.
+        url: &'a str,
+        /// Streams in flight per connection.
+        streams: usize,
+    },
 }
 
 impl LoadGen {
@@ -154,6 +163,23 @@ impl LoadGen {
                         process_tail(&out.stdout)
                     )
                 })
+            }
+            Target::H3 { url, streams } => {
+                let mut launch = h2load::launch(self, url, window, *streams);
+                // The same flags; h3load prints h2load's report.
+                launch.program = tools::h3load();
+                let out = process::run_tool(&self.cpus, &launch, None, window + OVERRUN)?;
+                keep(transcript, &launch, &self.cpus, &out);
+                let mut result = h2load::parse(&out.stdout).map_err(|e| {
+                    anyhow::anyhow!(
+                        "{e:#} (h3load {}; stderr: {}; end of stdout: {})",
+                        out.status,
+                        out.stderr.trim(),
+                        process_tail(&out.stdout)
+                    )
+                })?;
+                result.tool = Tool::H3load;
+                Ok(result)
             }
         }
     }

@@ -156,6 +156,8 @@ fn vars(ctx: &Ctx<'_>, http: u16, tls: u16, upstream: u16, workers: usize, dir: 
         .set("WORKERS", workers.to_string())
         .set("WORKDIR", path(dir))
         .set("METRICS", "")
+        .set("HTTP3", "false")
+        .set("CADDY_PROTOCOLS", "h1 h2")
 }
 
 /// Renders template `name` from the configs directory into `dir`.
@@ -375,6 +377,10 @@ impl Started {
                 url: &self.url,
                 streams: scenario.h2_streams(),
             },
+            Protocol::H3 => Target::H3 {
+                url: &self.url,
+                streams: scenario.h2_streams(),
+            },
         }
     }
 }
@@ -403,7 +409,25 @@ pub(crate) fn start_verified(
         dir,
     )
     .set("OPEN_FILE_CACHE", server.nginx_open_file_cache())
-    .set("METRICS", server.scb_metrics());
+    .set("METRICS", server.scb_metrics())
+    // QUIC only for the HTTP/3 rows: elsewhere a UDP listener and an Alt-Svc field on
+    // every TLS answer would be a difference nginx does not have.
+    .set(
+        "HTTP3",
+        if scenario.protocol() == Protocol::H3 {
+            "true"
+        } else {
+            "false"
+        },
+    )
+    .set(
+        "CADDY_PROTOCOLS",
+        if scenario.protocol() == Protocol::H3 {
+            "h1 h2 h3"
+        } else {
+            "h1 h2"
+        },
+    );
     let config = server
         .config_template()
         .map(|name| render_config(ctx, name, &vars, dir))
@@ -451,7 +475,7 @@ pub(crate) fn start_verified(
             };
             (http_port, format!("http://127.0.0.1:{http_port}{path}"))
         }
-        Protocol::TlsH2 | Protocol::TlsHttp1 => (
+        Protocol::TlsH2 | Protocol::TlsHttp1 | Protocol::H3 => (
             tls_port,
             format!(
                 "https://127.0.0.1:{tls_port}{}",
@@ -465,6 +489,7 @@ pub(crate) fn start_verified(
         // Over TLS the URLs are checked with HTTP/2 (curl, ALPN h2): the same listener
         // and certificate the HTTP/1.1 load then uses.
         Protocol::TlsH2 | Protocol::TlsHttp1 => verify::tls_h2(port, expected, dir),
+        Protocol::H3 => verify::h3(port, expected),
     }
     .map_err(at(Stage::Verification))?;
     progress(&format!(

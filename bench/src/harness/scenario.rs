@@ -73,6 +73,10 @@ pub(crate) enum Scenario {
     /// against `proxy`.
     #[value(name = "proxy-cache-miss")]
     ProxyCacheMiss,
+    /// The 13-byte file over HTTP/3 (QUIC on the TLS port; h3load, the harness's own,
+    /// with 10 streams per connection). nginx 1.22 has no HTTP/3: Caddy is the peer.
+    #[value(name = "h3-static-small")]
+    H3StaticSmall,
 }
 
 /// What a server must be able to do for a scenario; see
@@ -93,6 +97,8 @@ pub(crate) enum Feature {
     TlsH2,
     /// A response cache in front of the proxy (nginx `proxy_cache`).
     ProxyCache,
+    /// HTTP/3 on the TLS port.
+    Http3,
 }
 
 /// How the load reaches the server.
@@ -104,6 +110,8 @@ pub(crate) enum Protocol {
     TlsHttp1,
     /// TLS 1.3 + HTTP/2 on the TLS port (h2load).
     TlsH2,
+    /// HTTP/3 on the TLS port over UDP (h3load).
+    H3,
 }
 
 /// The path requested by the `proxy` scenario; the upstream answers every path.
@@ -146,7 +154,7 @@ pub(crate) struct Expected {
 
 impl Scenario {
     /// Every scenario, in the report's order.
-    pub(crate) const ALL: [Scenario; 16] = [
+    pub(crate) const ALL: [Scenario; 17] = [
         Scenario::Respond,
         Scenario::StaticSmall,
         Scenario::Static1m,
@@ -163,6 +171,7 @@ impl Scenario {
         Scenario::ProxyCache100k,
         Scenario::ProxyCache1m,
         Scenario::ProxyCacheMiss,
+        Scenario::H3StaticSmall,
     ];
 
     /// The scenario's name in flags and reports.
@@ -184,6 +193,7 @@ impl Scenario {
             Scenario::ProxyCache100k => "proxy-cache-100k",
             Scenario::ProxyCache1m => "proxy-cache-1m",
             Scenario::ProxyCacheMiss => "proxy-cache-miss",
+            Scenario::H3StaticSmall => "h3-static-small",
         }
     }
 
@@ -206,6 +216,7 @@ impl Scenario {
             | Scenario::ProxyCache100k
             | Scenario::ProxyCache1m
             | Scenario::ProxyCacheMiss => &[Feature::Proxy, Feature::ProxyCache],
+            Scenario::H3StaticSmall => &[Feature::StaticFiles, Feature::Http3],
         }
     }
 
@@ -214,6 +225,7 @@ impl Scenario {
         match self {
             Scenario::TlsH2StaticSmall | Scenario::TlsH2StaticSmall1Stream => Protocol::TlsH2,
             Scenario::TlsH1StaticSmall | Scenario::TlsHandshake => Protocol::TlsHttp1,
+            Scenario::H3StaticSmall => Protocol::H3,
             _ => Protocol::Http1,
         }
     }
@@ -256,7 +268,8 @@ impl Scenario {
             Scenario::StaticSmall
             | Scenario::TlsH2StaticSmall
             | Scenario::TlsH1StaticSmall
-            | Scenario::TlsH2StaticSmall1Stream => {
+            | Scenario::TlsH2StaticSmall1Stream
+            | Scenario::H3StaticSmall => {
                 vec![Fixtures::SMALL_PATH.to_owned()]
             }
             Scenario::Static1m => vec![Fixtures::ONE_MIB_PATH.to_owned()],
@@ -284,7 +297,8 @@ impl Scenario {
             Scenario::StaticSmall
             | Scenario::TlsH2StaticSmall
             | Scenario::TlsH1StaticSmall
-            | Scenario::TlsH2StaticSmall1Stream => vec![Expected {
+            | Scenario::TlsH2StaticSmall1Stream
+            | Scenario::H3StaticSmall => vec![Expected {
                 path: Fixtures::SMALL_PATH.to_owned(),
                 body: hello(),
             }],

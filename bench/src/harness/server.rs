@@ -59,6 +59,8 @@ pub(crate) struct Capabilities {
     pub(crate) tls_h2: bool,
     /// A response cache in front of the proxy.
     pub(crate) proxy_cache: bool,
+    /// HTTP/3 on the TLS port.
+    pub(crate) http3: bool,
 }
 
 impl Capabilities {
@@ -70,6 +72,7 @@ impl Capabilities {
         proxy_h2c: true,
         tls_h2: true,
         proxy_cache: true,
+        http3: true,
     };
     const NONE: Capabilities = Capabilities {
         respond: false,
@@ -79,6 +82,7 @@ impl Capabilities {
         proxy_h2c: false,
         tls_h2: false,
         proxy_cache: false,
+        http3: false,
     };
     /// Everything but the HTTPS and h2c upstreams and a cache: not configured for these
     /// peers yet (Caddy 2.6 has no cache without a plugin, tower-http none at all).
@@ -86,6 +90,12 @@ impl Capabilities {
         proxy_tls: false,
         proxy_h2c: false,
         proxy_cache: false,
+        http3: false,
+        ..Capabilities::ALL
+    };
+    /// nginx 1.22 (Debian's): HTTP/3 came in 1.25.
+    const ALL_BUT_HTTP3: Capabilities = Capabilities {
+        http3: false,
         ..Capabilities::ALL
     };
 
@@ -99,6 +109,7 @@ impl Capabilities {
             Feature::ProxyH2c => self.proxy_h2c,
             Feature::TlsH2 => self.tls_h2,
             Feature::ProxyCache => self.proxy_cache,
+            Feature::Http3 => self.http3,
         })
     }
 }
@@ -116,11 +127,12 @@ const CAPABILITIES: [(Server, Capabilities); 7] = [
             proxy_h2c: true,    // issue 16: HTTP/2 upstreams
             tls_h2: true,       // issue 6: scb-tls
             proxy_cache: true,  // issue 27: scb-proxy's cache
+            http3: true,        // issue 28: QUIC listeners
         },
     ),
     (Server::ScbMetrics, Capabilities::ALL),
-    (Server::Nginx, Capabilities::ALL),
-    (Server::NginxTuned, Capabilities::ALL),
+    (Server::Nginx, Capabilities::ALL_BUT_HTTP3),
+    (Server::NginxTuned, Capabilities::ALL_BUT_HTTP3),
     (
         Server::Haproxy,
         Capabilities {
@@ -129,7 +141,14 @@ const CAPABILITIES: [(Server, Capabilities); 7] = [
             ..Capabilities::NONE
         },
     ),
-    (Server::Caddy, Capabilities::ALL_BUT_PROXY_TLS_H2C),
+    // Caddy serves HTTP/3 by default; the harness turns it on for the h3 rows only.
+    (
+        Server::Caddy,
+        Capabilities {
+            http3: true,
+            ..Capabilities::ALL_BUT_PROXY_TLS_H2C
+        },
+    ),
     (Server::AxumServedir, Capabilities::ALL_BUT_PROXY_TLS_H2C),
 ];
 
@@ -343,28 +362,29 @@ mod tests {
     }
 
     #[test]
-    fn peers_serve_every_scenario_but_caddy_and_axum_the_https_and_h2c_upstreams_and_a_cache() {
-        for server in [Server::Nginx, Server::NginxTuned] {
-            assert!(Scenario::ALL.into_iter().all(|s| server.supports(s)));
-        }
-        for server in [Server::Caddy, Server::AxumServedir] {
-            let served: Vec<_> = Scenario::ALL
+    fn peers_serve_what_they_can_of_the_scenarios() {
+        let unserved = |server: Server| -> Vec<Scenario> {
+            Scenario::ALL
                 .into_iter()
                 .filter(|s| !server.supports(*s))
-                .collect();
-            assert_eq!(
-                served,
-                [
-                    Scenario::ProxyTls,
-                    Scenario::ProxyH2c,
-                    Scenario::ProxyCacheHit,
-                    Scenario::ProxyCache100k,
-                    Scenario::ProxyCache1m,
-                    Scenario::ProxyCacheMiss
-                ],
-                "{server}"
-            );
+                .collect()
+        };
+        // nginx 1.22 has no HTTP/3.
+        for server in [Server::Nginx, Server::NginxTuned] {
+            assert_eq!(unserved(server), [Scenario::H3StaticSmall], "{server}");
         }
+        let no_upstream_tls_h2c_or_cache = [
+            Scenario::ProxyTls,
+            Scenario::ProxyH2c,
+            Scenario::ProxyCacheHit,
+            Scenario::ProxyCache100k,
+            Scenario::ProxyCache1m,
+            Scenario::ProxyCacheMiss,
+        ];
+        assert_eq!(unserved(Server::Caddy), no_upstream_tls_h2c_or_cache);
+        let mut axum = no_upstream_tls_h2c_or_cache.to_vec();
+        axum.push(Scenario::H3StaticSmall);
+        assert_eq!(unserved(Server::AxumServedir), axum);
     }
 
     #[test]
@@ -377,6 +397,7 @@ mod tests {
             proxy_h2c: false,
             tls_h2: true,
             proxy_cache: false,
+            http3: false,
         };
         assert!(!only_tls.serves(Scenario::TlsH2StaticSmall));
     }

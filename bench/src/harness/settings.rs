@@ -202,9 +202,12 @@ impl Settings {
 
     /// Whether any TLS scenario runs.
     pub(crate) fn needs_tls(&self) -> bool {
-        Scenario::ALL
-            .into_iter()
-            .any(|s| matches!(s.protocol(), Protocol::TlsH2 | Protocol::TlsHttp1) && self.runs(s))
+        Scenario::ALL.into_iter().any(|s| {
+            matches!(
+                s.protocol(),
+                Protocol::TlsH2 | Protocol::TlsHttp1 | Protocol::H3
+            ) && self.runs(s)
+        })
     }
 
     /// The binary of a workspace server.

@@ -78,6 +78,16 @@ pub(crate) fn find(name: &str) -> Option<PathBuf> {
         .find(|candidate| is_executable(candidate))
 }
 
+/// The harness's HTTP/3 load generator: built beside the harness itself (a binary of this
+/// package), else found on PATH.
+pub(crate) fn h3load() -> PathBuf {
+    env::current_exe()
+        .ok()
+        .map(|exe| exe.with_file_name("h3load"))
+        .filter(|candidate| is_executable(candidate))
+        .unwrap_or_else(|| program("h3load"))
+}
+
 fn is_executable(path: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt as _;
     path.metadata()

@@ -106,6 +106,37 @@ pub(crate) fn tls_h2(port: u16, checks: &[Expected], workdir: &Path) -> anyhow::
     Ok(())
 }
 
+/// Checks every URL over HTTP/3 (`h3load --get`: ALPN h3 only, so an answer proves QUIC).
+///
+/// # Errors
+///
+/// The first URL that fails, with what came instead.
+pub(crate) fn h3(port: u16, checks: &[Expected]) -> anyhow::Result<()> {
+    for check in checks {
+        let url = format!("https://127.0.0.1:{port}{}", check.path);
+        let what = format!("GET {url} (h3load --get)");
+        let out = Command::new(tools::h3load())
+            .args(["--get", &url])
+            .stdin(Stdio::null())
+            .output()
+            .context("running h3load")?;
+        if !out.status.success() {
+            bail!(
+                "{what}: h3load failed ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        let newline = out.stdout.iter().position(|&b| b == b'\n');
+        let code = newline
+            .and_then(|n| std::str::from_utf8(&out.stdout[..n]).ok()?.parse().ok())
+            .with_context(|| format!("{what}: no status line from h3load"))?;
+        let body = &out.stdout[newline.map_or(0, |n| n + 1)..];
+        compare(&what, code, body, &check.body)?;
+    }
+    Ok(())
+}
+
 /// Parses curl's `-w '%{http_code} %{http_version}'` output.
 fn parse_write_out(text: &str) -> Option<(u16, &str)> {
     let (code, version) = text.trim().split_once(' ')?;
