@@ -1,5 +1,6 @@
 //! Automatic HTTPS against Let's Encrypt's test CA, `pebble` (Debian's package; `.ci/run`
-//! installs it): a certificate issued through TLS-ALPN-01 and through HTTP-01, served from
+//! installs it): a certificate issued through TLS-ALPN-01 (and served to QUIC handshakes too)
+//! and through HTTP-01, served from
 //! the state directory after a restart with the CA gone, renewed while a connection stays
 //! open, and the failures (a challenge the CA cannot verify, a CA that is down, silent or
 //! answering garbage) logged, counted and answered by clean handshake failures.
@@ -187,14 +188,16 @@ fn issued(line: &str) -> bool {
 }
 
 #[test]
-fn tls_alpn_01_issues_and_a_restart_serves_the_stored_certificate_with_the_ca_down() {
+fn tls_alpn_01_issues_for_tcp_and_quic_and_a_restart_serves_the_stored_certificate_with_the_ca_down()
+ {
     let dir = temp_dir("alpn");
     let tls_port = free_port();
     let Some(pebble) = Pebble::start(&dir, tls_port, free_port(), 3600) else {
         return;
     };
     let state = dir.join("state");
-    let config = config(tls_port, pebble.ca(), &state, "", "");
+    // HTTP/3 beside it: QUIC handshakes get the ACME certificate too.
+    let config = config(tls_port, pebble.ca(), &state, "", "http3 = true\n");
     let mut scb = Server::start(&config);
     scb.wait_for_line(issued);
     let root = pebble.issuing_root();
@@ -204,6 +207,19 @@ fn tls_alpn_01_issues_and_a_restart_serves_the_stored_certificate_with_the_ca_do
     assert_eq!(body(&mut tls, "/"), "hello");
     let served = peer_der(&tls);
     drop(tls);
+    let over_quic = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            let (_endpoint, mut send, presented) = support::quic::connect(addr, &[&root]).await;
+            assert_eq!(
+                support::quic::get(&mut send, "/").await,
+                (200, "hello".to_owned())
+            );
+            presented
+        });
+    assert_eq!(over_quic, served);
 
     // The account and the certificate are on disk, readable by their owner only.
     use std::os::unix::fs::PermissionsExt as _;

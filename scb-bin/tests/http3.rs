@@ -17,10 +17,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 
-use bytes::{Buf as _, Bytes};
 use scb_tls::rustls;
 use serde_json::{Value, json};
-use support::{Server, check, get};
+use support::{Server, check, get, quic};
 
 /// A CA, and what it signed: a certificate for `names` with its key, as PEM files.
 struct Pki {
@@ -355,69 +354,7 @@ fn aioquic_gets_every_route_kind_over_http3_as_over_tcp() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-type SendRequest = h3::client::SendRequest<h3_quinn::OpenStreams, Bytes>;
-
-/// A QUIC connection to `addr` for `localhost` trusting `roots`: its h3 request sender and
-/// the certificate the server presented.
-async fn quic(addr: SocketAddr, roots: &[&[u8]]) -> (quinn::Endpoint, SendRequest, Vec<u8>) {
-    let mut store = rustls::RootCertStore::empty();
-    for der in roots {
-        store
-            .add(rustls::pki_types::CertificateDer::from(der.to_vec()))
-            .unwrap();
-    }
-    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-    let mut tls = rustls::ClientConfig::builder_with_provider(provider)
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .unwrap()
-        .with_root_certificates(store)
-        .with_no_client_auth();
-    tls.alpn_protocols = vec![b"h3".to_vec()];
-    let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls).unwrap();
-    let mut endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
-    endpoint.set_default_client_config(quinn::ClientConfig::new(Arc::new(crypto)));
-    let conn = endpoint
-        .connect(addr, "localhost")
-        .unwrap()
-        .await
-        .expect("QUIC handshake");
-    let presented = conn
-        .peer_identity()
-        .and_then(|id| {
-            id.downcast::<Vec<rustls::pki_types::CertificateDer<'static>>>()
-                .ok()
-        })
-        .map(|chain| chain[0].to_vec())
-        .unwrap();
-    let (mut driver, send) = h3::client::new(h3_quinn::Connection::new(conn))
-        .await
-        .unwrap();
-    tokio::spawn(async move {
-        let _ = std::future::poll_fn(|cx| driver.poll_close(cx)).await;
-    });
-    (endpoint, send, presented)
-}
-
-/// `GET path` on `send`: the status and the body.
-async fn h3_get(send: &mut SendRequest, path: &str) -> (u16, String) {
-    let req = http::Request::get(format!("https://localhost{path}"))
-        .body(())
-        .unwrap();
-    let mut stream = send.send_request(req).await.unwrap();
-    stream.finish().await.unwrap();
-    let res = stream.recv_response().await.unwrap();
-    let mut body = Vec::new();
-    while let Some(mut chunk) = stream.recv_data().await.unwrap() {
-        while chunk.has_remaining() {
-            let bytes = chunk.chunk().to_vec();
-            chunk.advance(bytes.len());
-            body.extend(bytes);
-        }
-    }
-    (res.status().as_u16(), String::from_utf8(body).unwrap())
-}
-
-#[tokio::test(flavor = "current_thread")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn alt_svc_names_the_quic_port_and_a_reload_gives_new_handshakes_the_new_certificate() {
     let dir = temp_dir("reload");
     let first = pki(&dir, "first", &["localhost"], "localhost");
@@ -471,9 +408,12 @@ async fn alt_svc_names_the_quic_port_and_a_reload_gives_new_handshakes_the_new_c
     // own source port, so the kernel spreads them across both workers' sockets).
     let mut old = Vec::new();
     for _ in 0..4 {
-        let (endpoint, mut send, presented) = quic(h3_default, &[&first.ca_der]).await;
+        let (endpoint, mut send, presented) = quic::connect(h3_default, &[&first.ca_der]).await;
         assert_eq!(presented, first.der);
-        assert_eq!(h3_get(&mut send, "/hello").await, (200, "hello".to_owned()));
+        assert_eq!(
+            quic::get(&mut send, "/hello").await,
+            (200, "hello".to_owned())
+        );
         old.push((endpoint, send));
     }
 
@@ -482,17 +422,42 @@ async fn alt_svc_names_the_quic_port_and_a_reload_gives_new_handshakes_the_new_c
     let second = pki(&dir, "second", &["localhost"], "localhost");
     std::fs::copy(&second.cert, &live_cert).unwrap();
     std::fs::copy(&second.key, &live_key).unwrap();
+    // Requests keep flowing on an open connection through the reload.
+    let (_busy_endpoint, mut busy, _) = quic::connect(h3_default, &[&first.ca_der]).await;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let traffic = tokio::spawn({
+        let stop = Arc::clone(&stop);
+        async move {
+            let mut answered = 0;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                assert_eq!(
+                    quic::get(&mut busy, "/hello").await,
+                    (200, "hello".to_owned())
+                );
+                answered += 1;
+            }
+            answered
+        }
+    });
     server.signal(rustix::process::Signal::HUP);
     server.wait_for_line(|l| l.contains("reloaded "));
     for _ in 0..4 {
         let (_endpoint, mut send, presented) =
-            quic(h3_default, &[&first.ca_der, &second.ca_der]).await;
+            quic::connect(h3_default, &[&first.ca_der, &second.ca_der]).await;
         assert_eq!(presented, second.der);
-        assert_eq!(h3_get(&mut send, "/hello").await, (200, "hello".to_owned()));
+        assert_eq!(
+            quic::get(&mut send, "/hello").await,
+            (200, "hello".to_owned())
+        );
     }
     for (_endpoint, send) in &mut old {
-        assert_eq!(h3_get(send, "/hello").await, (200, "hello".to_owned()));
+        assert_eq!(quic::get(send, "/hello").await, (200, "hello".to_owned()));
     }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let answered = traffic
+        .await
+        .expect("every request during the reload answered");
+    assert!(answered > 0);
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
 }

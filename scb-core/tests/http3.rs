@@ -119,7 +119,8 @@ type SendRequest = h3::client::SendRequest<h3_quinn::OpenStreams, Bytes>;
 
 /// A QUIC connection to `addr` trusting `cert`, from a socket of its own, and its h3
 /// request sender (the connection's driver runs on a task).
-async fn connect(addr: SocketAddr, cert: &Cert) -> (quinn::Endpoint, SendRequest) {
+/// A client configuration trusting `cert`, ALPN h3.
+fn client_config(cert: &Cert) -> quinn::ClientConfig {
     let mut roots = rustls::RootCertStore::empty();
     roots.add(cert.der.clone()).unwrap();
     let mut tls = rustls::ClientConfig::builder_with_provider(provider())
@@ -129,8 +130,12 @@ async fn connect(addr: SocketAddr, cert: &Cert) -> (quinn::Endpoint, SendRequest
         .with_no_client_auth();
     tls.alpn_protocols = vec![b"h3".to_vec()];
     let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls).unwrap();
+    quinn::ClientConfig::new(Arc::new(crypto))
+}
+
+async fn connect(addr: SocketAddr, cert: &Cert) -> (quinn::Endpoint, SendRequest) {
     let mut endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
-    endpoint.set_default_client_config(quinn::ClientConfig::new(Arc::new(crypto)));
+    endpoint.set_default_client_config(client_config(cert));
     let conn = endpoint
         .connect(addr, "localhost")
         .unwrap()
@@ -329,6 +334,62 @@ async fn clients_sent_a_retry_come_back_validated_and_are_served() {
         let (res, _) = exchange(&mut send, Method::GET, &format!("/r/{i}"), b"", None).await;
         assert_eq!(res.status(), StatusCode::OK);
     }
+    handle.shutdown();
+    tokio::task::spawn_blocking(move || handle.join())
+        .await
+        .unwrap();
+}
+
+/// A client's first datagram, an Initial, made by quinn's protocol state machine with no
+/// socket of its own.
+fn initial(addr: SocketAddr, cert: &Cert) -> Vec<u8> {
+    let mut endpoint = quinn_proto::Endpoint::new(
+        Arc::new(quinn::EndpointConfig::default()),
+        None,
+        false,
+        None,
+    );
+    let now = std::time::Instant::now();
+    let (_, mut conn) = endpoint
+        .connect(now, client_config(cert), addr, "localhost")
+        .unwrap();
+    let mut buf = Vec::new();
+    let transmit = conn.poll_transmit(now, 1, &mut buf).unwrap();
+    buf.truncate(transmit.size);
+    buf
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_initials_past_the_threshold_is_answered_with_retries() {
+    let cert = cert();
+    let http3 = Http3::new(server_config(&cert)).retry_above(2);
+    // The two handshakes begun never finish: shutdown waits for their timeout.
+    let mut limits = Limits::default();
+    limits.handshake_timeout = Duration::from_secs(1);
+    let (addr, handle) = start_with(1, limits, http3);
+    // Initials from 12 ports, none of which goes on with its handshake (a flood with
+    // spoofed sources looks so): the first two begin handshakes, the server's answer an
+    // Initial of its own; past them every one is answered with a stateless Retry.
+    let mut kinds = Vec::new();
+    for _ in 0..12 {
+        let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        socket
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        socket.send_to(&initial(addr, &cert), addr).unwrap();
+        let mut answer = [0u8; 1500];
+        let (n, _) = socket
+            .recv_from(&mut answer)
+            .unwrap_or_else(|e| panic!("no answer to Initial {} ({kinds:?}): {e}", kinds.len()));
+        assert!(n > 0 && answer[0] & 0x80 != 0, "a long-header answer");
+        // QUIC v1 long header types: 0 Initial, 3 Retry.
+        kinds.push((answer[0] >> 4) & 0b11);
+    }
+    assert_eq!(kinds, [0, 0, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3]);
+    // A real client follows the Retry and is served.
+    let (_endpoint, mut send) = connect(addr, &cert).await;
+    let (res, _) = exchange(&mut send, Method::GET, "/after", b"", None).await;
+    assert_eq!(res.status(), StatusCode::OK);
     handle.shutdown();
     tokio::task::spawn_blocking(move || handle.join())
         .await

@@ -5,7 +5,11 @@
 //! ```text
 //! h3load -c CONNECTIONS -m STREAMS -t THREADS -D DURATION URL   # load, then the report
 //! h3load --get URL                                              # one GET: status, then the body
+//! h3load --idle -c CONNECTIONS -D DURATION URL                  # one GET each, then idle
 //! ```
+//!
+//! `--idle` holds the connections open and idle for DURATION after one request each: what
+//! an idle QUIC connection costs the server (its resident memory) is read meanwhile.
 //!
 //! Each of the THREADS threads runs its own current-thread runtime and QUIC endpoint (one
 //! UDP socket) with its share of the connections; each connection keeps STREAMS requests
@@ -43,6 +47,9 @@ struct Args {
     /// One GET, printing the status on the first line and then the body.
     #[arg(long)]
     get: bool,
+    /// One GET on each connection, then the connections idle for the duration.
+    #[arg(long)]
+    idle: bool,
     /// `https://HOST:PORT/PATH`.
     url: String,
 }
@@ -208,6 +215,7 @@ fn thread(
     connections: usize,
     streams: usize,
     window: Duration,
+    idle: bool,
     ready: Arc<Barrier>,
 ) -> anyhow::Result<Counts> {
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -226,6 +234,17 @@ fn thread(
         let mut senders = Vec::with_capacity(connections);
         for _ in 0..connections {
             senders.push(connect(&endpoint, addr, &host).await?);
+        }
+        if idle {
+            let mut counts = Counts::default();
+            for send in &mut senders {
+                let started = Instant::now();
+                let status = get(send, &uri).await.ok().map(|(status, _)| status);
+                counts.record(started, status);
+            }
+            ready.wait();
+            tokio::time::sleep(window).await;
+            return Ok(counts);
         }
         // Blocking this thread is harmless: its connections idle until the window opens.
         ready.wait();
@@ -294,9 +313,9 @@ fn main() -> anyhow::Result<()> {
         // The connections spread as evenly as they divide.
         let share = args.connections / threads + usize::from(i < args.connections % threads);
         let (uri, ready) = (uri.clone(), Arc::clone(&ready));
-        let streams = args.streams;
+        let (streams, idle) = (args.streams, args.idle);
         handles.push(std::thread::spawn(move || {
-            thread(addr, uri, share, streams, window, ready)
+            thread(addr, uri, share, streams, window, idle, ready)
         }));
     }
     ready.wait();

@@ -77,6 +77,9 @@ pub(crate) enum Scenario {
     /// with 10 streams per connection). nginx 1.22 has no HTTP/3: Caddy is the peer.
     #[value(name = "h3-static-small")]
     H3StaticSmall,
+    /// `GET /respond` over HTTP/3, as `h3-static-small`.
+    #[value(name = "h3-respond")]
+    H3Respond,
 }
 
 /// What a server must be able to do for a scenario; see
@@ -154,7 +157,7 @@ pub(crate) struct Expected {
 
 impl Scenario {
     /// Every scenario, in the report's order.
-    pub(crate) const ALL: [Scenario; 17] = [
+    pub(crate) const ALL: [Scenario; 18] = [
         Scenario::Respond,
         Scenario::StaticSmall,
         Scenario::Static1m,
@@ -172,6 +175,7 @@ impl Scenario {
         Scenario::ProxyCache1m,
         Scenario::ProxyCacheMiss,
         Scenario::H3StaticSmall,
+        Scenario::H3Respond,
     ];
 
     /// The scenario's name in flags and reports.
@@ -194,6 +198,7 @@ impl Scenario {
             Scenario::ProxyCache1m => "proxy-cache-1m",
             Scenario::ProxyCacheMiss => "proxy-cache-miss",
             Scenario::H3StaticSmall => "h3-static-small",
+            Scenario::H3Respond => "h3-respond",
         }
     }
 
@@ -217,6 +222,7 @@ impl Scenario {
             | Scenario::ProxyCache1m
             | Scenario::ProxyCacheMiss => &[Feature::Proxy, Feature::ProxyCache],
             Scenario::H3StaticSmall => &[Feature::StaticFiles, Feature::Http3],
+            Scenario::H3Respond => &[Feature::Respond, Feature::Http3],
         }
     }
 
@@ -225,7 +231,7 @@ impl Scenario {
         match self {
             Scenario::TlsH2StaticSmall | Scenario::TlsH2StaticSmall1Stream => Protocol::TlsH2,
             Scenario::TlsH1StaticSmall | Scenario::TlsHandshake => Protocol::TlsHttp1,
-            Scenario::H3StaticSmall => Protocol::H3,
+            Scenario::H3StaticSmall | Scenario::H3Respond => Protocol::H3,
             _ => Protocol::Http1,
         }
     }
@@ -262,7 +268,10 @@ impl Scenario {
     /// shuffled order (the same for every server).
     pub(crate) fn load_paths(self, fixtures: &Fixtures) -> Vec<String> {
         match self {
-            Scenario::Respond | Scenario::CloseRespond | Scenario::TlsHandshake => {
+            Scenario::Respond
+            | Scenario::CloseRespond
+            | Scenario::TlsHandshake
+            | Scenario::H3Respond => {
                 vec!["/respond".to_owned()]
             }
             Scenario::StaticSmall
@@ -288,7 +297,10 @@ impl Scenario {
     pub(crate) fn expected(self, fixtures: &Fixtures) -> Vec<Expected> {
         let hello = || Fixtures::SMALL_BODY.to_vec();
         match self {
-            Scenario::Respond | Scenario::CloseRespond | Scenario::TlsHandshake => {
+            Scenario::Respond
+            | Scenario::CloseRespond
+            | Scenario::TlsHandshake
+            | Scenario::H3Respond => {
                 vec![Expected {
                     path: "/respond".to_owned(),
                     body: hello(),

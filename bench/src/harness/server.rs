@@ -371,7 +371,11 @@ mod tests {
         };
         // nginx 1.22 has no HTTP/3.
         for server in [Server::Nginx, Server::NginxTuned] {
-            assert_eq!(unserved(server), [Scenario::H3StaticSmall], "{server}");
+            assert_eq!(
+                unserved(server),
+                [Scenario::H3StaticSmall, Scenario::H3Respond],
+                "{server}"
+            );
         }
         let no_upstream_tls_h2c_or_cache = [
             Scenario::ProxyTls,
@@ -383,7 +387,7 @@ mod tests {
         ];
         assert_eq!(unserved(Server::Caddy), no_upstream_tls_h2c_or_cache);
         let mut axum = no_upstream_tls_h2c_or_cache.to_vec();
-        axum.push(Scenario::H3StaticSmall);
+        axum.extend([Scenario::H3StaticSmall, Scenario::H3Respond]);
         assert_eq!(unserved(Server::AxumServedir), axum);
     }
 

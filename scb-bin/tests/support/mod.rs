@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::time::{Duration, Instant};
 
+pub(crate) mod quic;
 pub(crate) mod tls;
 
 /// How long anything in these tests may take: generous for a loaded CI machine, short

@@ -400,11 +400,13 @@ impl Server {
             } else {
                 spread(*addr, inherited, self.workers)?
             };
+            let mut quic = worker::quic_sockets(local, options, self.workers)?.into_iter();
             for (i, socket) in sockets.into_iter().enumerate() {
                 dups.push((local, socket.try_clone()?));
                 per_worker[i % self.workers].push(worker::Listener {
                     socket: worker::ListenSocket::Tcp(socket),
                     options: options.clone(),
+                    quic: quic.next().unwrap_or_default(),
                 });
             }
             bound.push(BoundAddr {
@@ -526,6 +528,7 @@ impl BoundUnix {
                         socket.try_clone()?,
                         listen.path().to_owned(),
                     ),
+                    quic: Default::default(),
                     options: ListenOptions::new(),
                 })
             })
@@ -727,11 +730,13 @@ impl ServerHandle {
             } else {
                 spread(*addr, inherited, workers)?
             };
+            let mut quic = worker::quic_sockets(local, options, workers)?.into_iter();
             for (i, socket) in sockets.into_iter().enumerate() {
                 dups.push((local, socket.try_clone()?));
                 per_worker[i % workers].push(worker::ListenerUpdate::Open(worker::Listener {
                     socket: worker::ListenSocket::Tcp(socket),
                     options: options.clone(),
+                    quic: quic.next().unwrap_or_default(),
                 }));
             }
             bound.push(BoundAddr {

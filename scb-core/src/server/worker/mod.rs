@@ -73,6 +73,37 @@ pub(super) fn check_unclaimed(addr: SocketAddr) -> std::io::Result<()> {
 pub(super) struct Listener {
     pub(super) socket: ListenSocket,
     pub(super) options: super::ListenOptions,
+    /// This worker's UDP socket for the listener's HTTP/3, bound with the others.
+    pub(super) quic: QuicSocket,
+}
+
+/// A worker's UDP socket for a listener's HTTP/3, if it has one.
+#[cfg(feature = "http3")]
+pub(super) type QuicSocket = Option<std::net::UdpSocket>;
+/// Nothing without the `http3` feature.
+#[cfg(not(feature = "http3"))]
+pub(super) type QuicSocket = ();
+
+/// The UDP sockets of `local`'s HTTP/3, one per worker in worker order, when `options`
+/// ask for it (none otherwise). Bound together before any worker starts, so that the
+/// kernel's `SO_REUSEPORT` group is whole before the first datagram: a socket joining
+/// later would change which socket the 4-tuples of open connections hash to.
+pub(super) fn quic_sockets(
+    local: SocketAddr,
+    options: &super::ListenOptions,
+    workers: usize,
+) -> std::io::Result<Vec<QuicSocket>> {
+    #[cfg(feature = "http3")]
+    if options.http3.is_some() {
+        return (0..workers)
+            .map(|_| quic::reuseport_udp(local).map(Some))
+            .collect::<std::io::Result<_>>()
+            .map_err(|e| {
+                std::io::Error::new(e.kind(), format!("binding {local} (UDP, for HTTP/3): {e}"))
+            });
+    }
+    let _ = (local, options);
+    Ok((0..workers).map(|_| QuicSocket::default()).collect())
 }
 
 /// A listening socket: TCP (this worker's own `SO_REUSEPORT` socket, or a shared one), or
@@ -273,7 +304,13 @@ pub(super) fn run<S, B>(
         // an upgrade handed over).
         let mut accepting: HashMap<ListenKey, Vec<Accepting>> = HashMap::new();
         let start = |listener: Listener, accepting: &mut HashMap<ListenKey, Vec<Accepting>>| {
-            let Listener { socket, options } = listener;
+            let Listener {
+                socket,
+                options,
+                quic: quic_socket,
+            } = listener;
+            #[cfg(not(feature = "http3"))]
+            let () = quic_socket;
             let (key, listener) = match Acceptor::register(socket) {
                 Ok(registered) => registered,
                 Err(e) => {
@@ -286,7 +323,14 @@ pub(super) fn run<S, B>(
             let quic = match (&key, &options.borrow().http3) {
                 (ListenKey::Tcp(addr), Some(http3)) => {
                     let limits = current.ctx.borrow().limits.clone();
-                    match quic::endpoint(*addr, http3, &limits, info.index, &config.quic_peers) {
+                    let socket = match quic_socket {
+                        Some(socket) => Ok(socket),
+                        // A worker's second socket of one address (inherited ones).
+                        None => quic::reuseport_udp(*addr),
+                    };
+                    match socket.and_then(|socket| {
+                        quic::endpoint(socket, http3, &limits, info.index, &config.quic_peers)
+                    }) {
                         Ok(endpoint) => {
                             let task = tokio::task::spawn_local(quic::accept_loop(
                                 endpoint.clone(),

@@ -19,7 +19,7 @@ use crate::server::conn;
 use crate::{Body, BoxError};
 
 /// A UDP socket on `addr` that every worker binds (`SO_REUSEPORT`).
-fn reuseport_udp(addr: SocketAddr) -> std::io::Result<std::net::UdpSocket> {
+pub(super) fn reuseport_udp(addr: SocketAddr) -> std::io::Result<std::net::UdpSocket> {
     let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
     socket.set_reuse_address(true)?;
     socket.set_reuse_port(true)?;
@@ -44,18 +44,18 @@ pub(super) fn server_config(http3: &Http3, limits: &Limits) -> quinn::ServerConf
     config
 }
 
-/// Worker `worker`'s endpoint on `addr`, handshaking with `http3`: its connection IDs
+/// Worker `worker`'s endpoint on `socket`, handshaking with `http3`: its connection IDs
 /// name it, and its socket hands other workers' datagrams to them (see [`super::steer`]).
 /// Past 255 workers the rest issue random IDs and do without.
 pub(super) fn endpoint(
-    addr: SocketAddr,
+    socket: std::net::UdpSocket,
     http3: &Http3,
     limits: &Limits,
     worker: usize,
     peers: &Arc<super::QuicPeers>,
 ) -> std::io::Result<quinn::Endpoint> {
     let runtime = Arc::new(quinn::TokioRuntime);
-    let socket = quinn::Runtime::wrap_udp_socket(&*runtime, reuseport_udp(addr)?)?;
+    let socket = quinn::Runtime::wrap_udp_socket(&*runtime, socket)?;
     let mut config = quinn::EndpointConfig::default();
     let socket: Arc<dyn quinn::AsyncUdpSocket> = match u8::try_from(worker) {
         Ok(index) if index < u8::MAX => {

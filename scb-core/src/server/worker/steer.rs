@@ -167,13 +167,19 @@ impl SteeringSocket {
         })
     }
 
-    /// The worker whose connection a datagram is for, if it is another's: a short
-    /// header's destination connection ID begins right after the first byte.
+    /// The worker whose connection a datagram is for, if it is another's: read from a
+    /// destination connection ID the server chose. A short header's begins right after
+    /// the first byte; a QUIC v1 Handshake packet's (long header, type 2) after the
+    /// version and its length. Initial and 0-RTT packets may carry the client's own
+    /// random ID: they stay where the kernel put them.
     fn owner(&self, datagram: &[u8]) -> Option<u8> {
-        match datagram {
-            [first, owner, ..] if first & 0x80 == 0 && *owner != self.worker => Some(*owner),
-            _ => None,
-        }
+        const CID: u8 = CID_LEN as u8;
+        let owner = match datagram {
+            [first, owner, ..] if first & 0x80 == 0 => *owner,
+            [first, 0, 0, 0, 1, CID, owner, ..] if first & 0xb0 == 0xa0 => *owner,
+            _ => return None,
+        };
+        (owner != self.worker).then_some(owner)
     }
 }
 
@@ -265,6 +271,33 @@ impl AsyncUdpSocket for SteeringSocket {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn socket(worker: u8) -> SteeringSocket {
+        let std = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        std.set_nonblocking(true).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let _entered = rt.enter();
+        let inner = quinn::Runtime::wrap_udp_socket(&quinn::TokioRuntime, std).unwrap();
+        SteeringSocket::new(inner, worker, Arc::default()).unwrap()
+    }
+
+    #[test]
+    fn datagrams_are_owned_by_the_worker_their_server_chosen_id_names() {
+        let socket = socket(1);
+        // Short headers: the byte after the first.
+        assert_eq!(socket.owner(&[0x40, 3, 9, 9]), Some(3));
+        assert_eq!(socket.owner(&[0x40, 1, 9, 9]), None, "its own");
+        // A v1 Handshake packet with an 8-byte destination ID.
+        assert_eq!(socket.owner(&[0xe0, 0, 0, 0, 1, 8, 2, 9]), Some(2));
+        // An Initial (the client's random ID), another version, another ID length.
+        assert_eq!(socket.owner(&[0xc0, 0, 0, 0, 1, 8, 2, 9]), None);
+        assert_eq!(socket.owner(&[0xe0, 0x6b, 0x33, 0x43, 0xcf, 8, 2, 9]), None);
+        assert_eq!(socket.owner(&[0xe0, 0, 0, 0, 1, 20, 2, 9]), None);
+        assert_eq!(socket.owner(&[0x40]), None);
+    }
 
     #[test]
     fn connection_ids_name_their_worker_and_are_otherwise_random() {
