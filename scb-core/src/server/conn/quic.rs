@@ -113,14 +113,16 @@ pub(crate) async fn serve_quic<S, B>(
                 let svc = svc.clone();
                 let ctx = Rc::clone(&ctx);
                 let peer = peer.clone();
-                tokio::task::spawn_local(async move {
+                // Boxed where it is made: the request's future holds the service's, and
+                // moving it into the task by value copied kilobytes per request.
+                tokio::task::spawn_local(Box::pin(async move {
                     match resolver.resolve_request().await {
                         Ok((req, stream)) => serve_request(req, stream, peer, svc, &ctx).await,
                         Err(e) => {
                             tracing::debug!(error = %e, "HTTP/3 request refused");
                         }
                     }
-                });
+                }));
             }
             Ok(None) => break,
             Err(e) => {
