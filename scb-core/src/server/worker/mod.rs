@@ -34,7 +34,19 @@ const BACKLOG: i32 = 4096;
 /// A listening socket that shares its address with the other workers' (`SO_REUSEPORT`):
 /// the kernel spreads new connections across workers, no accept lock, no hand-off.
 pub(super) fn reuseport_listener(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
-    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    let socket = reuseport_socket(addr, Type::STREAM, Protocol::TCP)?;
+    socket.listen(BACKLOG)?;
+    Ok(socket.into())
+}
+
+/// A non-blocking socket of `kind` bound to `addr` with `SO_REUSEPORT` (and
+/// `SO_REUSEADDR`; IPv6 only for an IPv6 address): TCP listeners and QUIC's UDP sockets.
+pub(super) fn reuseport_socket(
+    addr: SocketAddr,
+    kind: Type,
+    protocol: Protocol,
+) -> std::io::Result<Socket> {
+    let socket = Socket::new(Domain::for_address(addr), kind, Some(protocol))?;
     socket.set_reuse_address(true)?;
     socket.set_reuse_port(true)?;
     if addr.is_ipv6() {
@@ -42,8 +54,7 @@ pub(super) fn reuseport_listener(addr: SocketAddr) -> std::io::Result<std::net::
     }
     socket.set_nonblocking(true)?;
     socket.bind(&addr.into())?;
-    socket.listen(BACKLOG)?;
-    Ok(socket.into())
+    Ok(socket)
 }
 
 /// Fails with `AddrInUse` when another process listens on `addr`: a socket bound without

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http::{Request, Response};
-use socket2::{Domain, Protocol, Socket, Type};
+use socket2::{Protocol, Type};
 use tower::Service;
 
 use super::{ConnGuard, Current};
@@ -20,15 +20,7 @@ use crate::{Body, BoxError};
 
 /// A UDP socket on `addr` that every worker binds (`SO_REUSEPORT`).
 pub(super) fn reuseport_udp(addr: SocketAddr) -> std::io::Result<std::net::UdpSocket> {
-    let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
-    socket.set_reuse_address(true)?;
-    socket.set_reuse_port(true)?;
-    if addr.is_ipv6() {
-        socket.set_only_v6(true)?;
-    }
-    socket.set_nonblocking(true)?;
-    socket.bind(&addr.into())?;
-    Ok(socket.into())
+    super::reuseport_socket(addr, Type::DGRAM, Protocol::UDP).map(Into::into)
 }
 
 /// `http3`'s server configuration with the transport `limits` set.
