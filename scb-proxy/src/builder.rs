@@ -235,6 +235,11 @@ impl ReverseProxyBuilder {
         self
     }
 
+    /// The upstreams given so far.
+    pub(crate) fn upstream_list(&self) -> &[Upstream] {
+        &self.upstreams
+    }
+
     /// The proxy.
     ///
     /// # Errors

@@ -57,6 +57,7 @@ mod builder;
 pub mod cache;
 mod client;
 mod error;
+pub mod fastcgi;
 mod forward;
 mod health;
 pub mod layer;

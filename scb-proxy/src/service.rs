@@ -50,8 +50,8 @@ pub struct ClientIp(pub std::net::IpAddr);
 /// never waits on another's lock or wakes another's thread.
 #[derive(Clone)]
 pub struct ReverseProxy {
-    shared: Arc<Shared>,
-    pool: Arc<Pool>,
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) pool: Arc<Pool>,
 }
 
 /// What every worker shares.

@@ -78,10 +78,10 @@ pub(crate) enum SendError {
 /// One keep-alive HTTP/1.1 connection to an upstream.
 #[derive(Debug)]
 pub(crate) struct Connection {
-    stream: Stream,
-    rbuf: BytesMut,
-    wbuf: Vec<u8>,
-    max_head: usize,
+    pub(crate) stream: Stream,
+    pub(crate) rbuf: BytesMut,
+    pub(crate) wbuf: Vec<u8>,
+    pub(crate) max_head: usize,
     /// Where the fields of the last head were, reused from response to response.
     scratch: FieldOffsets,
 }

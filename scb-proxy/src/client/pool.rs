@@ -153,6 +153,25 @@ impl Pool {
         });
     }
 
+    /// Closes the idle connections that have expired or that the upstream closed. A pool
+    /// is otherwise only tidied when it is used: FastCGI's sweeps it on a timer, since an
+    /// idle FastCGI connection holds a php-fpm child of its own.
+    pub(crate) fn sweep(&self) {
+        let now = Instant::now();
+        for slot in &self.slots {
+            let mut slot = slot.lock().unwrap_or_else(|e| e.into_inner());
+            slot.retain_mut(|pooled| {
+                now.duration_since(pooled.since) <= self.config.idle_timeout
+                    && !pooled.connection.is_closed()
+            });
+        }
+    }
+
+    /// How long an idle connection is kept.
+    pub(crate) fn idle_timeout(&self) -> Duration {
+        self.config.idle_timeout
+    }
+
     /// How many idle connections to upstream `index` the pool holds.
     #[cfg(test)]
     pub(crate) fn idle(&self, index: usize) -> usize {

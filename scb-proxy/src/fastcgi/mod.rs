@@ -1,0 +1,635 @@
+//! [`FastCgi`]: a tower service that runs scripts through FastCGI application servers
+//! (php-fpm), beside [`ReverseProxy`] and on its machinery: the same upstream list and
+//! balancing, passive health, per-worker keep-alive pools, timeouts and metrics.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//!
+//! use scb_proxy::fastcgi::FastCgi;
+//! use scb_proxy::Upstream;
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let php = FastCgi::builder(
+//!     [Upstream::new("unix:/run/php/php8.2-fpm.sock")?],
+//!     "/srv/app/public",
+//! )
+//! .index("index.php")
+//! .response_timeout(Duration::from_secs(60))
+//! .build()?;
+//! // An axum app: `Router::new().fallback_service(php)`.
+//! # let _ = php;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! What a request goes through:
+//!
+//! - **The script** ([`script`](self) rules): the path is split after its first segment
+//!   ending in a script extension (`.php`), the rest being `PATH_INFO`; a path ending in
+//!   `/` names its directory's index script. The script must exist beneath the root as a
+//!   regular file, resolved by the kernel beneath the root's descriptor (`openat2`), or
+//!   the answer is 404 and nothing reaches the interpreter: `/uploads/evil.jpg/x.php`
+//!   never makes PHP run `evil.jpg`.
+//! - **The variables**: CGI/1.1 as php-fpm expects them (`SCRIPT_FILENAME`,
+//!   `SCRIPT_NAME`, `PATH_INFO`, `DOCUMENT_ROOT`, `REQUEST_URI`, `HTTPS`, `REMOTE_ADDR`
+//!   through [`TrustedProxies`](crate::TrustedProxies), each header as `HTTP_*`), never
+//!   `HTTP_PROXY` (httpoxy), never a header name with `_` (which could pose as another).
+//! - **The body** streams as `FCGI_STDIN` when its length is known; a body without a
+//!   length (chunked, or HTTP/2 without `content-length`) is gathered up to
+//!   [`max_unsized_body`](FastCgiBuilder::max_unsized_body) first, since
+//!   `CONTENT_LENGTH` must be sent before it, and over that is 411.
+//! - **The answer**: `Status:` gives the status, a `Location:` without one is 302, the
+//!   body streams from `FCGI_STDOUT`; `FCGI_STDERR` lines are logged with the request id.
+//!   Connection failures are 502, timeouts 504, as for the proxy.
+//! - **Connections** are kept (`FCGI_KEEP_CONN`) in the worker's pool and never
+//!   multiplexed: php-fpm answers `FCGI_MPXS_CONNS=0`, as does every common FastCGI
+//!   server, so one request per connection at a time is what they all can do. A kept
+//!   connection holds a php-fpm child of its own until it is closed, so the pool is swept
+//!   on a timer and kept small by default (4 idle per upstream and worker, 5 s): keep
+//!   `max_idle_per_upstream` times scb's workers below php-fpm's `pm.max_children`.
+
+mod exchange;
+mod params;
+mod record;
+mod script;
+
+use std::convert::Infallible;
+use std::fmt;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::pin::Pin;
+use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode, header};
+use http_body_util::BodyExt as _;
+use scb_core::access_log::AccessNotes;
+use scb_core::connection::ConnectInfo;
+use scb_core::request_id::Id;
+use scb_core::{Body, BoxError};
+use tower::Service;
+
+pub use params::OriginalUri;
+
+use crate::body::Guarded;
+use crate::client::SendError;
+use crate::client::pool::{Conn, Home};
+use crate::error::{InvalidResponse, ProxyError};
+use crate::service::{ClientIp, ReverseProxy};
+use crate::upstream::InFlight;
+use crate::{Balance, BuildError, PassiveHealth, ReverseProxyBuilder, TrustedProxies, Upstream};
+use exchange::{Head, LogAs, Start};
+use script::Scripts;
+
+/// Runs scripts beneath a root through FastCGI servers. See the [module](self).
+///
+/// Cloning is cheap and clones share everything; under scb's per-core server each worker
+/// takes [`with_own_pool`](Self::with_own_pool), as with [`ReverseProxy`].
+#[derive(Clone)]
+pub struct FastCgi {
+    proxy: ReverseProxy,
+    app: Arc<App>,
+    /// The timer that closes this pool's expired idle connections, started by the first
+    /// request (it needs the runtime).
+    sweeper: Arc<OnceLock<tokio::task::AbortHandle>>,
+}
+
+/// What every worker shares.
+#[derive(Debug)]
+struct App {
+    scripts: Scripts,
+    /// `DOCUMENT_ROOT`, as text.
+    root: String,
+    keep_conn: bool,
+    max_unsized_body: usize,
+}
+
+impl fmt::Debug for FastCgi {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FastCgi")
+            .field("root", &self.app.root)
+            .field("upstreams", &self.proxy)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for FastCgi {
+    fn drop(&mut self) {
+        // The last clone of this pool's service stops its sweeper.
+        if Arc::strong_count(&self.sweeper) == 1
+            && let Some(task) = self.sweeper.get()
+        {
+            task.abort();
+        }
+    }
+}
+
+impl FastCgi {
+    /// A builder for the scripts beneath `root`, run by `upstreams` (`host:port` or
+    /// `unix:/path`; not `https://`).
+    pub fn builder(
+        upstreams: impl IntoIterator<Item = Upstream>,
+        root: impl AsRef<Path>,
+    ) -> FastCgiBuilder {
+        FastCgiBuilder {
+            proxy: ReverseProxy::builder(upstreams)
+                .max_idle_per_upstream(4)
+                .pool_idle_timeout(Duration::from_secs(5))
+                // A failed connect moves on; nothing that reached an interpreter is sent
+                // twice (see `run`).
+                .max_tries(3),
+            root: root.as_ref().to_owned(),
+            index: "index.php".into(),
+            extensions: vec![".php".into()],
+            keep_conn: true,
+            max_unsized_body: 1024 * 1024,
+        }
+    }
+
+    /// A service sharing this one's upstream state with a connection pool of its own: one
+    /// per worker of a per-core server.
+    #[must_use]
+    pub fn with_own_pool(&self) -> Self {
+        Self {
+            proxy: self.proxy.with_own_pool(),
+            app: Arc::clone(&self.app),
+            sweeper: Arc::default(),
+        }
+    }
+
+    /// The root, canonical.
+    pub fn root(&self) -> &Path {
+        self.app.scripts.root()
+    }
+
+    /// Whether `path` (a request path) ends in a script extension: what `try_files`
+    /// candidates are run rather than served as files.
+    pub fn is_script(&self, path: &str) -> bool {
+        self.app.scripts.is_script(path)
+    }
+
+    /// The upstreams, in the order they were given.
+    pub fn upstreams(&self) -> impl Iterator<Item = &Upstream> {
+        self.proxy.upstreams()
+    }
+
+    fn start_sweeper(&self) {
+        if self.sweeper.get().is_some() {
+            return;
+        }
+        let pool = Arc::downgrade(&self.proxy.pool);
+        let every = self
+            .proxy
+            .pool
+            .idle_timeout()
+            .max(Duration::from_millis(100));
+        let task = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                let Some(pool) = pool.upgrade() else {
+                    return;
+                };
+                pool.sweep();
+            }
+        });
+        if let Err(task) = self.sweeper.set(task.abort_handle()) {
+            task.abort();
+        }
+    }
+
+    /// Answers `req`: its script run, or 404 when it names none.
+    async fn run<B>(self, req: Request<B>, notes: Option<AccessNotes>) -> Response<Body>
+    where
+        B: http_body::Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<BoxError>,
+    {
+        self.start_sweeper();
+        let Some(script) = self.app.scripts.find(req.uri().path()) else {
+            return scb_core::respond::reason(StatusCode::NOT_FOUND);
+        };
+        let settings = self.proxy.settings();
+        let declared = req
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if let (Some(max), Some(len)) = (settings.max_body, declared)
+            && len > max
+        {
+            return ProxyError::BodyTooLarge.into_response();
+        }
+        let (parts, body) = req.into_parts();
+        let (body, length) = if body.is_end_stream() {
+            (None, 0)
+        } else if let Some(len) = declared {
+            let body = Guarded::new(body, settings.idle_timeout, settings.max_body);
+            (Some(Body::new(body)), len)
+        } else {
+            match gather(body, self.app.max_unsized_body, settings.idle_timeout).await {
+                Ok(Some(bytes)) => {
+                    let len = bytes.len() as u64;
+                    ((!bytes.is_empty()).then(|| Body::full(bytes)), len)
+                }
+                Ok(None) => {
+                    let mut res = scb_core::respond::reason(StatusCode::LENGTH_REQUIRED);
+                    res.headers_mut()
+                        .insert(header::CONNECTION, http::HeaderValue::from_static("close"));
+                    return res;
+                }
+                Err(e) => return e.into_response(),
+            }
+        };
+        let connect = parts.extensions.get::<ConnectInfo>();
+        let peer_ip = connect
+            .map(|c| c.remote.ip())
+            .or_else(|| parts.extensions.get::<ClientIp>().map(|ip| ip.0));
+        let client = peer_ip.map(|peer| {
+            let ip =
+                scb_core::client_ip::client_ip(peer, &parts.headers, &settings.trusted_proxies);
+            match connect {
+                Some(c) if c.remote.ip().to_canonical() == ip => c.remote,
+                _ => SocketAddr::new(ip, 0),
+            }
+        });
+        let peer = params::Peer {
+            client,
+            local: connect.map(|c| c.local),
+            secure: connect.is_some_and(|c| c.secure),
+        };
+        let params = params::cgi(&parts, &script, &self.app.root, peer, length);
+        let id = parts.extensions.get::<Id>().cloned();
+        let key = self.proxy.shared.balancer.key(&parts.headers, peer_ip);
+        let mut tried = None;
+        let answer = self
+            .exchange(&params, body, key, id.as_ref(), &mut tried)
+            .await;
+        if let (Some(notes), Some(index)) = (&notes, tried) {
+            notes.upstream(self.proxy.shared.upstreams[index].upstream.authority());
+        }
+        answer.unwrap_or_else(ProxyError::into_response)
+    }
+
+    /// Sends the request to an upstream and reads its answer's head: a failed connect
+    /// moves to the next upstream, as does a pooled connection found closed before
+    /// anything was written; nothing that reached an application is sent again.
+    async fn exchange(
+        &self,
+        params: &record::Params,
+        body: Option<Body>,
+        key: Option<u64>,
+        id: Option<&Id>,
+        tried_last: &mut Option<usize>,
+    ) -> Result<Response<Body>, ProxyError> {
+        let shared = &*self.proxy.shared;
+        let settings = &shared.settings;
+        let pool = &self.proxy.pool;
+        let started = tokio::time::Instant::now();
+        let deadline = started + settings.try_timeout;
+        let mut tried = [usize::MAX; crate::settings::MAX_TRIES];
+        let mut tries = 0;
+        let mut last = ProxyError::NoUpstream;
+        let mut body = Some(body);
+        while tries < settings.max_tries {
+            let Some(index) = shared
+                .balancer
+                .pick(&shared.upstreams, key, &tried[..tries], Instant::now())
+                .or_else(|| {
+                    shared
+                        .balancer
+                        .least_recently_failed(&shared.upstreams, &tried[..tries])
+                })
+            else {
+                break;
+            };
+            tried[tries] = index;
+            tries += 1;
+            *tried_last = Some(index);
+            let state = &shared.upstreams[index];
+            let Conn {
+                mut connection,
+                reused,
+            } = match pool.checkout(index, None) {
+                Some(conn) => conn,
+                None => match tokio::time::timeout_at(
+                    deadline,
+                    pool.connect(&state.upstream, None, None),
+                )
+                .await
+                {
+                    Err(_) => return Err(ProxyError::TryTimeout),
+                    Ok(Ok(conn)) => conn,
+                    Ok(Err(e)) => {
+                        self.failed(index, &e, id);
+                        last = e;
+                        continue;
+                    }
+                },
+            };
+            let Some(request_body) = body.take() else {
+                break;
+            };
+            let has_body = request_body.is_some();
+            connection.wbuf.clear();
+            record::begin_request(&mut connection.wbuf, self.app.keep_conn);
+            params.write(&mut connection.wbuf);
+            if !has_body {
+                record::header(&mut connection.wbuf, record::Kind::Stdin, 0);
+            }
+            state.metrics.request();
+            let in_flight = InFlight::start(state);
+            let sent = tokio::time::Instant::now();
+            let limit = deadline.min(sent + settings.response_timeout);
+            let log = LogAs {
+                id: id.cloned(),
+                upstream: state.upstream.to_string(),
+            };
+            let keep = self.app.keep_conn;
+            let answer = tokio::time::timeout_at(limit, async {
+                let whole = exchange::send(&mut connection, request_body).await?;
+                exchange::read_head(connection, keep && whole, log).await
+            })
+            .await;
+            drop(in_flight);
+            match answer {
+                Err(_) => {
+                    self.failed(index, &ProxyError::ResponseTimeout, id);
+                    return Err(if limit == deadline {
+                        ProxyError::TryTimeout
+                    } else {
+                        ProxyError::ResponseTimeout
+                    });
+                }
+                Ok(Ok(head)) => {
+                    state.metrics.response(sent.elapsed());
+                    state.health.record_success(&state.metrics);
+                    return Ok(self.response(index, head));
+                }
+                Ok(Err(SendError::Unsent(e))) if reused && !has_body => {
+                    // A kept connection the application closed while idle: the try does
+                    // not count, and the request (which nothing read) goes again.
+                    tracing::debug!(error = %e, "pooled fastcgi connection was closed");
+                    tries -= 1;
+                    body = Some(None);
+                }
+                Ok(Err(SendError::Unsent(e) | SendError::Io(e))) => {
+                    let e = ProxyError::Reset(e);
+                    self.failed(index, &e, id);
+                    return Err(e);
+                }
+                Ok(Err(SendError::Body(e))) => {
+                    return Err(if crate::body::too_large(Some(&*e)) {
+                        ProxyError::BodyTooLarge
+                    } else {
+                        ProxyError::RequestBody
+                    });
+                }
+                Ok(Err(SendError::Invalid(why))) => {
+                    let e = ProxyError::Protocol(InvalidResponse(why));
+                    self.failed(index, &e, id);
+                    return Err(e);
+                }
+            }
+        }
+        Err(last)
+    }
+
+    fn failed(&self, index: usize, e: &ProxyError, id: Option<&Id>) {
+        let state = &self.proxy.shared.upstreams[index];
+        if let Some(kind) = e.kind() {
+            state.metrics.error(kind);
+        }
+        tracing::warn!(
+            upstream = %state.upstream,
+            request_id = id.map_or("-", Id::as_str),
+            error = %e,
+            "fastcgi try failed"
+        );
+        state.health.record_failure(
+            Instant::now(),
+            &self.proxy.shared.settings.passive,
+            &state.metrics,
+        );
+    }
+
+    fn response(&self, index: usize, head: Head) -> Response<Body> {
+        let Head {
+            status,
+            headers,
+            body,
+        } = head;
+        let body = match body {
+            Start::Complete { body, reusable } => {
+                if let Some(connection) = reusable {
+                    self.proxy.pool.checkin(index, connection, None);
+                }
+                Body::full(body)
+            }
+            Start::Streaming(body) => Body::new(
+                Guarded::new(
+                    body.returning_to(Home::new(&self.proxy.pool, index, None)),
+                    self.proxy.settings().idle_timeout,
+                    None,
+                )
+                .counted(&self.proxy.shared.upstreams, index),
+            ),
+        };
+        let mut res = Response::new(body);
+        *res.status_mut() = status;
+        *res.headers_mut() = headers;
+        res
+    }
+}
+
+/// A body of unknown length read whole, up to `max` bytes; `None` past that.
+async fn gather<B>(body: B, max: usize, idle: Duration) -> Result<Option<Bytes>, ProxyError>
+where
+    B: http_body::Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
+    let limited = http_body_util::Limited::new(Guarded::new(body, idle, None), max);
+    match limited.collect().await {
+        Ok(collected) => Ok(Some(collected.to_bytes())),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => Ok(None),
+        Err(_) => Err(ProxyError::RequestBody),
+    }
+}
+
+impl<B> Service<Request<B>> for FastCgi
+where
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    type Response = Response<Body>;
+    type Error = Infallible;
+    type Future = ResponseFuture;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<B>) -> ResponseFuture {
+        let notes = req.extensions().get::<AccessNotes>().cloned();
+        let this = self.clone();
+        ResponseFuture {
+            inner: Box::pin(async move { Ok(this.run(req, notes).await) }),
+        }
+    }
+}
+
+/// Response future of [`FastCgi`]: boxed, as [`ReverseProxy`]'s is.
+pub struct ResponseFuture {
+    inner: Pin<Box<dyn Future<Output = Result<Response<Body>, Infallible>> + Send>>,
+}
+
+impl fmt::Debug for ResponseFuture {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResponseFuture").finish_non_exhaustive()
+    }
+}
+
+impl Future for ResponseFuture {
+    type Output = Result<Response<Body>, Infallible>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.inner.as_mut().poll(cx)
+    }
+}
+
+/// Builds a [`FastCgi`]. The upstream settings are [`ReverseProxyBuilder`]'s, with the
+/// defaults it documents except where said here.
+#[derive(Clone, Debug)]
+#[must_use]
+pub struct FastCgiBuilder {
+    proxy: ReverseProxyBuilder,
+    root: std::path::PathBuf,
+    index: String,
+    extensions: Vec<String>,
+    keep_conn: bool,
+    max_unsized_body: usize,
+}
+
+/// Builder methods handed to the proxy builder underneath.
+macro_rules! upstream_setting {
+    ($(#[$doc:meta])* $name:ident($ty:ty)) => {
+        $(#[$doc])*
+        pub fn $name(mut self, value: $ty) -> Self {
+            self.proxy = self.proxy.$name(value);
+            self
+        }
+    };
+}
+
+impl FastCgiBuilder {
+    /// The script a path ending in `/` names in its directory. Defaults to `index.php`.
+    pub fn index(mut self, index: impl Into<String>) -> Self {
+        self.index = index.into();
+        self
+    }
+
+    /// The file extensions that are scripts (each with its `.`, matched in any case); a
+    /// request for anything else is 404. Defaults to `.php`.
+    pub fn extensions(mut self, extensions: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.extensions = extensions.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Ask the application to keep each connection open for the next request
+    /// (`FCGI_KEEP_CONN`). Defaults to true.
+    pub fn keep_conn(mut self, keep: bool) -> Self {
+        self.keep_conn = keep;
+        self
+    }
+
+    /// The largest request body of unknown length (chunked) gathered to learn its length;
+    /// over it the client gets 411 Length Required. Defaults to 1 MiB.
+    pub fn max_unsized_body(mut self, bytes: usize) -> Self {
+        self.max_unsized_body = bytes;
+        self
+    }
+
+    upstream_setting! {
+        /// How requests are spread over the upstreams. Defaults to round robin.
+        balance(Balance)
+    }
+    upstream_setting! {
+        /// Connecting to an upstream. Defaults to 5 s.
+        connect_timeout(Duration)
+    }
+    upstream_setting! {
+        /// From the request sent to the response head. Defaults to 60 s.
+        response_timeout(Duration)
+    }
+    upstream_setting! {
+        /// The longest wait for the next piece of either body. Defaults to 60 s.
+        idle_timeout(Duration)
+    }
+    upstream_setting! {
+        /// The largest request body, else 413; `None` for no limit. Defaults to 16 MiB.
+        max_body(Option<u64>)
+    }
+    upstream_setting! {
+        /// Peers whose `X-Forwarded-For` names the client for `REMOTE_ADDR`. Defaults to
+        /// none.
+        trusted_proxies(TrustedProxies)
+    }
+    upstream_setting! {
+        /// When an upstream counts as failing. Defaults to [`PassiveHealth::default`].
+        passive_health(PassiveHealth)
+    }
+    upstream_setting! {
+        /// Tries per request, counting the first, 1 to 8: only failed connects move on.
+        /// Defaults to 3.
+        max_tries(usize)
+    }
+    upstream_setting! {
+        /// All tries of a request together. Defaults to 15 s.
+        try_timeout(Duration)
+    }
+    upstream_setting! {
+        /// Idle connections kept per upstream and worker. Defaults to 4 (each holds a
+        /// php-fpm child).
+        max_idle_per_upstream(usize)
+    }
+    upstream_setting! {
+        /// How long an idle connection is kept. Defaults to 5 s.
+        pool_idle_timeout(Duration)
+    }
+    upstream_setting! {
+        /// The largest CGI response head. Defaults to 64 KiB.
+        max_response_head(usize)
+    }
+
+    /// The service.
+    ///
+    /// # Errors
+    ///
+    /// No upstream, an `https://` one (FastCGI has no TLS), or a root that is not a
+    /// directory.
+    pub fn build(self) -> Result<FastCgi, BuildError> {
+        if let Some(u) = self.proxy.upstream_list().iter().find(|u| u.tls) {
+            return Err(BuildError::Protocol(format!(
+                "FastCGI upstream {u} is https://: FastCGI runs over plain TCP or a Unix socket"
+            )));
+        }
+        let scripts = Scripts::new(&self.root, self.index, self.extensions).map_err(|e| {
+            BuildError::Protocol(format!("FastCGI root {}: {e}", self.root.display()))
+        })?;
+        let root = scripts.root().to_string_lossy().into_owned();
+        Ok(FastCgi {
+            proxy: self.proxy.build()?,
+            app: Arc::new(App {
+                scripts,
+                root,
+                keep_conn: self.keep_conn,
+                max_unsized_body: self.max_unsized_body,
+            }),
+            sweeper: Arc::default(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,260 @@
+//! Which script a request path names, found beneath the root before anything reaches the
+//! interpreter.
+//!
+//! The path is split after the first segment that ends in a script extension
+//! (`/index.php/users/7` is `/index.php` with `PATH_INFO` `/users/7`), a path ending in
+//! `/` names the index script of its directory, and the script must then exist beneath the
+//! root as a regular file. Anything else is not executed: the classic attack on
+//! `cgi.fix_pathinfo`, `/uploads/evil.jpg/x.php`, names a script that does not exist and
+//! gets 404 here, so PHP never walks back to run `evil.jpg`; and a path that climbs out of
+//! the root (`..`, a symlink pointing outside) is refused by the kernel's own resolution.
+//!
+//! On Linux the lookup is one `openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)` from the
+//! root's descriptor, as scb-static resolves files; elsewhere the path is canonicalized
+//! and must stay under the canonical root.
+
+use std::path::{Path, PathBuf};
+
+use percent_encoding::percent_decode_str;
+
+/// A script found beneath the root, and how the request named it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Script {
+    /// `SCRIPT_NAME`: the path up to and including the script, decoded.
+    pub(crate) name: String,
+    /// `PATH_INFO`: what follows the script in the path (empty when nothing does).
+    pub(crate) path_info: String,
+    /// `SCRIPT_FILENAME`: the script's file.
+    pub(crate) filename: PathBuf,
+}
+
+/// The scripts of one root.
+#[derive(Debug)]
+pub(crate) struct Scripts {
+    root: PathBuf,
+    #[cfg(target_os = "linux")]
+    fd: rustix::fd::OwnedFd,
+    index: String,
+    /// Lowercase, each starting with `.`.
+    extensions: Vec<String>,
+}
+
+impl Scripts {
+    /// The scripts beneath `root` (an existing directory, made absolute), `index` naming a
+    /// directory's script and `extensions` (such as `.php`) the files that are scripts.
+    ///
+    /// # Errors
+    ///
+    /// When `root` cannot be opened as a directory.
+    pub(crate) fn new(
+        root: &Path,
+        index: String,
+        extensions: Vec<String>,
+    ) -> std::io::Result<Self> {
+        let root = std::fs::canonicalize(root)?;
+        #[cfg(target_os = "linux")]
+        let fd = rustix::fs::open(
+            &root,
+            rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )?;
+        #[cfg(not(target_os = "linux"))]
+        if !root.is_dir() {
+            return Err(std::io::ErrorKind::NotADirectory.into());
+        }
+        Ok(Self {
+            root,
+            #[cfg(target_os = "linux")]
+            fd,
+            index,
+            extensions: extensions
+                .into_iter()
+                .map(|e| e.to_ascii_lowercase())
+                .collect(),
+        })
+    }
+
+    /// The root, canonical: `DOCUMENT_ROOT`.
+    pub(crate) fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Whether `name` (a path) ends in one of the script extensions.
+    pub(crate) fn is_script(&self, name: &str) -> bool {
+        let lower = name.to_ascii_lowercase();
+        self.extensions.iter().any(|e| lower.ends_with(e.as_str()))
+    }
+
+    /// The script `path` (a request path, percent-encoded) names, if it exists beneath
+    /// the root; `None` for every path that must not reach the interpreter.
+    pub(crate) fn find(&self, path: &str) -> Option<Script> {
+        let decoded = percent_decode_str(path).decode_utf8().ok()?;
+        if !decoded.starts_with('/')
+            || decoded.contains('\0')
+            || decoded.split('/').any(|segment| segment == "..")
+        {
+            return None;
+        }
+        let (name, path_info) = match self.split(&decoded) {
+            Some(at) => (decoded[..at].to_owned(), decoded[at..].to_owned()),
+            None if decoded.ends_with('/') && self.is_script(&self.index) => {
+                (format!("{decoded}{}", self.index), String::new())
+            }
+            None => return None,
+        };
+        let relative = name.trim_start_matches('/');
+        if relative.is_empty() || !self.is_regular_file(relative) {
+            return None;
+        }
+        Some(Script {
+            filename: self.root.join(relative),
+            name,
+            path_info,
+        })
+    }
+
+    /// Where the script part of `path` ends: after the first segment ending in a script
+    /// extension, followed by `/` or the end.
+    fn split(&self, path: &str) -> Option<usize> {
+        let lower = path.to_ascii_lowercase();
+        let mut end = 0;
+        for segment in lower.split_inclusive('/') {
+            end += segment.len();
+            let name = segment.strip_suffix('/').unwrap_or(segment);
+            if name.len() > 1 && self.extensions.iter().any(|e| name.ends_with(e.as_str())) {
+                return Some(end - (segment.len() - name.len()));
+            }
+        }
+        None
+    }
+
+    #[cfg(target_os = "linux")]
+    fn is_regular_file(&self, relative: &str) -> bool {
+        use rustix::fs::{FileType, Mode, OFlags, ResolveFlags};
+        let opened = rustix::fs::openat2(
+            &self.fd,
+            relative,
+            OFlags::PATH | OFlags::CLOEXEC,
+            Mode::empty(),
+            ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS,
+        );
+        match opened {
+            Ok(fd) => rustix::fs::fstat(&fd)
+                .is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::RegularFile),
+            // No openat2 (a kernel before 5.6, a seccomp filter): the portable check.
+            Err(rustix::io::Errno::NOSYS | rustix::io::Errno::PERM) => {
+                self.is_regular_file_portable(relative)
+            }
+            Err(_) => false,
+        }
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn is_regular_file(&self, relative: &str) -> bool {
+        self.is_regular_file_portable(relative)
+    }
+
+    /// The path canonicalized, under the canonical root, a regular file. Racy against a
+    /// symlink swapped in between (which needs write access to the root), unlike
+    /// `openat2`.
+    fn is_regular_file_portable(&self, relative: &str) -> bool {
+        std::fs::canonicalize(self.root.join(relative))
+            .is_ok_and(|real| real.starts_with(&self.root) && real.is_file())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn root() -> (tempdir::Dir, Scripts) {
+        let dir = tempdir::Dir::new();
+        let path = dir.path();
+        std::fs::create_dir_all(path.join("blog")).unwrap();
+        std::fs::create_dir_all(path.join("uploads/evil.jpg")).unwrap();
+        std::fs::write(path.join("index.php"), "<?php").unwrap();
+        std::fs::write(path.join("blog/index.php"), "<?php").unwrap();
+        std::fs::write(path.join("uploads/evil.jpg.real"), "<?php").unwrap();
+        std::fs::write(path.join("uploads/photo.jpg"), "jpg").unwrap();
+        std::fs::create_dir_all(path.join("dir.php")).unwrap();
+        let outside = path.with_extension("outside.php");
+        std::fs::write(&outside, "<?php").unwrap();
+        std::os::unix::fs::symlink(&outside, path.join("escape.php")).unwrap();
+        std::os::unix::fs::symlink("index.php", path.join("alias.php")).unwrap();
+        let scripts = Scripts::new(path, "index.php".into(), vec![".PHP".into()]).unwrap();
+        (dir, scripts)
+    }
+
+    /// A directory removed when dropped (and the file beside it the tests make).
+    mod tempdir {
+        pub(super) struct Dir(std::path::PathBuf);
+
+        impl Dir {
+            pub(super) fn new() -> Self {
+                let path = std::env::temp_dir().join(format!(
+                    "scb-fastcgi-{}-{}",
+                    std::process::id(),
+                    fastrand::u64(..)
+                ));
+                std::fs::create_dir_all(&path).unwrap();
+                Self(path)
+            }
+
+            pub(super) fn path(&self) -> &std::path::Path {
+                &self.0
+            }
+        }
+
+        impl Drop for Dir {
+            fn drop(&mut self) {
+                let _ = std::fs::remove_dir_all(&self.0);
+                let _ = std::fs::remove_file(self.0.with_extension("outside.php"));
+            }
+        }
+    }
+
+    #[test]
+    fn scripts_are_split_from_their_path_info() {
+        let (_dir, scripts) = root();
+        let found = scripts.find("/index.php/users/7").unwrap();
+        assert_eq!(found.name, "/index.php");
+        assert_eq!(found.path_info, "/users/7");
+        assert_eq!(found.filename, scripts.root().join("index.php"));
+        let found = scripts.find("/blog/").unwrap();
+        assert_eq!(found.name, "/blog/index.php");
+        assert_eq!(found.path_info, "");
+        // Percent-encoded paths name the same files; extensions are matched in any case
+        // (configured as `.PHP` here).
+        assert_eq!(scripts.find("/%69ndex.php").unwrap().name, "/index.php");
+        // A symlink that stays beneath the root is followed.
+        assert_eq!(scripts.find("/alias.php").unwrap().name, "/alias.php");
+    }
+
+    #[test]
+    fn nothing_but_a_script_beneath_the_root_is_found() {
+        let (_dir, scripts) = root();
+        for path in [
+            // cgi.fix_pathinfo's attack: no such script, so PHP never walks back.
+            "/uploads/evil.jpg/x.php",
+            "/uploads/photo.jpg",
+            "/uploads/photo.jpg/index.php",
+            "/uploads/evil.jpg.real",
+            // Not a script extension at the end of a segment.
+            "/index.php.jpg",
+            "/missing.php",
+            // A directory named like a script.
+            "/dir.php",
+            "/dir.php/x",
+            // Out of the root, by name or by link.
+            "/../outside.php",
+            "/blog/../../outside.php",
+            "/escape.php",
+            "/index.php%00.jpg",
+            "/uploads/",
+            "index.php",
+            "/%ff.php",
+        ] {
+            assert_eq!(scripts.find(path), None, "{path}");
+        }
+    }
+}
