@@ -25,6 +25,7 @@ mod purge;
 mod reload_status;
 mod route;
 mod run;
+mod script_route;
 mod stack;
 mod switch;
 mod upgrade;

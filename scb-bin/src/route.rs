@@ -26,8 +26,10 @@ use scb_core::router::NotFound;
 use tower_http::cors::{Cors, CorsLayer};
 
 use crate::one_of::OneOf;
+use crate::script_route::ScriptRoute;
 use scb_proxy::ReverseProxy;
 use scb_proxy::cache::{Cache, CacheLayer};
+use scb_proxy::fastcgi::FastCgi;
 use scb_static::ServeStatic;
 use scb_static::compress::{Compress, CompressLayer};
 use tower::{Layer, Service};
@@ -59,6 +61,14 @@ pub(crate) enum Handler {
         /// that an object is fetched once per server.
         cache: Option<CacheLayer>,
     },
+    /// Scripts run by FastCGI servers, the other files beneath their root served. Upstream
+    /// state is shared as a proxy's is; each worker's service has its own pool.
+    FastCgi {
+        /// The scripts.
+        fastcgi: FastCgi,
+        /// The other files (one root descriptor for every worker, as `Static`).
+        files: ServeStatic,
+    },
     /// A redirect.
     Redirect(Redirect),
 }
@@ -82,6 +92,10 @@ impl Handler {
                 proxy,
                 cache: Some(cache),
             } => RouteService::CachedProxy(cache.layer(proxy.with_own_pool())),
+            Self::FastCgi { fastcgi, files } => RouteService::FastCgi(ScriptRoute {
+                fastcgi: fastcgi.with_own_pool(),
+                files: files.clone(),
+            }),
             Self::Redirect(redirect) => RouteService::Redirect(redirect.clone()),
         }
     }
@@ -102,6 +116,8 @@ pub(crate) enum RouteService {
     Proxy(ReverseProxy),
     /// A reverse proxy behind the route's cache.
     CachedProxy(Cache<ReverseProxy>),
+    /// Scripts through FastCGI with this worker's pool, and the files beside them.
+    FastCgi(ScriptRoute),
     /// A redirect.
     Redirect(Redirect),
     /// What a site answers when no route matches.
@@ -228,6 +244,7 @@ impl Service<Request<Body>> for RouteService {
             Self::CompressedStatic(svc) => Service::<Request<Body>>::poll_ready(svc, cx),
             Self::Proxy(svc) => Service::<Request<Body>>::poll_ready(svc, cx),
             Self::CachedProxy(svc) => Service::<Request<Body>>::poll_ready(svc, cx),
+            Self::FastCgi(svc) => svc.poll_ready(cx),
             Self::Redirect(svc) => Service::<Request<Body>>::poll_ready(svc, cx),
             Self::NotFound(svc) => Service::<Request<Body>>::poll_ready(svc, cx),
             Self::Guarded(svc) => svc.poll_ready(cx),
@@ -253,6 +270,9 @@ impl Service<Request<Body>> for RouteService {
                 future: svc.call(req),
             },
             Self::CachedProxy(svc) => ResponseFuture::Cached {
+                future: svc.call(req),
+            },
+            Self::FastCgi(svc) => ResponseFuture::Script {
                 future: svc.call(req),
             },
             // An answer ready at once, like a fixed response's.
@@ -297,6 +317,11 @@ pin_project! {
         Cached {
             future: scb_proxy::cache::ResponseFuture<Infallible>,
         },
+        /// A FastCGI route answering.
+        Script {
+            #[pin]
+            future: crate::script_route::ScriptFuture,
+        },
         /// A guarded route answering.
         Guarded {
             future: Pin<Box<dyn Future<Output = Result<Response<Body>, Infallible>>>>,
@@ -312,6 +337,7 @@ impl std::fmt::Debug for ResponseFuture {
             Self::CompressedStatic { .. } => "ResponseFuture::CompressedStatic",
             Self::Proxy { .. } => "ResponseFuture::Proxy",
             Self::Cached { .. } => "ResponseFuture::Cached",
+            Self::Script { .. } => "ResponseFuture::Script",
             Self::Guarded { .. } => "ResponseFuture::Guarded",
         })
     }
@@ -327,6 +353,7 @@ impl Future for ResponseFuture {
             ResponseFutureProj::CompressedStatic { future } => future.as_mut().poll(cx),
             ResponseFutureProj::Proxy { future } => future.poll(cx),
             ResponseFutureProj::Cached { future } => future.as_mut().poll(cx),
+            ResponseFutureProj::Script { future } => future.poll(cx),
             ResponseFutureProj::Guarded { future } => future.as_mut().poll(cx),
         }
     }

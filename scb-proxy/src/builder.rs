@@ -48,6 +48,15 @@ pub enum BuildError {
     /// that is not `https://`, `h2c` to one that is, PROXY headers on HTTP/2.
     #[error("{0}")]
     Protocol(String),
+    /// A FastCGI root that cannot be opened as a directory.
+    #[error("root {path}: {source}")]
+    Root {
+        /// The root as given.
+        path: std::path::PathBuf,
+        /// Why it cannot be opened.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// Builds a [`ReverseProxy`]; see [`ReverseProxy::builder`].

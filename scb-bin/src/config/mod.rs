@@ -348,6 +348,9 @@ pub(crate) struct RouteConfig {
     pub(crate) static_files: Option<Spanned<StaticConfig>>,
     /// `proxy = { ... }`: forwarded to upstream servers.
     pub(crate) proxy: Option<Spanned<ProxyConfig>>,
+    /// `fastcgi = { upstreams, root, ... }`: scripts run by FastCGI servers (php-fpm),
+    /// the other files beneath `root` served as static files.
+    pub(crate) fastcgi: Option<Spanned<FastCgiConfig>>,
     /// `cache = { max_bytes, max_object, ... }`: a response cache in front of the proxy.
     pub(crate) cache: Option<Spanned<CacheConfig>>,
     /// `health = true`: the process's readiness, as `[health]`'s readiness path answers.
@@ -665,6 +668,41 @@ pub(crate) struct ProxyConfig {
     pub(crate) pin: Option<Spanned<PinsConfig>>,
     /// `"http1"` (absent), `"h2"` (HTTP/2 over TLS) or `"h2c"` (HTTP/2 in the clear).
     pub(crate) protocol: Option<Spanned<String>>,
+}
+
+/// `fastcgi = { upstreams = ["unix:/run/php/php8.2-fpm.sock"], root = "/srv/app/public" }`.
+/// Every key but `upstreams` and `root` is optional; absent means scb-proxy's FastCGI
+/// default (see `config/example.toml`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct FastCgiConfig {
+    /// `"host:port"`, `"unix:/path"` or `{ addr, weight }`; at least one.
+    pub(crate) upstreams: Spanned<Vec<Spanned<UpstreamConfig>>>,
+    /// The directory of the scripts (and of the files served beside them).
+    pub(crate) root: Spanned<std::path::PathBuf>,
+    /// The script of a directory; absent means `index.php`.
+    pub(crate) index: Option<Spanned<String>>,
+    /// The extensions that are scripts; absent means `[".php"]`.
+    pub(crate) extensions: Option<Spanned<Vec<String>>>,
+    pub(crate) balance: Option<Spanned<String>>,
+    pub(crate) hash_key: Option<Spanned<String>>,
+    pub(crate) connect_timeout: Option<Spanned<HumanDuration>>,
+    pub(crate) response_timeout: Option<Spanned<HumanDuration>>,
+    pub(crate) idle_timeout: Option<Spanned<HumanDuration>>,
+    pub(crate) try_timeout: Option<Spanned<HumanDuration>>,
+    pub(crate) pool_idle_timeout: Option<Spanned<HumanDuration>>,
+    /// Largest request body passed on.
+    pub(crate) max_body: Option<ByteSize>,
+    /// Largest body of unknown length gathered to learn its length (411 over it).
+    pub(crate) max_unsized_body: Option<Spanned<ByteSize>>,
+    /// Tries per request (only failed connects move on): 1 to 8.
+    pub(crate) max_tries: Option<Spanned<usize>>,
+    /// Idle connections kept per upstream and worker; each holds a php-fpm child.
+    pub(crate) max_idle: Option<usize>,
+    pub(crate) max_response_head: Option<Spanned<ByteSize>>,
+    /// `FCGI_KEEP_CONN`; absent means true.
+    pub(crate) keep_conn: Option<bool>,
+    pub(crate) passive: Option<PassiveConfig>,
 }
 
 /// `pin = "AB:CD:..."` or `pin = ["AB:..", "CD:.."]` (two during a rotation).

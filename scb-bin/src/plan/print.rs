@@ -139,6 +139,14 @@ fn handler(handler: &Handler) -> String {
                 ""
             }
         ),
+        Handler::FastCgi { fastcgi, .. } => {
+            let upstreams: Vec<String> = fastcgi.upstreams().map(ToString::to_string).collect();
+            format!(
+                "fastcgi {} (scripts and files beneath {})",
+                upstreams.join(", "),
+                fastcgi.root().display()
+            )
+        }
         Handler::Proxy { proxy, cache } => {
             let upstreams: Vec<String> = proxy.upstreams().map(ToString::to_string).collect();
             // The config's name for it: `LeastConn` is `least_conn`.

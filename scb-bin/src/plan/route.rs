@@ -318,6 +318,7 @@ fn handler(
         ("health", health.map(Spanned::span)),
         ("static", route.static_files.as_ref().map(Spanned::span)),
         ("proxy", route.proxy.as_ref().map(Spanned::span)),
+        ("fastcgi", route.fastcgi.as_ref().map(Spanned::span)),
         ("redirect", route.redirect.as_ref().map(Spanned::span)),
     ]
     .into_iter()
@@ -368,6 +369,9 @@ fn handler(
             .transpose()?;
         return Ok(Handler::Proxy { proxy, cache });
     }
+    if let Some(fastcgi) = &route.fastcgi {
+        return fastcgi_handler(fastcgi, trusted).map_err(|e| e.within("fastcgi"));
+    }
     if let Some(redirect) = &route.redirect {
         return redirect_handler(redirect.get_ref(), matcher, named_site)
             .map_err(|e| e.within("redirect"));
@@ -376,8 +380,30 @@ fn handler(
         config,
         "",
         "a route needs a handler: `respond = { ... }`, `static = { ... }`, `proxy = { ... }`, \
-         `redirect = { ... }` or `health = true`",
+         `fastcgi = { ... }`, `redirect = { ... }` or `health = true`",
     ))
+}
+
+/// A FastCGI route: the scripts, and a file server over the same root for the rest (its
+/// defaults: no hidden files, no listings). `REMOTE_ADDR` is the client `[server]
+/// trusted_proxies` names, as everywhere.
+fn fastcgi_handler(
+    config: &Spanned<crate::config::FastCgiConfig>,
+    trusted: &TrustedProxies,
+) -> Result<Handler, Located> {
+    let table = config.get_ref();
+    let fastcgi = scb_proxy::fastcgi::FastCgiBuilder::try_from(table)?
+        .trusted_proxies(trusted.clone())
+        .build()
+        .map_err(|e| match e {
+            scb_proxy::BuildError::Root { .. } => Located::at(&table.root, "root", e),
+            e => Located::at(&table.upstreams, "upstreams", e),
+        })?;
+    let files = scb_static::ServeStatic::builder(table.root.get_ref().clone())
+        .no_index()
+        .build()
+        .map_err(|e| Located::at(&table.root, "root", e))?;
+    Ok(Handler::FastCgi { fastcgi, files })
 }
 
 /// A redirect route. `{host}` is refused on the default site, which takes any host: a

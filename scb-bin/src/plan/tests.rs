@@ -1068,3 +1068,80 @@ fn a_cache_goes_on_a_proxy_route_and_its_bad_values_are_refused_where_they_are()
             .contains("route[0].cache.key: cache key \"{host}{query}\" has no {path}"),
     );
 }
+
+#[test]
+fn a_fastcgi_route_is_planned_and_its_bad_values_are_refused_where_they_are() {
+    let root = std::env::temp_dir().join(format!("scb-plan-fastcgi-{}", std::process::id()));
+    std::fs::create_dir_all(&root).unwrap();
+    let route = |fastcgi: &str| format!("{LISTEN}[[route]]\nprefix = \"/\"\nfastcgi = {fastcgi}\n");
+    let planned = plan(&route(&format!(
+        "{{ upstreams = [\"unix:/run/php/php8.2-fpm.sock\", \"127.0.0.1:9000\"], root = {root:?}, \
+         index = \"index.php\", extensions = [\".php\", \".phtml\"], max_idle = 2 }}"
+    )));
+    let Handler::FastCgi { fastcgi, .. } = &planned.routes()[0].handler else {
+        panic!("not fastcgi: {:?}", planned.routes()[0].handler);
+    };
+    assert_eq!(fastcgi.upstreams().count(), 2);
+    assert!(fastcgi.names_script("/blog/x.phtml/tail"));
+    assert!(!fastcgi.names_script("/logo.png"));
+    let cases = [
+        (
+            route("{ upstreams = [\"a:1\"], root = \"srv/app\" }"),
+            "scb.toml:5:41: route[0].fastcgi.root: must be an absolute path".to_owned(),
+        ),
+        (
+            route("{ upstreams = [\"a:1\"], root = \"/nonexistent/scb-plan\" }"),
+            "scb.toml:5:41: route[0].fastcgi.root: root /nonexistent/scb-plan: No such file"
+                .to_owned(),
+        ),
+        (
+            route("{ root = \"/srv\" }"),
+            "route[0].fastcgi: missing field `upstreams`".to_owned(),
+        ),
+        (
+            route(&format!(
+                "{{ upstreams = [\"https://a:1\"], root = {root:?} }}"
+            )),
+            "route[0].fastcgi.upstreams: FastCGI upstream https://a:1 is https://".to_owned(),
+        ),
+        (
+            route(&format!(
+                "{{ upstreams = [\"a:1\"], root = {root:?}, index = \"a/b.php\" }}"
+            )),
+            "route[0].fastcgi.index: must be a file name".to_owned(),
+        ),
+        (
+            route(&format!(
+                "{{ upstreams = [\"a:1\"], root = {root:?}, extensions = [\"php\"] }}"
+            )),
+            "route[0].fastcgi.extensions: must be a list of extensions with their dot".to_owned(),
+        ),
+        (
+            route(&format!(
+                "{{ upstreams = [\"a:1\"], root = {root:?}, max_tries = 0 }}"
+            )),
+            "route[0].fastcgi.max_tries: must be from 1 to 8".to_owned(),
+        ),
+        (
+            route(&format!(
+                "{{ upstreams = [\"a:1\"], root = {root:?}, script = \"x\" }}"
+            )),
+            "route[0].fastcgi.script: unknown field `script`".to_owned(),
+        ),
+        (
+            format!(
+                "{LISTEN}[[route]]\nprefix = \"/\"\nfastcgi = {{ upstreams = [\"a:1\"], root = {root:?} }}\n\
+                 proxy = {{ upstreams = [\"a:1\"] }}\n"
+            ),
+            "route[0]".to_owned(),
+        ),
+    ];
+    for (source, expected) in cases {
+        let got = error(&source);
+        assert!(
+            got.contains(&expected),
+            "{source}\n got: {got}\nwant: {expected}"
+        );
+    }
+    std::fs::remove_dir_all(&root).unwrap();
+}

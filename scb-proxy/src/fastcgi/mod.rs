@@ -32,7 +32,7 @@
 //!   never makes PHP run `evil.jpg`.
 //! - **The variables**: CGI/1.1 as php-fpm expects them (`SCRIPT_FILENAME`,
 //!   `SCRIPT_NAME`, `PATH_INFO`, `DOCUMENT_ROOT`, `REQUEST_URI`, `HTTPS`, `REMOTE_ADDR`
-//!   through [`TrustedProxies`](crate::TrustedProxies), each header as `HTTP_*`), never
+//!   through [`TrustedProxies`], each header as `HTTP_*`), never
 //!   `HTTP_PROXY` (httpoxy), never a header name with `_` (which could pose as another).
 //! - **The body** streams as `FCGI_STDIN` when its length is known; a body without a
 //!   length (chunked, or HTTP/2 without `content-length`) is gathered up to
@@ -169,6 +169,14 @@ impl FastCgi {
     /// candidates are run rather than served as files.
     pub fn is_script(&self, path: &str) -> bool {
         self.app.scripts.is_script(path)
+    }
+
+    /// Whether `path` (a request path) may name a script, so that a route serving files
+    /// beside its scripts sends it here and never to a file server (which would send the
+    /// script's source): it ends in `/`, a segment of it ends in a script extension after
+    /// percent-decoding, or it does not decode.
+    pub fn names_script(&self, path: &str) -> bool {
+        self.app.scripts.names_script(path)
     }
 
     /// The upstreams, in the order they were given.
@@ -614,8 +622,11 @@ impl FastCgiBuilder {
                 "FastCGI upstream {u} is https://: FastCGI runs over plain TCP or a Unix socket"
             )));
         }
-        let scripts = Scripts::new(&self.root, self.index, self.extensions).map_err(|e| {
-            BuildError::Protocol(format!("FastCGI root {}: {e}", self.root.display()))
+        let scripts = Scripts::new(&self.root, self.index, self.extensions).map_err(|source| {
+            BuildError::Root {
+                path: self.root.clone(),
+                source,
+            }
         })?;
         let root = scripts.root().to_string_lossy().into_owned();
         Ok(FastCgi {

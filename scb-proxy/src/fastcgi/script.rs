@@ -85,6 +85,17 @@ impl Scripts {
         self.extensions.iter().any(|e| lower.ends_with(e.as_str()))
     }
 
+    /// Whether `path` (a request path, percent-encoded) may name a script: it ends in
+    /// `/` (a directory's index), a segment of it ends in a script extension, or it does
+    /// not decode. A route that serves other files beside the scripts sends these here
+    /// and never to its file server, which would send a script's source.
+    pub(crate) fn names_script(&self, path: &str) -> bool {
+        match percent_decode_str(path).decode_utf8() {
+            Ok(decoded) => decoded.ends_with('/') || self.split(&decoded).is_some(),
+            Err(_) => true,
+        }
+    }
+
     /// The script `path` (a request path, percent-encoded) names, if it exists beneath
     /// the root; `None` for every path that must not reach the interpreter.
     pub(crate) fn find(&self, path: &str) -> Option<Script> {
@@ -226,6 +237,12 @@ mod tests {
         // Percent-encoded paths name the same files; extensions are matched in any case
         // (configured as `.PHP` here).
         assert_eq!(scripts.find("/%69ndex.php").unwrap().name, "/index.php");
+        assert!(scripts.names_script("/index%2ephp"));
+        assert!(scripts.names_script("/a/b.PHP/c"));
+        assert!(scripts.names_script("/blog/"));
+        assert!(scripts.names_script("/%ff"));
+        assert!(!scripts.names_script("/style.css"));
+        assert!(!scripts.names_script("/index.php.txt"));
         // A symlink that stays beneath the root is followed.
         assert_eq!(scripts.find("/alias.php").unwrap().name, "/alias.php");
     }

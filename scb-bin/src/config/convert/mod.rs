@@ -4,6 +4,7 @@
 mod basic_auth;
 mod cache;
 mod cors;
+mod fastcgi;
 mod header_rules;
 mod rate_limit;
 mod rewrite;
@@ -348,7 +349,7 @@ impl TryFrom<&ProxyConfig> for scb_proxy::ReverseProxyBuilder {
 
     fn try_from(config: &ProxyConfig) -> Result<Self, Located> {
         let mut b = scb_proxy::ReverseProxy::builder(upstreams(&config.upstreams)?)
-            .balance(balance(config)?);
+            .balance(balance(config.balance.as_ref(), config.hash_key.as_ref())?);
         if let Some(trusted) = config.trusted_proxies.as_deref() {
             b = b.trusted_proxies(trusted_proxies(trusted)?);
         }
@@ -490,7 +491,7 @@ impl TryFrom<&ProxyConfig> for scb_proxy::ReverseProxyBuilder {
     }
 }
 
-fn upstreams(
+pub(crate) fn upstreams(
     list: &Spanned<Vec<Spanned<UpstreamConfig>>>,
 ) -> Result<Vec<scb_proxy::Upstream>, Located> {
     if list.get_ref().is_empty() {
@@ -529,16 +530,20 @@ fn upstreams(
         .collect()
 }
 
-fn balance(config: &ProxyConfig) -> Result<scb_proxy::Balance, Located> {
+/// `balance` and its `hash_key`, of a `proxy` or `fastcgi` table.
+pub(crate) fn balance(
+    balance: Option<&Spanned<String>>,
+    hash_key_value: Option<&Spanned<String>>,
+) -> Result<scb_proxy::Balance, Located> {
     use scb_proxy::{Balance, HashKey};
 
-    let policy = match &config.balance {
+    let policy = match balance {
         None => Balance::default(),
         Some(balance) => match balance.get_ref().as_str() {
             "round_robin" => Balance::RoundRobin,
             "least_conn" => Balance::LeastConn,
             "random_two" => Balance::RandomTwo,
-            "hash" => Balance::Hash(match &config.hash_key {
+            "hash" => Balance::Hash(match hash_key_value {
                 None => HashKey::ClientIp,
                 Some(key) => hash_key(key)?,
             }),
@@ -551,7 +556,7 @@ fn balance(config: &ProxyConfig) -> Result<scb_proxy::Balance, Located> {
             }
         },
     };
-    if let Some(key) = &config.hash_key
+    if let Some(key) = hash_key_value
         && !matches!(policy, Balance::Hash(_))
     {
         return Err(Located::at(
