@@ -32,6 +32,7 @@ use scb_proxy::cache::{Cache, CacheLayer};
 use scb_proxy::fastcgi::FastCgi;
 use scb_static::ServeStatic;
 use scb_static::compress::{Compress, CompressLayer};
+use scb_static::try_files::{TryFiles, TryFilesLayer};
 use tower::{Layer, Service};
 
 /// What a route does, as loaded from the config: shared by all workers (`Send + Sync`).
@@ -129,8 +130,9 @@ pub(crate) enum RouteService {
 
 /// The layers of a guarded route, outermost first: the site's error pages, addresses,
 /// the rate limit, the concurrency bound, header rules, the rewrite, CORS (answering
-/// preflights, which carry no credentials, and marking refusals too), basic auth and
-/// compression.
+/// preflights, which carry no credentials, and marking refusals too), basic auth,
+/// compression and `try_files` (which chooses the path the handler sees, after every
+/// guard has seen the client's).
 pub(crate) type Guarded = OneOf<Filtered, ErrorPages<Filtered>>;
 type Filtered = OneOf<Rated, IpFilter<Rated>>;
 type Rated = OneOf<Limited, RateLimit<Limited>>;
@@ -139,7 +141,8 @@ type Headed = OneOf<Rewritten, HeaderRulesService<Rewritten>>;
 type Rewritten = OneOf<WithCors, Rewrite<WithCors>>;
 type WithCors = OneOf<Authed, Cors<Authed>>;
 type Authed = OneOf<Compressed, BasicAuth<Compressed>>;
-type Compressed = OneOf<RouteService, Compress<RouteService>>;
+type Compressed = OneOf<Tried, Compress<Tried>>;
+type Tried = OneOf<RouteService, TryFiles<RouteService>>;
 
 /// What a route puts in front of its handler, each part only when configured: owned by
 /// the route's plan, shared by every worker's stack.
@@ -167,6 +170,8 @@ pub(crate) struct Guards {
     /// On-the-fly compression of a handler other than static files (whose compression is
     /// part of [`Handler::Static`]).
     pub(crate) compress: Option<CompressLayer>,
+    /// `try_files`, on a static or FastCGI route.
+    pub(crate) try_files: Option<TryFilesLayer>,
 }
 
 /// Builds a guard chain, noting whether any guard was there.
@@ -201,6 +206,7 @@ impl Guards {
             ("cors", self.cors.is_some()),
             ("basic_auth", self.basic_auth.is_some()),
             ("compressed", self.compress.is_some()),
+            ("try_files", self.try_files.is_some()),
         ]
         .into_iter()
         .filter_map(|(name, there)| there.then_some(name))
@@ -214,7 +220,8 @@ impl Guards {
         // costs nothing per request.
         let plain = handler.clone();
         let mut chain = Chain::default();
-        let compressed = chain.maybe(self.compress.as_ref(), handler);
+        let tried = chain.maybe(self.try_files.as_ref(), handler);
+        let compressed = chain.maybe(self.compress.as_ref(), tried);
         let authed = chain.maybe(self.basic_auth.as_ref(), compressed);
         let with_cors = chain.maybe(self.cors.as_ref(), authed);
         let rewritten = chain.maybe(self.rewrite.as_ref(), with_cors);

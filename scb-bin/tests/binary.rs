@@ -81,7 +81,7 @@ fn check_names_file_line_column_and_key_of_config_errors() {
             "path and prefix",
             "[[listen]]\naddr = \"127.0.0.1:0\"\n[[route]]\npath = \"/a\"\nprefix = \"/a/\"\n\
              respond = { status = 200 }\n",
-            "5:10: route[0].prefix: a route has either `path` (exact) or `prefix`, not both",
+            "5:10: route[0].prefix: a route has one of `path`, `prefix` and `path_regex`: `path` is set",
         ),
     ];
     for (what, config, want) in cases {

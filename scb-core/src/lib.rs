@@ -48,6 +48,7 @@ pub mod https;
 pub mod ip_filter;
 pub mod max_concurrent;
 pub mod metrics;
+pub mod original_uri;
 pub mod range;
 pub mod rate_limit;
 pub mod redirect;

@@ -5,7 +5,14 @@
 //! replaces a leading prefix (`/old/` to `/new/`); a regex rule (the `regex` crate, so no
 //! backtracking blow-up on hostile paths) replaces a path that matches with its template,
 //! where `{1}`, `{2}`... are the captures. A path the rule does not match passes as it
-//! is.
+//! is. A route-captures rule ([`RewriteLayer::route_captures`]) fills its template from
+//! what the route's own expression captured ([`PathCaptures`], set by the router for a
+//! [`PathMatch::Regex`](crate::router::PathMatch::Regex) route), by name (`{id}`) or
+//! number.
+//!
+//! The client's own URI stays in the request's extensions as [`OriginalUri`] (the first
+//! rewrite's, when there are several), for what must report what the client asked for:
+//! CGI's `REQUEST_URI`, say.
 //!
 //! ```
 //! use http::{Request, StatusCode};
@@ -32,6 +39,10 @@ use std::task::{Context, Poll};
 use http::Request;
 use http::uri::{PathAndQuery, Uri};
 use tower::{Layer, Service};
+
+use crate::router::PathCaptures;
+
+pub use crate::original_uri::OriginalUri;
 
 /// Why a rewrite cannot be made.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -61,12 +72,16 @@ enum Rule {
         regex: regex::Regex,
         to: Box<[Piece]>,
     },
+    RouteCaptures {
+        to: Box<[Piece]>,
+    },
 }
 
 #[derive(Debug)]
 enum Piece {
     Text(Box<str>),
     Capture(usize),
+    Named(Box<str>),
 }
 
 /// Rewrites request paths; see the [module documentation](self).
@@ -135,7 +150,7 @@ impl RewriteLayer {
         )?;
         let texts_ok = pieces.iter().all(|p| match p {
             Piece::Text(t) => path_text(t),
-            Piece::Capture(_) => true,
+            Piece::Capture(_) | Piece::Named(_) => true,
         });
         if !texts_ok {
             return Err(bad("bytes a path cannot hold"));
@@ -148,8 +163,51 @@ impl RewriteLayer {
         })
     }
 
+    /// Paths become `to`, its placeholders filled from what the route's expression
+    /// `route_regex` captured (the [`PathCaptures`] the router gives the request): `{id}`
+    /// is the group named `id`, `{1}` the first group. A request without captures (the
+    /// layer on a route that is not a regex route) passes as it is.
+    ///
+    /// # Errors
+    ///
+    /// An expression that does not compile, or a template that is not a path or names a
+    /// group the expression does not have.
+    pub fn route_captures(route_regex: &str, to: &str) -> Result<Self, RewriteError> {
+        let regex =
+            regex::Regex::new(route_regex).map_err(|e| RewriteError::Regex(e.to_string()))?;
+        let bad = |reason| RewriteError::Template {
+            to: to.to_owned(),
+            reason,
+        };
+        if !to.starts_with('/') {
+            return Err(bad("a path starting with `/`"));
+        }
+        let pieces = crate::template::split(
+            to,
+            Piece::Text,
+            |name| match name.parse::<usize>() {
+                Ok(n) if n < regex.captures_len() => Ok(Piece::Capture(n)),
+                Ok(_) => Err(bad("a capture the expression does not have")),
+                Err(_) if regex.capture_names().flatten().any(|n| n == name) => {
+                    Ok(Piece::Named(name.into()))
+                }
+                Err(_) => Err(bad("a group name the route's expression does not have")),
+            },
+            || bad("a `{` without its `}`"),
+        )?;
+        if !pieces.iter().all(|p| match p {
+            Piece::Text(t) => path_text(t),
+            Piece::Capture(_) | Piece::Named(_) => true,
+        }) {
+            return Err(bad("bytes a path cannot hold"));
+        }
+        Ok(Self {
+            rule: Arc::new(Rule::RouteCaptures { to: pieces.into() }),
+        })
+    }
+
     /// The new path for `path`, or `None` to leave it.
-    fn rewrite(&self, path: &str) -> Option<String> {
+    fn rewrite(&self, path: &str, captured: Option<&PathCaptures>) -> Option<String> {
         match &*self.rule {
             Rule::Prefix { from, to } => {
                 let rest = path.strip_prefix(&**from)?;
@@ -164,6 +222,21 @@ impl RewriteLayer {
                         Piece::Capture(n) => {
                             out.push_str(captures.get(*n).map_or("", |m| m.as_str()));
                         }
+                        Piece::Named(name) => {
+                            out.push_str(captures.name(name).map_or("", |m| m.as_str()));
+                        }
+                    }
+                }
+                Some(out)
+            }
+            Rule::RouteCaptures { to } => {
+                let captured = captured?;
+                let mut out = String::with_capacity(path.len() + 16);
+                for piece in &**to {
+                    match piece {
+                        Piece::Text(t) => out.push_str(t),
+                        Piece::Capture(n) => out.push_str(captured.get(*n).unwrap_or("")),
+                        Piece::Named(name) => out.push_str(captured.name(name).unwrap_or("")),
                     }
                 }
                 Some(out)
@@ -203,7 +276,8 @@ where
     }
 
     fn call(&mut self, mut req: Request<B>) -> S::Future {
-        if let Some(path) = self.layer.rewrite(req.uri().path()) {
+        let captured = req.extensions().get::<PathCaptures>();
+        if let Some(path) = self.layer.rewrite(req.uri().path(), captured) {
             let with_query = match req.uri().query() {
                 Some(query) => format!("{path}?{query}"),
                 None => path,
@@ -214,7 +288,7 @@ where
                 let mut parts = req.uri().clone().into_parts();
                 parts.path_and_query = Some(pq);
                 if let Ok(uri) = Uri::from_parts(parts) {
-                    *req.uri_mut() = uri;
+                    OriginalUri::rewrite(&mut req, uri);
                 }
             }
         }
@@ -255,6 +329,57 @@ mod tests {
         // Percent-encoded bytes stay encoded: the captures are parts of a valid path.
         let all = RewriteLayer::regex(r"^/f/(.*)$", "/files/{1}").unwrap();
         assert_eq!(seen(&all, "/f/a%20b").await, "/files/a%20b");
+    }
+
+    #[tokio::test]
+    async fn route_captures_fill_the_template_and_the_client_uri_is_kept() {
+        let layer =
+            RewriteLayer::route_captures(r"^/users/(?<id>\d+)(/.*)?$", "/u/{id}{2}").unwrap();
+        let svc = layer.layer(service_fn(|req: Request<Body>| async move {
+            let original = req
+                .extensions()
+                .get::<OriginalUri>()
+                .map(|o| o.0.to_string());
+            Ok::<_, Infallible>(http::Response::new(Body::from(format!(
+                "{} {original:?}",
+                req.uri()
+            ))))
+        }));
+        let names: Arc<[Option<Box<str>>]> = vec![None, Some("id".into()), None].into();
+        let mut req = Request::get("/users/7/posts?x=1")
+            .body(Body::empty())
+            .unwrap();
+        req.extensions_mut().insert(PathCaptures::new(
+            "/users/7/posts",
+            [Some(0..14), Some(7..8), Some(8..14)],
+            names,
+        ));
+        let res = svc.clone().oneshot(req).await.unwrap();
+        let body = res.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(body, "/u/7/posts?x=1 Some(\"/users/7/posts?x=1\")");
+        // No captures (not a regex route): the path stays, and nothing is noted.
+        let req = Request::get("/users/7").body(Body::empty()).unwrap();
+        let res = svc.oneshot(req).await.unwrap();
+        let body = res.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(body, "/users/7 None");
+        for to in ["/u/{name}", "/u/{3}", "u/{id}", "/u/{id"] {
+            assert!(
+                matches!(
+                    RewriteLayer::route_captures(r"^/users/(?<id>\d+)(/.*)?$", to),
+                    Err(RewriteError::Template { .. })
+                ),
+                "{to}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_first_rewrite_keeps_the_client_uri() {
+        let mut req = Request::get("/a?q").body(()).unwrap();
+        OriginalUri::rewrite(&mut req, "/b".parse().unwrap());
+        OriginalUri::rewrite(&mut req, "/c".parse().unwrap());
+        assert_eq!(req.uri(), "/c");
+        assert_eq!(req.extensions().get::<OriginalUri>().unwrap().0, "/a?q");
     }
 
     #[test]

@@ -102,6 +102,7 @@ mod cache_control;
 
 #[cfg(feature = "compress")]
 pub mod compress;
+pub mod try_files;
 
 pub use cache::OpenFileCache;
 pub use cache_control::CacheControlError;

@@ -342,6 +342,13 @@ pub(crate) struct RouteConfig {
     pub(crate) path: Option<Spanned<String>>,
     /// Prefix match, on segment boundaries.
     pub(crate) prefix: Option<Spanned<String>>,
+    /// A regular expression the path must match; its named groups are placeholders of
+    /// the route's `rewrite`.
+    pub(crate) path_regex: Option<Spanned<String>>,
+    /// `match = { methods, headers, query, remote }`: what else a request must be for the
+    /// route to take it.
+    #[serde(rename = "match")]
+    pub(crate) conditions: Option<Spanned<MatchConfig>>,
     pub(crate) respond: Option<Spanned<RespondConfig>>,
     /// `static = { ... }`: files beneath a directory.
     #[serde(rename = "static")]
@@ -353,6 +360,10 @@ pub(crate) struct RouteConfig {
     pub(crate) fastcgi: Option<Spanned<FastCgiConfig>>,
     /// `cache = { max_bytes, max_object, ... }`: a response cache in front of the proxy.
     pub(crate) cache: Option<Spanned<CacheConfig>>,
+    /// `try_files = ["{path}", "{path}/index.php", "/index.php?{query}"]` on a static or
+    /// FastCGI route: the first that exists beneath its root, else the last (a path, or
+    /// `=404`).
+    pub(crate) try_files: Option<Spanned<Vec<Spanned<String>>>>,
     /// `health = true`: the process's readiness, as `[health]`'s readiness path answers.
     pub(crate) health: Option<Spanned<bool>>,
     /// `redirect = { to, status }`: a redirect.
@@ -378,6 +389,20 @@ pub(crate) struct RouteConfig {
     /// On-the-fly compression of whatever the handler answers (any handler; a static,
     /// proxy or fixed-response route may say it in its handler's table instead).
     pub(crate) compress: Option<Spanned<CompressConfig>>,
+}
+
+/// `match = { methods = ["POST"], headers = { "content-type" = "application/json*" },
+/// query = { "v" = "2" }, remote = ["10.0.0.0/8"] }`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct MatchConfig {
+    pub(crate) methods: Option<Spanned<Vec<Spanned<String>>>>,
+    /// Field name to value pattern (`*` any run of bytes).
+    pub(crate) headers: Option<Spanned<std::collections::BTreeMap<String, Spanned<String>>>>,
+    /// Query parameter to value pattern.
+    pub(crate) query: Option<Spanned<std::collections::BTreeMap<String, Spanned<String>>>>,
+    /// Client networks, through `[server] trusted_proxies`.
+    pub(crate) remote: Option<Spanned<Vec<Spanned<String>>>>,
 }
 
 /// `cache = { max_bytes = "512MiB", max_object = "64MiB" }`: RFC 9111 caching of a proxy
@@ -429,7 +454,8 @@ pub(crate) struct RateLimitConfig {
     pub(crate) max_keys: Option<Spanned<usize>>,
 }
 
-/// `rewrite = { prefix = "/old/", to = "/new/" }` or `{ regex = "^/a/(\\d+)$", to = "/b/{1}" }`.
+/// `rewrite = { prefix = "/old/", to = "/new/" }`, `{ regex = "^/a/(\\d+)$", to = "/b/{1}" }`,
+/// or `{ to = "/u/{id}" }` on a `path_regex` route (its groups).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RewriteConfig {

@@ -174,7 +174,7 @@ impl Plan {
                 hosts: Vec::new(),
                 routes: Arc::from([RoutePlan {
                     name: "static".into(),
-                    matcher: PathMatch::Prefix("/".to_owned()),
+                    matcher: PathMatch::Prefix("/".to_owned()).into(),
                     handler: Handler::Static {
                         files,
                         compress: compress.then(CompressLayer::new),

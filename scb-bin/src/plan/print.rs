@@ -66,42 +66,52 @@ impl Plan {
     }
 }
 
-/// A site's routes as the router orders them: an exact path wins, then the longest
-/// prefix.
+/// A site's routes as the router orders them: exact paths, then expressions in config
+/// order, then the longest prefix; routes of one path with `match` conditions before
+/// the one without (each row shows its conditions in brackets).
 fn routes(out: &mut String, routes: &[RoutePlan]) {
-    let mut exact: Vec<_> = routes
-        .iter()
-        .filter_map(|r| match &r.matcher {
-            PathMatch::Exact(path) => Some((path, r)),
-            PathMatch::Prefix(_) => None,
-        })
-        .collect();
-    exact.sort_by(|a, b| a.0.cmp(b.0));
-    let mut prefixes: Vec<_> = routes
-        .iter()
-        .filter_map(|r| match &r.matcher {
-            PathMatch::Prefix(prefix) => Some((prefix, r)),
-            PathMatch::Exact(_) => None,
-        })
-        .collect();
-    prefixes.sort_by_key(|p| std::cmp::Reverse(p.0.len()));
-    let rows = exact
-        .into_iter()
-        .map(|(p, r)| (format!("= {p}"), r))
-        .chain(prefixes.into_iter().map(|(p, r)| (format!("^ {p}"), r)));
-    for (matcher, route) in rows {
+    let kind = |r: &RoutePlan| match r.matcher.path() {
+        PathMatch::Exact(_) => 0,
+        PathMatch::Regex(_) => 1,
+        PathMatch::Prefix(_) => 2,
+    };
+    let mut rows: Vec<(usize, &RoutePlan)> = routes.iter().enumerate().collect();
+    // A stable sort: config order stays among equals (expressions, conditional routes).
+    rows.sort_by(|(_, a), (_, b)| {
+        let by_path = match (a.matcher.path(), b.matcher.path()) {
+            (PathMatch::Exact(x), PathMatch::Exact(y)) => x.cmp(y),
+            (PathMatch::Prefix(x), PathMatch::Prefix(y)) => y.len().cmp(&x.len()).then(x.cmp(y)),
+            _ => std::cmp::Ordering::Equal,
+        };
+        kind(a)
+            .cmp(&kind(b))
+            .then(by_path)
+            .then(b.matcher.is_conditional().cmp(&a.matcher.is_conditional()))
+    });
+    for (_, route) in rows {
+        let matcher = match route.matcher.path() {
+            PathMatch::Exact(p) => format!("= {p}"),
+            PathMatch::Prefix(p) => format!("^ {p}"),
+            PathMatch::Regex(r) => format!("~ {r}"),
+        };
+        let conditions = if route.matcher.is_conditional() {
+            format!(" [{}]", route.matcher)
+        } else {
+            String::new()
+        };
         let _ = writeln!(
             out,
-            "  {matcher:<24} {:<12} {}{}",
+            "  {matcher:<24} {:<12} {}{}{conditions}",
             route.name,
             handler(&route.handler),
             guards(route)
         );
     }
-    // A `prefix = "/"` route takes every path: nothing is left unmatched.
-    let catches_all = routes
-        .iter()
-        .any(|r| matches!(&r.matcher, PathMatch::Prefix(p) if p == "/"));
+    // A `prefix = "/"` route without conditions takes every path: nothing is left
+    // unmatched.
+    let catches_all = routes.iter().any(|r| {
+        !r.matcher.is_conditional() && matches!(r.matcher.path(), PathMatch::Prefix(p) if p == "/")
+    });
     if !catches_all {
         let _ = writeln!(out, "  (anything else)          unmatched    404");
     }

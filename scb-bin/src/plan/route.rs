@@ -12,11 +12,11 @@ use scb_core::ip_filter::IpFilterLayer;
 use scb_core::max_concurrent::MaxConcurrentLayer;
 use scb_core::redirect::Redirect;
 use scb_core::respond::Respond;
-use scb_core::router::PathMatch;
+use scb_core::router::{Glob, PathMatch, RouteMatch, Router};
 use scb_static::compress::CompressLayer;
 use toml::Spanned;
 
-use crate::config::{Located, ProxyConfig, RedirectConfig, RouteConfig};
+use crate::config::{Located, MatchConfig, ProxyConfig, RedirectConfig, RouteConfig};
 use crate::route::{Guards, Handler};
 
 use crate::config::convert::{basic_auth, cors, header_rules, rate_limit, rewrite};
@@ -27,8 +27,10 @@ use crate::labels::RESERVED;
 pub(crate) struct RoutePlan {
     /// The `route` label of its metrics and the access log; unique across sites.
     pub(crate) name: Arc<str>,
-    /// Exact path or prefix; unique per kind within its site.
-    pub(crate) matcher: PathMatch,
+    /// Exact path, expression or prefix, and the route's `match` conditions; a path,
+    /// expression or prefix is unique per kind within its site among the routes without
+    /// conditions.
+    pub(crate) matcher: RouteMatch,
     /// What answers, turned into a service on each worker.
     pub(crate) handler: Handler,
     /// Its guards, the site's header rules and error pages among them.
@@ -36,8 +38,19 @@ pub(crate) struct RoutePlan {
 }
 
 /// The route name for a path when none is given: its segments joined with `-`, `root`
-/// for `/`. `/respond` gives `respond`, `/api/v1/` gives `api-v1`.
-fn derive_name(path: &str) -> String {
+/// for `/`. `/respond` gives `respond`, `/api/v1/` gives `api-v1`. An expression gives
+/// the name of its literal start: `^/users/(?<id>\d+)$` gives `users`.
+fn derive_name(matcher: &PathMatch) -> String {
+    let path = match matcher {
+        PathMatch::Exact(p) | PathMatch::Prefix(p) => p.as_str(),
+        PathMatch::Regex(r) => {
+            let r = r.strip_prefix('^').unwrap_or(r);
+            let literal = r
+                .find(|c: char| !(c.is_ascii_alphanumeric() || "/-_".contains(c)))
+                .unwrap_or(r.len());
+            &r[..literal]
+        }
+    };
     let name = path
         .split('/')
         .filter(|s| !s.is_empty())
@@ -64,12 +77,17 @@ pub(super) fn routes(
         let key = format!("route[{i}]");
         let (plan, field, path) =
             route(config, readiness, trusted, site).map_err(|e| e.within(&key))?;
-        if let Some(&first) = paths.get(&plan.matcher) {
+        // Routes with conditions may share a path: each takes what it matches, and the
+        // one without conditions the rest.
+        if !plan.matcher.is_conditional()
+            && let Some(&first) = paths.get(plan.matcher.path())
+        {
             return Err(Located::at(
                 path,
                 format!("{key}.{field}"),
                 format_args!(
-                    "{field} {:?} is already routed by route[{first}]",
+                    "{field} {:?} is already routed by route[{first}]; give one of them \
+                     `match` conditions",
                     path.get_ref()
                 ),
             ));
@@ -93,7 +111,9 @@ pub(super) fn routes(
             });
         }
         names.insert(Arc::clone(&plan.name), i);
-        paths.insert(plan.matcher.clone(), i);
+        if !plan.matcher.is_conditional() {
+            paths.insert(plan.matcher.path().clone(), i);
+        }
         plans.push(plan);
     }
     Ok(plans)
@@ -108,33 +128,56 @@ fn route<'a>(
     site: Option<&str>,
 ) -> Result<(RoutePlan, &'static str, &'a Spanned<String>), Located> {
     let route = config.get_ref();
-    let (matcher, field, path) = match (&route.path, &route.prefix) {
-        (Some(path), None) => {
-            check_path(path, "path")?;
-            (PathMatch::Exact(path.get_ref().clone()), "path", path)
-        }
-        (None, Some(prefix)) => {
-            check_path(prefix, "prefix")?;
-            (
-                PathMatch::Prefix(prefix.get_ref().clone()),
-                "prefix",
-                prefix,
-            )
-        }
-        (Some(_), Some(prefix)) => {
-            return Err(Located::at(
-                prefix,
-                "prefix",
-                "a route has either `path` (exact) or `prefix`, not both",
-            ));
-        }
-        (None, None) => {
+    let given: Vec<(&'static str, &Spanned<String>)> = [
+        ("path", route.path.as_ref()),
+        ("prefix", route.prefix.as_ref()),
+        ("path_regex", route.path_regex.as_ref()),
+    ]
+    .into_iter()
+    .filter_map(|(key, value)| Some((key, value?)))
+    .collect();
+    let (field, path) = match given[..] {
+        [one] => one,
+        [] => {
             return Err(Located::at(
                 config,
                 "",
-                "a route needs `path` (exact match) or `prefix`",
+                "a route needs `path` (exact match), `prefix` or `path_regex`",
             ));
         }
+        [(first, _), (second, value), ..] => {
+            return Err(Located::at(
+                value,
+                second,
+                format_args!(
+                    "a route has one of `path`, `prefix` and `path_regex`: `{first}` is set"
+                ),
+            ));
+        }
+    };
+    let path_match = match field {
+        "path" => {
+            check_path(path, "path")?;
+            PathMatch::Exact(path.get_ref().clone())
+        }
+        "prefix" => {
+            check_path(path, "prefix")?;
+            PathMatch::Prefix(path.get_ref().clone())
+        }
+        _ => {
+            let regex = PathMatch::Regex(path.get_ref().clone());
+            // The router's own check: what it refuses is refused here, with the place.
+            if let Err(e) = Router::<()>::new().route("check", regex.clone(), ()) {
+                return Err(Located::at(path, "path_regex", e));
+            }
+            regex
+        }
+    };
+    let matcher = match &route.conditions {
+        Some(conditions) => {
+            route_match(path_match, conditions, trusted).map_err(|e| e.within("match"))?
+        }
+        None => RouteMatch::new(path_match),
     };
     let name: Arc<str> = match &route.name {
         Some(name) => {
@@ -148,13 +191,13 @@ fn route<'a>(
             }
             n.as_str().into()
         }
-        None => {
-            let (PathMatch::Exact(p) | PathMatch::Prefix(p)) = &matcher;
-            match site {
-                Some(host) => format!("{host}{}", p.trim_end_matches('/')).into(),
-                None => derive_name(p).into(),
+        None => match (site, matcher.path()) {
+            (Some(host), PathMatch::Exact(p) | PathMatch::Prefix(p)) => {
+                format!("{host}{}", p.trim_end_matches('/')).into()
             }
-        }
+            (Some(host), regex) => format!("{host}-{}", derive_name(regex)).into(),
+            (None, p) => derive_name(p).into(),
+        },
     };
     if let Some((_, what)) = RESERVED.iter().find(|(reserved, _)| **reserved == *name) {
         let at = route.name.as_ref().map_or(path, |name| name);
@@ -164,7 +207,7 @@ fn route<'a>(
             format_args!("{:?} is the name of {what}", &*name),
         ));
     }
-    let mut handler = handler(config, &matcher, readiness, trusted, site.is_some())?;
+    let mut handler = handler(config, matcher.path(), readiness, trusted, site.is_some())?;
     // The cache's metrics carry the route's name, as every other per-route series.
     if let Handler::Proxy {
         cache: Some(cache), ..
@@ -220,7 +263,7 @@ fn route<'a>(
     let rewrite = route
         .rewrite
         .as_ref()
-        .map(|r| rewrite(r).map_err(|e| e.within("rewrite")))
+        .map(|r| rewrite(r, route.path_regex.as_ref()).map_err(|e| e.within("rewrite")))
         .transpose()?;
     let max_concurrent = match &route.max_concurrent {
         Some(max) if *max.get_ref() == 0 => {
@@ -239,6 +282,7 @@ fn route<'a>(
         .as_ref()
         .map(|a| basic_auth(a.get_ref()).map_err(|e| e.within("basic_auth")))
         .transpose()?;
+    let try_files = try_files(route, &try_files_root(&handler))?;
     let plan = RoutePlan {
         name,
         matcher,
@@ -254,9 +298,52 @@ fn route<'a>(
             cors,
             basic_auth,
             compress,
+            try_files,
         },
     };
     Ok((plan, field, path))
+}
+
+/// The root a `try_files` looks beneath and the script extensions it splits paths at:
+/// a static route's root, or a FastCGI route's (its scripts' extensions).
+fn try_files_root(handler: &Handler) -> Option<(std::path::PathBuf, Vec<String>, bool)> {
+    match handler {
+        Handler::Static { files, .. } => {
+            Some((files.root().to_owned(), Vec::new(), files.shows_hidden()))
+        }
+        Handler::FastCgi { fastcgi, .. } => Some((
+            fastcgi.root().to_owned(),
+            fastcgi.extensions().to_vec(),
+            false,
+        )),
+        _ => None,
+    }
+}
+
+/// `try_files = [...]`, on a static or FastCGI route.
+fn try_files(
+    route: &RouteConfig,
+    root: &Option<(std::path::PathBuf, Vec<String>, bool)>,
+) -> Result<Option<scb_static::try_files::TryFilesLayer>, Located> {
+    let Some(entries) = &route.try_files else {
+        return Ok(None);
+    };
+    let Some((root, split, show_hidden)) = root else {
+        return Err(Located::at(
+            entries,
+            "try_files",
+            "looks for files beneath a root: it goes on a `static` or `fastcgi` route",
+        ));
+    };
+    let list = entries.get_ref();
+    let layer = scb_static::try_files::TryFilesLayer::new(root, list.iter().map(|e| e.get_ref()))
+        .map_err(|e| match &e {
+        scb_static::try_files::TryFilesError::Entry { index, .. } => {
+            Located::at(&list[*index], format!("try_files[{index}]"), e)
+        }
+        _ => Located::at(entries, "try_files", e),
+    })?;
+    Ok(Some(layer.split_path(split).show_hidden(*show_hidden)))
 }
 
 /// The route's `compress`, or its handler's (`static`, `proxy` or `respond` table): at most
@@ -479,7 +566,7 @@ fn proxy_handler(
     {
         match matcher {
             PathMatch::Prefix(prefix) => builder = builder.strip_prefix(prefix.clone()),
-            PathMatch::Exact(_) => {
+            PathMatch::Exact(_) | PathMatch::Regex(_) => {
                 return Err(Located::at(
                     strip,
                     "strip_prefix",
@@ -513,6 +600,81 @@ fn proxy_handler(
         Located::at(&config.upstreams, "upstreams", e)
     })?;
     Ok(proxy)
+}
+
+/// `match = { methods, headers, query, remote }` onto the route's path (keys relative to
+/// the `match` table). Client networks are read through `[server] trusted_proxies`, as
+/// allow/deny read them.
+fn route_match(
+    path: PathMatch,
+    config: &Spanned<MatchConfig>,
+    trusted: &TrustedProxies,
+) -> Result<RouteMatch, Located> {
+    let c = config.get_ref();
+    if c.methods.is_none() && c.headers.is_none() && c.query.is_none() && c.remote.is_none() {
+        return Err(Located::at(
+            config,
+            "",
+            "names no condition: give `methods`, `headers`, `query` or `remote`, or leave \
+             `match` out",
+        ));
+    }
+    let mut m = RouteMatch::new(path);
+    if let Some(methods) = &c.methods {
+        if methods.get_ref().is_empty() {
+            return Err(Located::at(methods, "methods", "names no method"));
+        }
+        let mut list = Vec::new();
+        for (i, method) in methods.get_ref().iter().enumerate() {
+            let text = method.get_ref();
+            // Methods are case-sensitive tokens (RFC 9110 9.1); a lower-case `get` is
+            // another method, which no client sends for GET: refused as a likely typo.
+            let parsed = http::Method::from_bytes(text.as_bytes())
+                .ok()
+                .filter(|_| !text.is_empty() && !text.bytes().any(|b| b.is_ascii_lowercase()));
+            let Some(parsed) = parsed else {
+                return Err(Located::at(
+                    method,
+                    format!("methods[{i}]"),
+                    format_args!("{text:?} is not a method name (upper case, as `POST`)"),
+                ));
+            };
+            list.push(parsed);
+        }
+        m = m.methods(list);
+    }
+    if let Some(headers) = &c.headers {
+        for (name, value) in headers.get_ref() {
+            let parsed = http::HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
+                Located::at(
+                    value,
+                    format!("headers.{name}"),
+                    format_args!("{name:?} is not a header name"),
+                )
+            })?;
+            m = m.header(parsed, Glob::new(value.get_ref().as_str()));
+        }
+    }
+    if let Some(query) = &c.query {
+        for (key, value) in query.get_ref() {
+            if key.is_empty() {
+                return Err(Located::at(value, "query", "a parameter needs a name"));
+            }
+            m = m.query(key.as_str(), Glob::new(value.get_ref().as_str()));
+        }
+    }
+    if let Some(remote) = &c.remote {
+        let entries = remote.get_ref();
+        if entries.is_empty() {
+            return Err(Located::at(remote, "remote", "names no network"));
+        }
+        let networks =
+            Networks::new(entries.iter().map(|e| e.get_ref().as_str())).map_err(|bad| {
+                Located::at(&entries[bad.index], format!("remote[{}]", bad.index), bad)
+            })?;
+        m = m.remote(networks).trusted_proxies(trusted.clone());
+    }
+    Ok(m)
 }
 
 /// A route path: absolute, and a valid URI path (no query, no fragment), so that some

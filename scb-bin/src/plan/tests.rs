@@ -23,7 +23,7 @@ fn the_schema_from_the_issue_is_accepted_as_written() {
     assert_eq!(plan.routes().len(), 4);
     assert_eq!(&*plan.routes()[0].name, "hello");
     assert_eq!(
-        plan.routes()[0].matcher,
+        *plan.routes()[0].matcher.path(),
         PathMatch::Exact("/respond".into())
     );
     assert_eq!(&*plan.routes()[1].name, "api");
@@ -33,7 +33,10 @@ fn the_schema_from_the_issue_is_accepted_as_written() {
     assert_eq!(proxy.upstreams().count(), 2);
     // The cached API and the cached static origin.
     for (at, prefix) in [(2, "/api/catalog/"), (3, "/assets/")] {
-        assert_eq!(plan.routes()[at].matcher, PathMatch::Prefix(prefix.into()));
+        assert_eq!(
+            *plan.routes()[at].matcher.path(),
+            PathMatch::Prefix(prefix.into())
+        );
         assert!(matches!(
             &plan.routes()[at].handler,
             Handler::Proxy { cache: Some(_), .. }
@@ -98,7 +101,7 @@ fn route_names_are_derived_from_paths() {
     let names: Vec<_> = plan.routes().iter().map(|r| &*r.name).collect();
     assert_eq!(names, ["respond", "root", "api-v1"]);
     assert_eq!(
-        plan.routes()[2].matcher,
+        *plan.routes()[2].matcher.path(),
         PathMatch::Prefix("/api/v1/".into())
     );
 }
@@ -615,11 +618,11 @@ fn errors_name_file_line_column_and_key() {
         ),
         (
             format!("{LISTEN}[[route]]\npath = \"/a\"\nprefix = \"/b\"\nrespond = {{}}\n"),
-            "scb.toml:5:10: route[0].prefix: a route has either `path` (exact) or `prefix`",
+            "scb.toml:5:10: route[0].prefix: a route has one of `path`, `prefix` and `path_regex`: `path` is set",
         ),
         (
             format!("{LISTEN}\n[[route]]\nname = \"x\"\nrespond = {{}}\n"),
-            "scb.toml:4:1: route[0]: a route needs `path` (exact match) or `prefix`",
+            "scb.toml:4:1: route[0]: a route needs `path` (exact match), `prefix` or `path_regex`",
         ),
         (
             format!("{LISTEN}[[route]]\npath = \"/a\"\n"),
@@ -1144,4 +1147,114 @@ fn a_fastcgi_route_is_planned_and_its_bad_values_are_refused_where_they_are() {
         );
     }
     std::fs::remove_dir_all(&root).unwrap();
+}
+
+#[test]
+fn match_conditions_and_path_regex_are_planned_and_their_bad_values_refused_where_they_are() {
+    let source = format!(
+        "{LISTEN}\
+         [[route]]\nprefix = \"/api/\"\nrespond = {{ body = \"any\" }}\n\
+         [[route]]\nname = \"json\"\nprefix = \"/api/\"\n\
+         match = {{ methods = [\"POST\", \"PUT\"], headers = {{ \"content-type\" = \"application/json*\" }}, \
+         query = {{ \"v\" = \"2\" }}, remote = [\"10.0.0.0/8\"] }}\nrespond = {{ body = \"json\" }}\n\
+         [[route]]\npath_regex = \"^/users/(?<id>\\\\d+)$\"\nrewrite = {{ to = \"/u/{{id}}\" }}\n\
+         respond = {{ body = \"user\" }}\n"
+    );
+    let planned = plan(&source);
+    let routes = planned.routes();
+    assert!(!routes[0].matcher.is_conditional());
+    assert!(routes[1].matcher.is_conditional());
+    assert_eq!(
+        routes[1].matcher.to_string(),
+        "methods POST, PUT; header content-type = \"application/json*\"; query v = \"2\"; \
+         remote 10.0.0.0/8"
+    );
+    assert_eq!(
+        *routes[2].matcher.path(),
+        PathMatch::Regex(r"^/users/(?<id>\d+)$".into())
+    );
+    assert_eq!(&*routes[2].name, "users");
+    let printed = planned.describe();
+    assert!(printed.contains("~ ^/users/(?<id>\\d+)$"), "{printed}");
+    // The conditional route is listed before the one of its prefix that takes the rest.
+    let json = printed.find("json ").unwrap();
+    let any = printed.find("api ").unwrap();
+    assert!(json < any, "{printed}");
+    assert!(printed.contains("[methods POST, PUT;"), "{printed}");
+
+    let route = |body: &str| format!("{LISTEN}[[route]]\n{body}respond = {{}}\n");
+    let cases = [
+        (
+            route("path_regex = \"(\"\n"),
+            "scb.toml:4:14: route[0].path_regex: path expression `(`",
+        ),
+        (
+            route("prefix = \"/a\"\npath_regex = \"^/a\"\n"),
+            "scb.toml:5:14: route[0].path_regex: a route has one of `path`, `prefix` and \
+             `path_regex`: `prefix` is set",
+        ),
+        (
+            route("prefix = \"/a\"\nmatch = { methods = [\"get\"] }\n"),
+            "scb.toml:5:22: route[0].match.methods[0]: \"get\" is not a method name",
+        ),
+        (
+            route("prefix = \"/a\"\nmatch = { methods = [] }\n"),
+            "route[0].match.methods: names no method",
+        ),
+        (
+            route("prefix = \"/a\"\nmatch = {}\n"),
+            "route[0].match: names no condition",
+        ),
+        (
+            route("prefix = \"/a\"\nmatch = { headers = { \"bad name\" = \"x\" } }\n"),
+            "route[0].match.headers.bad name: \"bad name\" is not a header name",
+        ),
+        (
+            route("prefix = \"/a\"\nmatch = { remote = [\"10.0.0.0/33\"] }\n"),
+            "route[0].match.remote[0]:",
+        ),
+        (
+            route("prefix = \"/a\"\nmatch = { method = [\"GET\"] }\n"),
+            "route[0].match.method: unknown field `method`",
+        ),
+        (
+            route("path_regex = \"^/u/(?<id>\\\\d+)$\"\nrewrite = { to = \"/x/{name}\" }\n"),
+            "route[0].rewrite.to: \"/x/{name}\" is not a path template (a group name the \
+             route's expression does not have)",
+        ),
+        (
+            route("prefix = \"/u/\"\nrewrite = { to = \"/x/{id}\" }\n"),
+            "route[0].rewrite: a rewrite has `prefix` or `regex`",
+        ),
+        (
+            format!(
+                "{LISTEN}[[route]]\nprefix = \"/a\"\nrespond = {{}}\n\
+                 [[route]]\nname = \"b\"\nprefix = \"/a\"\nrespond = {{}}\n"
+            ),
+            "route[1].prefix: prefix \"/a\" is already routed by route[0]; give one of them \
+             `match` conditions",
+        ),
+        (
+            format!(
+                "{LISTEN}[[route]]\npath_regex = \"^/a\"\nrespond = {{}}\n\
+                 [[route]]\nname = \"b\"\npath_regex = \"^/a\"\nrespond = {{}}\n"
+            ),
+            "route[1].path_regex: path_regex \"^/a\" is already routed by route[0]",
+        ),
+        (
+            route(
+                "path_regex = \"^/a/(.*)$\"\nproxy = { upstreams = [\"127.0.0.1:1\"], \
+                 strip_prefix = true }\n",
+            )
+            .replace("respond = {}\n", ""),
+            "route[0].proxy.strip_prefix: only a `prefix` route has a prefix to strip",
+        ),
+    ];
+    for (source, expected) in cases {
+        let got = error(&source);
+        assert!(
+            got.contains(expected),
+            "{source}\n got: {got}\nwant: {expected}"
+        );
+    }
 }

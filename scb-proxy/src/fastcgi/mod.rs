@@ -31,7 +31,8 @@
 //!   the answer is 404 and nothing reaches the interpreter: `/uploads/evil.jpg/x.php`
 //!   never makes PHP run `evil.jpg`.
 //! - **The variables**: CGI/1.1 as php-fpm expects them (`SCRIPT_FILENAME`,
-//!   `SCRIPT_NAME`, `PATH_INFO`, `DOCUMENT_ROOT`, `REQUEST_URI`, `HTTPS`, `REMOTE_ADDR`
+//!   `SCRIPT_NAME`, `PATH_INFO`, `DOCUMENT_ROOT`, `REQUEST_URI` (the client's, from
+//!   [`OriginalUri`](scb_core::original_uri::OriginalUri) after a rewrite), `HTTPS`, `REMOTE_ADDR`
 //!   through [`TrustedProxies`], each header as `HTTP_*`), never
 //!   `HTTP_PROXY` (httpoxy), never a header name with `_` (which could pose as another).
 //! - **The body** streams as `FCGI_STDIN` when its length is known; a body without a
@@ -71,8 +72,6 @@ use scb_core::connection::ConnectInfo;
 use scb_core::request_id::Id;
 use scb_core::{Body, BoxError};
 use tower::Service;
-
-pub use params::OriginalUri;
 
 use crate::body::Guarded;
 use crate::client::SendError;
@@ -163,6 +162,11 @@ impl FastCgi {
     /// The root, canonical.
     pub fn root(&self) -> &Path {
         self.app.scripts.root()
+    }
+
+    /// The extensions that are scripts (lower case, each with its dot).
+    pub fn extensions(&self) -> &[String] {
+        self.app.scripts.extensions()
     }
 
     /// Whether `path` (a request path) ends in a script extension: what `try_files`

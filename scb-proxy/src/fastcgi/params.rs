@@ -6,6 +6,8 @@ use std::net::SocketAddr;
 use http::request::Parts;
 use http::{HeaderMap, Version, header};
 
+use scb_core::original_uri::OriginalUri;
+
 use super::record::Params;
 use super::script::Script;
 
@@ -19,11 +21,6 @@ pub(crate) struct Peer {
     pub(crate) local: Option<SocketAddr>,
     pub(crate) secure: bool,
 }
-
-/// The request URI as the client sent it, when a rewrite inside scb changed the one the
-/// FastCGI service sees: `REQUEST_URI` is the client's (front controllers route on it).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct OriginalUri(pub http::Uri);
 
 /// The variables for `parts`, whose path named `script` beneath `root`; `length` is the
 /// body's, which `CONTENT_LENGTH` says.

@@ -85,6 +85,11 @@ impl Scripts {
         self.extensions.iter().any(|e| lower.ends_with(e.as_str()))
     }
 
+    /// The script extensions, lower case, each with its dot.
+    pub(crate) fn extensions(&self) -> &[String] {
+        &self.extensions
+    }
+
     /// Whether `path` (a request path, percent-encoded) may name a script: it ends in
     /// `/` (a directory's index), a segment of it ends in a script extension, or it does
     /// not decode. A route that serves other files beside the scripts sends these here

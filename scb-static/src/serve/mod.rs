@@ -162,6 +162,11 @@ impl ServeStatic {
     pub fn root(&self) -> &Path {
         &self.config.root_path
     }
+
+    /// Whether dotfiles are served ([`ServeStaticBuilder::show_hidden`]).
+    pub fn shows_hidden(&self) -> bool {
+        self.config.show_hidden
+    }
 }
 
 impl ServeStaticBuilder {
