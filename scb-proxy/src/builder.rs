@@ -48,6 +48,10 @@ pub enum BuildError {
     /// that is not `https://`, `h2c` to one that is, PROXY headers on HTTP/2.
     #[error("{0}")]
     Protocol(String),
+    /// A forward-auth `uri` that is not a path starting with `/` (a query may follow; a
+    /// fragment may not).
+    #[error("forward auth uri {0:?} must be a path starting with '/'")]
+    AuthUri(String),
     /// A FastCGI root that cannot be opened as a directory.
     #[error("root {path}: {source}")]
     Root {

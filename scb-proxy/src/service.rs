@@ -147,8 +147,9 @@ impl ReverseProxy {
     }
 
     /// Sends `req` up; `tried_last` is set to each upstream tried, so that an error
-    /// answer can name the last; the upstream that answered is noted in `notes`.
-    async fn forward<B>(
+    /// answer can name the last; the upstream that answered is noted in `notes`. Also the
+    /// forward-auth check's way up, which needs the error as an error (to log it).
+    pub(crate) async fn forward<B>(
         &self,
         mut req: Request<B>,
         notes: Option<&AccessNotes>,
