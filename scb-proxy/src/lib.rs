@@ -45,6 +45,9 @@
 //!   with [`TrustedProxies`], `Host` kept by default.
 //! - **Upgrades**: a WebSocket handshake answered 101 joins the two connections.
 //! - **Metrics** per upstream: see [`metrics`].
+//! - **Forward auth** ([`forward_auth`]): a layer that asks an auth service (Authelia,
+//!   authentik, oauth2-proxy) about each request through a proxy of its own, as nginx's
+//!   `auth_request` and Caddy's `forward_auth`.
 //!
 //! The client's address (for `X-Forwarded-For` and hashing) is read from scb's
 //! [`ConnectInfo`](scb_core::connection::ConnectInfo) request extension, which scb's server
@@ -59,6 +62,7 @@ mod client;
 mod error;
 pub mod fastcgi;
 mod forward;
+pub mod forward_auth;
 mod health;
 pub mod layer;
 pub mod metrics;
