@@ -81,3 +81,5 @@ pub use future::ResponseFuture;
 pub use layer::{ForwardAuthBuilder, ForwardAuthLayer};
 pub use service::ForwardAuth;
 
+#[cfg(test)]
+mod tests;
