@@ -105,6 +105,20 @@ impl<S> Layer<S> for ForwardAuthLayer {
     }
 }
 
+// Here rather than beside the service: `service` then needs nothing of `layer`, and
+// the two modules do not import each other (`cargo xtask circles`).
+impl<S> ForwardAuth<S> {
+    /// A [`ForwardAuthLayer`] checking through `proxy` at `uri`: see
+    /// [`ForwardAuthLayer::new`].
+    ///
+    /// # Errors
+    ///
+    /// [`BuildError::AuthUri`] when `uri` is not a path starting with `/`.
+    pub fn layer(proxy: ReverseProxy, uri: &str) -> Result<ForwardAuthLayer, BuildError> {
+        ForwardAuthLayer::new(proxy, uri)
+    }
+}
+
 /// `uri` as the subrequest's target: a path starting with `/`, maybe a query, no
 /// fragment (which the `http` crate would drop without a word).
 fn auth_uri(uri: &str) -> Result<PathAndQuery, BuildError> {

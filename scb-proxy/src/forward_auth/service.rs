@@ -9,8 +9,6 @@ use tower::Service;
 
 use super::check::{self, Rules};
 use super::future::ResponseFuture;
-use super::layer::ForwardAuthLayer;
-use crate::BuildError;
 use crate::service::ReverseProxy;
 
 /// Asks the auth service about each request before the inner service sees it. See the
@@ -29,16 +27,6 @@ impl<S> ForwardAuth<S> {
             proxy,
             rules,
         }
-    }
-
-    /// A [`ForwardAuthLayer`] checking through `proxy` at `uri`: see
-    /// [`ForwardAuthLayer::new`].
-    ///
-    /// # Errors
-    ///
-    /// [`BuildError::AuthUri`] when `uri` is not a path starting with `/`.
-    pub fn layer(proxy: ReverseProxy, uri: &str) -> Result<ForwardAuthLayer, BuildError> {
-        ForwardAuthLayer::new(proxy, uri)
     }
 
     /// The inner service.
