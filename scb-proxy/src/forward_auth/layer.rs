@@ -130,9 +130,9 @@ fn auth_uri(uri: &str) -> Result<PathAndQuery, BuildError> {
 }
 
 /// Builds a [`ForwardAuthLayer`]; see [`ForwardAuthLayer::builder`]. The upstream settings
-/// are [`ReverseProxyBuilder`]'s, with the defaults it documents; for the others (a
-/// different HTTP version per upstream set, say) build the proxy and use
-/// [`ForwardAuthLayer::new`].
+/// are [`ReverseProxyBuilder`]'s, with the defaults it documents (those about a request
+/// body or its path, `max_body` and `strip_prefix`, have no use here). For a proxy built
+/// elsewhere, use [`ForwardAuthLayer::new`].
 #[derive(Clone, Debug)]
 #[must_use]
 pub struct ForwardAuthBuilder {
