@@ -30,6 +30,7 @@ use crate::script_route::ScriptRoute;
 use scb_proxy::ReverseProxy;
 use scb_proxy::cache::{Cache, CacheLayer};
 use scb_proxy::fastcgi::FastCgi;
+use scb_proxy::forward_auth::{ForwardAuth, ForwardAuthLayer};
 use scb_static::ServeStatic;
 use scb_static::compress::{Compress, CompressLayer};
 use scb_static::try_files::{TryFiles, TryFilesLayer};
@@ -130,8 +131,8 @@ pub(crate) enum RouteService {
 
 /// The layers of a guarded route, outermost first: the site's error pages, addresses,
 /// the rate limit, the concurrency bound, header rules, the rewrite, CORS (answering
-/// preflights, which carry no credentials, and marking refusals too), basic auth,
-/// compression and `try_files` (which chooses the path the handler sees, after every
+/// preflights, which carry no credentials, and marking refusals too), basic auth, forward
+/// auth, compression and `try_files` (which chooses the path the handler sees, after every
 /// guard has seen the client's).
 pub(crate) type Guarded = OneOf<Filtered, ErrorPages<Filtered>>;
 type Filtered = OneOf<Rated, IpFilter<Rated>>;
@@ -140,7 +141,8 @@ type Limited = OneOf<Headed, MaxConcurrent<Headed>>;
 type Headed = OneOf<Rewritten, HeaderRulesService<Rewritten>>;
 type Rewritten = OneOf<WithCors, Rewrite<WithCors>>;
 type WithCors = OneOf<Authed, Cors<Authed>>;
-type Authed = OneOf<Compressed, BasicAuth<Compressed>>;
+type Authed = OneOf<Checked, BasicAuth<Checked>>;
+type Checked = OneOf<Compressed, ForwardAuth<Compressed>>;
 type Compressed = OneOf<Tried, Compress<Tried>>;
 type Tried = OneOf<RouteService, TryFiles<RouteService>>;
 
@@ -167,6 +169,8 @@ pub(crate) struct Guards {
     pub(crate) cors: Option<CorsLayer>,
     /// `basic_auth`, its users read at load.
     pub(crate) basic_auth: Option<BasicAuthLayer>,
+    /// `forward_auth`; each worker's stack gets a connection pool of its own.
+    pub(crate) forward_auth: Option<ForwardAuthLayer>,
     /// On-the-fly compression of a handler other than static files (whose compression is
     /// part of [`Handler::Static`]).
     pub(crate) compress: Option<CompressLayer>,
@@ -205,6 +209,7 @@ impl Guards {
             ("rewrite", self.rewrite.is_some()),
             ("cors", self.cors.is_some()),
             ("basic_auth", self.basic_auth.is_some()),
+            ("forward_auth", self.forward_auth.is_some()),
             ("compressed", self.compress.is_some()),
             ("try_files", self.try_files.is_some()),
         ]
@@ -222,7 +227,9 @@ impl Guards {
         let mut chain = Chain::default();
         let tried = chain.maybe(self.try_files.as_ref(), handler);
         let compressed = chain.maybe(self.compress.as_ref(), tried);
-        let authed = chain.maybe(self.basic_auth.as_ref(), compressed);
+        let own_pool = self.forward_auth.as_ref().map(ForwardAuthLayer::with_own_pool);
+        let checked = chain.maybe(own_pool.as_ref(), compressed);
+        let authed = chain.maybe(self.basic_auth.as_ref(), checked);
         let with_cors = chain.maybe(self.cors.as_ref(), authed);
         let rewritten = chain.maybe(self.rewrite.as_ref(), with_cors);
         let headed = chain.maybe(self.headers.as_ref(), rewritten);

@@ -386,6 +386,8 @@ pub(crate) struct RouteConfig {
     pub(crate) basic_auth: Option<Spanned<BasicAuthConfig>>,
     /// `rate_limit = { key, rate, burst }`: 429 over a client's rate.
     pub(crate) rate_limit: Option<Spanned<RateLimitConfig>>,
+    /// `forward_auth = { upstream, uri, copy_headers }`: an auth service decides first.
+    pub(crate) forward_auth: Option<Spanned<ForwardAuthConfig>>,
     /// On-the-fly compression of whatever the handler answers (any handler; a static,
     /// proxy or fixed-response route may say it in its handler's table instead).
     pub(crate) compress: Option<Spanned<CompressConfig>>,
@@ -428,6 +430,24 @@ pub(crate) struct CacheConfig {
     /// answers 5xx, where the response itself does not say (`stale-if-error`); absent
     /// means not at all.
     pub(crate) stale_if_error: Option<Spanned<HumanDuration>>,
+}
+
+/// `forward_auth = { upstream = "127.0.0.1:9091", uri = "/api/verify",
+/// copy_headers = ["Remote-User"] }`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ForwardAuthConfig {
+    /// `"host:port"`, `"unix:/path"` or `"https://host:port"`.
+    pub(crate) upstream: Spanned<String>,
+    /// The path (and query) each check asks for.
+    pub(crate) uri: Spanned<String>,
+    /// Fields of a 2xx answer set on the request (a client's own copies are removed).
+    pub(crate) copy_headers: Option<Vec<Spanned<String>>>,
+    pub(crate) connect_timeout: Option<Spanned<HumanDuration>>,
+    /// A check's whole time (its tries together); absent means 15 s.
+    pub(crate) timeout: Option<Spanned<HumanDuration>>,
+    /// Absent means true: the auth service sees the client's `Host`.
+    pub(crate) preserve_host: Option<bool>,
 }
 
 /// `basic_auth = { users = "/etc/scb/admin.htpasswd", realm = "admin" }`.

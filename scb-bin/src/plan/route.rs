@@ -19,7 +19,9 @@ use toml::Spanned;
 use crate::config::{Located, MatchConfig, ProxyConfig, RedirectConfig, RouteConfig};
 use crate::route::{Guards, Handler};
 
-use crate::config::convert::{basic_auth, cors, header_rules, rate_limit, rewrite};
+use crate::config::convert::{
+    basic_auth, cors, forward_auth, header_rules, rate_limit, rewrite,
+};
 use crate::labels::RESERVED;
 
 /// One route: its name, how it matches, what answers and what stands in front.
@@ -283,6 +285,11 @@ fn route<'a>(
         .map(|a| basic_auth(a.get_ref()).map_err(|e| e.within("basic_auth")))
         .transpose()?;
     let try_files = try_files(route, &try_files_root(&handler))?;
+    let forward_auth = route
+        .forward_auth
+        .as_ref()
+        .map(|a| forward_auth(a, trusted).map_err(|e| e.within("forward_auth")))
+        .transpose()?;
     let plan = RoutePlan {
         name,
         matcher,
@@ -299,6 +306,7 @@ fn route<'a>(
             basic_auth,
             compress,
             try_files,
+            forward_auth,
         },
     };
     Ok((plan, field, path))

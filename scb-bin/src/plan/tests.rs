@@ -1258,3 +1258,76 @@ fn match_conditions_and_path_regex_are_planned_and_their_bad_values_refused_wher
         );
     }
 }
+
+#[test]
+fn forward_auth_and_try_files_are_guards_and_their_bad_values_are_refused_where_they_are() {
+    let root = std::env::temp_dir().join(format!("scb-plan-try-files-{}", std::process::id()));
+    std::fs::create_dir_all(&root).unwrap();
+    let planned = plan(&format!(
+        "{LISTEN}[[route]]\nprefix = \"/app/\"\n\
+         forward_auth = {{ upstream = \"127.0.0.1:9091\", uri = \"/api/verify\", \
+         copy_headers = [\"Remote-User\", \"Remote-Groups\"], timeout = \"3s\" }}\n\
+         static = {{ root = {root:?} }}\ntry_files = [\"{{path}}\", \"/index.html\"]\n"
+    ));
+    let guards = &planned.routes()[0].guards;
+    assert_eq!(guards.names(), ["forward_auth", "try_files"]);
+    let auth = guards.forward_auth.as_ref().unwrap();
+    assert_eq!(auth.uri(), "/api/verify");
+    assert_eq!(
+        auth.copied_headers(),
+        [
+            HeaderName::from_static("remote-user"),
+            HeaderName::from_static("remote-groups")
+        ]
+    );
+    let with = |table: &str| {
+        format!("{LISTEN}[[route]]\nprefix = \"/\"\n{table}respond = {{}}\n")
+    };
+    let cases = [
+        (
+            with("forward_auth = { upstream = \"127.0.0.1:9091\", uri = \"verify\" }\n"),
+            "scb.toml:5:53: route[0].forward_auth.uri: forward auth uri \"verify\" must be a path",
+        ),
+        (
+            with("forward_auth = { upstream = \"nowhere\", uri = \"/v\" }\n"),
+            "scb.toml:5:29: route[0].forward_auth.upstream: upstream \"nowhere\" is not host:port",
+        ),
+        (
+            with(
+                "forward_auth = { upstream = \"127.0.0.1:1\", uri = \"/v\", copy_headers = [\"a b\"] }\n",
+            ),
+            "route[0].forward_auth.copy_headers[0]: \"a b\" is not a header name",
+        ),
+        (
+            with("forward_auth = { upstream = \"127.0.0.1:1\", uri = \"/v\", timeout = \"0s\" }\n"),
+            "route[0].forward_auth.timeout:",
+        ),
+        (
+            with("try_files = [\"{path}\", \"=404\"]\n"),
+            "route[0].try_files: looks for files beneath a root: it goes on a `static` or \
+             `fastcgi` route",
+        ),
+        (
+            format!(
+                "{LISTEN}[[route]]\nprefix = \"/\"\nstatic = {{ root = {root:?} }}\n\
+                 try_files = [\"{{path}}\", \"=200\"]\n"
+            ),
+            "route[0].try_files[1]: entry 1 (\"=200\"): `=` takes a 4xx or 5xx status",
+        ),
+        (
+            format!(
+                "{LISTEN}[[route]]\nprefix = \"/\"\nstatic = {{ root = {root:?} }}\n\
+                 try_files = [\"{{path}}\"]\n"
+            ),
+            "route[0].try_files: try_files needs at least two entries",
+        ),
+    ];
+    for (source, expected) in cases {
+        let got = error(&source);
+        assert!(
+            got.contains(expected),
+            "{source}\n got: {got}\nwant: {expected}"
+        );
+    }
+    std::fs::remove_dir_all(&root).unwrap();
+}

@@ -10,6 +10,7 @@ use http::uri::PathAndQuery;
 use http::{Method, Request, Response, Uri, Version};
 use http_body_util::BodyExt as _;
 use scb_core::connection::{ClientCertificate, ConnectInfo};
+use scb_core::original_uri::OriginalUri;
 use scb_core::request_id::Id;
 use scb_core::{Body, BoxError};
 
@@ -94,10 +95,16 @@ fn subrequest<B>(req: &Request<B>, uri: &PathAndQuery) -> Request<Body> {
     // Set over whatever the client sent, which would let it pick what the decision is
     // about. Neither value can fail to be a field value (the `http` crate admits no
     // control character in either); were one to, no claim is safer than a wrong one.
-    let target = match req.uri().path_and_query() {
+    // The client's URI, not one a rewrite or `try_files` inside the server made: the
+    // auth service decides on what the client asked for.
+    let asked = req
+        .extensions()
+        .get::<OriginalUri>()
+        .map_or(req.uri(), |o| &o.0);
+    let target = match asked.path_and_query() {
         Some(pq) => HeaderValue::from_bytes(pq.as_str().as_bytes()),
         // An authority-form target (`CONNECT host:port`) has no path: it is the target.
-        None => HeaderValue::from_bytes(req.uri().to_string().as_bytes()),
+        None => HeaderValue::from_bytes(asked.to_string().as_bytes()),
     };
     for (name, value) in [
         (

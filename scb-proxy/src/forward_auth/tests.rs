@@ -457,6 +457,29 @@ async fn the_subrequest_is_a_bodiless_get_to_the_uri_saying_what_the_request_was
 }
 
 #[tokio::test]
+async fn a_rewritten_request_is_checked_for_the_uri_the_client_sent() {
+    let auth = AuthServer::start(|_| Some(answer(200, &[], ""))).await;
+    let layer = ForwardAuthLayer::builder([auth.upstream()], "/verify")
+        .build()
+        .unwrap();
+    let inner = Inner::default();
+    let svc = layer.layer(inner.service());
+    let mut req = Request::get("/index.php?page=2")
+        .header(header::HOST, "app.example.com")
+        .body(Body::empty())
+        .unwrap();
+    req.extensions_mut().insert(scb_core::original_uri::OriginalUri(
+        "/admin/users?page=2".parse().unwrap(),
+    ));
+    let (status, _, _) = send(svc, req).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        values(&auth.only().headers, "x-forwarded-uri"),
+        ["/admin/users?page=2"]
+    );
+}
+
+#[tokio::test]
 async fn a_trusted_proxys_forwarded_fields_reach_the_auth_service() {
     let auth = AuthServer::start(|_| Some(answer(200, &[], ""))).await;
     let layer = ForwardAuthLayer::builder([auth.upstream()], "/api/verify")
