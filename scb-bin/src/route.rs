@@ -227,7 +227,10 @@ impl Guards {
         let mut chain = Chain::default();
         let tried = chain.maybe(self.try_files.as_ref(), handler);
         let compressed = chain.maybe(self.compress.as_ref(), tried);
-        let own_pool = self.forward_auth.as_ref().map(ForwardAuthLayer::with_own_pool);
+        let own_pool = self
+            .forward_auth
+            .as_ref()
+            .map(ForwardAuthLayer::with_own_pool);
         let checked = chain.maybe(own_pool.as_ref(), compressed);
         let authed = chain.maybe(self.basic_auth.as_ref(), checked);
         let with_cors = chain.maybe(self.cors.as_ref(), authed);

@@ -17,9 +17,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 
-use scb_tls::rustls;
 use serde_json::{Value, json};
-use support::{Server, check, get, quic};
+use support::{Server, check, get, quic, sha256_hex};
 
 /// A CA, and what it signed: a certificate for `names` with its key, as PEM files.
 struct Pki {
@@ -159,33 +158,6 @@ fn aioquic(python: &str, job: &Value) -> Vec<Value> {
         "{reports:?}"
     );
     reports
-}
-
-fn sha256_hex(data: &[u8]) -> String {
-    use std::fmt::Write as _;
-    let digest = aws_lc_sha256(data);
-    digest.iter().fold(String::new(), |mut s, b| {
-        let _ = write!(s, "{b:02x}");
-        s
-    })
-}
-
-/// SHA-256 with the provider rustls already brings (no hashing crate just for tests).
-fn aws_lc_sha256(data: &[u8]) -> Vec<u8> {
-    let provider = rustls::crypto::aws_lc_rs::default_provider();
-    let suite = provider
-        .cipher_suites
-        .iter()
-        .find_map(|s| match s {
-            rustls::SupportedCipherSuite::Tls13(t)
-                if t.common.suite == rustls::CipherSuite::TLS13_AES_128_GCM_SHA256 =>
-            {
-                Some(*t)
-            }
-            _ => None,
-        })
-        .unwrap();
-    suite.common.hash_provider.hash(data).as_ref().to_vec()
 }
 
 #[test]

@@ -746,7 +746,7 @@ pub(crate) struct FastCgiConfig {
     /// Idle connections kept per upstream and worker; each holds a php-fpm child.
     pub(crate) max_idle: Option<usize>,
     pub(crate) max_response_head: Option<Spanned<ByteSize>>,
-    /// `FCGI_KEEP_CONN`; absent means true.
+    /// `FCGI_KEEP_CONN`; absent means false (each kept connection holds a php-fpm child).
     pub(crate) keep_conn: Option<bool>,
     pub(crate) passive: Option<PassiveConfig>,
 }

@@ -19,9 +19,7 @@ use toml::Spanned;
 use crate::config::{Located, MatchConfig, ProxyConfig, RedirectConfig, RouteConfig};
 use crate::route::{Guards, Handler};
 
-use crate::config::convert::{
-    basic_auth, cors, forward_auth, header_rules, rate_limit, rewrite,
-};
+use crate::config::convert::{basic_auth, cors, forward_auth, header_rules, rate_limit, rewrite};
 use crate::labels::RESERVED;
 
 /// One route: its name, how it matches, what answers and what stands in front.

@@ -1280,9 +1280,7 @@ fn forward_auth_and_try_files_are_guards_and_their_bad_values_are_refused_where_
             HeaderName::from_static("remote-groups")
         ]
     );
-    let with = |table: &str| {
-        format!("{LISTEN}[[route]]\nprefix = \"/\"\n{table}respond = {{}}\n")
-    };
+    let with = |table: &str| format!("{LISTEN}[[route]]\nprefix = \"/\"\n{table}respond = {{}}\n");
     let cases = [
         (
             with("forward_auth = { upstream = \"127.0.0.1:9091\", uri = \"verify\" }\n"),

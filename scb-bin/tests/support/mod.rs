@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::time::{Duration, Instant};
 
+pub(crate) mod php;
 pub(crate) mod quic;
 pub(crate) mod tls;
 
@@ -621,4 +622,32 @@ impl Load {
             .collect();
         (self.done.load(Ordering::Relaxed), failures)
     }
+}
+
+/// SHA-256 of `data`, in lower-case hex.
+pub(crate) fn sha256_hex(data: &[u8]) -> String {
+    use std::fmt::Write as _;
+    let digest = aws_lc_sha256(data);
+    digest.iter().fold(String::new(), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
+}
+
+/// SHA-256 with the provider rustls already brings (no hashing crate just for tests).
+fn aws_lc_sha256(data: &[u8]) -> Vec<u8> {
+    let provider = scb_tls::rustls::crypto::aws_lc_rs::default_provider();
+    let suite = provider
+        .cipher_suites
+        .iter()
+        .find_map(|s| match s {
+            scb_tls::rustls::SupportedCipherSuite::Tls13(t)
+                if t.common.suite == scb_tls::rustls::CipherSuite::TLS13_AES_128_GCM_SHA256 =>
+            {
+                Some(*t)
+            }
+            _ => None,
+        })
+        .unwrap();
+    suite.common.hash_provider.hash(data).as_ref().to_vec()
 }

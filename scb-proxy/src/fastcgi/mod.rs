@@ -42,11 +42,14 @@
 //! - **The answer**: `Status:` gives the status, a `Location:` without one is 302, the
 //!   body streams from `FCGI_STDOUT`; `FCGI_STDERR` lines are logged with the request id.
 //!   Connection failures are 502, timeouts 504, as for the proxy.
-//! - **Connections** are kept (`FCGI_KEEP_CONN`) in the worker's pool and never
-//!   multiplexed: php-fpm answers `FCGI_MPXS_CONNS=0`, as does every common FastCGI
-//!   server, so one request per connection at a time is what they all can do. A kept
-//!   connection holds a php-fpm child of its own until it is closed, so the pool is swept
-//!   on a timer and kept small by default (4 idle per upstream and worker, 5 s): keep
+//! - **Connections** are never multiplexed: php-fpm answers `FCGI_MPXS_CONNS=0`, as does
+//!   every common FastCGI server, so one request per connection at a time is what they
+//!   all can do. By default each request has a connection of its own, closed after it
+//!   (nginx's default too): an idle connection kept open holds a php-fpm child of its
+//!   own, and with several workers each keeping some, php-fpm's default pool (5
+//!   children) is soon all held idle while a request waits in its backlog until one is
+//!   let go. [`keep_conn`](FastCgiBuilder::keep_conn) keeps them (`FCGI_KEEP_CONN`) in
+//!   the worker's pool, swept on a timer (4 idle per upstream and worker, 5 s): then keep
 //!   `max_idle_per_upstream` times scb's workers below php-fpm's `pm.max_children`.
 
 mod exchange;
@@ -143,7 +146,7 @@ impl FastCgi {
             root: root.as_ref().to_owned(),
             index: "index.php".into(),
             extensions: vec![".php".into()],
-            keep_conn: true,
+            keep_conn: false,
             max_unsized_body: 1024 * 1024,
         }
     }
@@ -549,7 +552,9 @@ impl FastCgiBuilder {
     }
 
     /// Ask the application to keep each connection open for the next request
-    /// (`FCGI_KEEP_CONN`). Defaults to true.
+    /// (`FCGI_KEEP_CONN`), saving a connect and an accept per request; each kept
+    /// connection holds an application process while idle (see the
+    /// [module documentation](self)). Defaults to false.
     pub fn keep_conn(mut self, keep: bool) -> Self {
         self.keep_conn = keep;
         self

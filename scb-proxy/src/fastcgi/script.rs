@@ -119,7 +119,12 @@ impl Scripts {
             None => return None,
         };
         let relative = name.trim_start_matches('/');
-        if relative.is_empty() || !self.is_regular_file(relative) {
+        // Dotfiles and dot directories are hidden, as the file server beside the scripts
+        // hides them (`/.git/hooks/x.php`, `/.env.php`); the path info may have any.
+        if relative.is_empty()
+            || relative.split('/').any(|segment| segment.starts_with('.'))
+            || !self.is_regular_file(relative)
+        {
             return None;
         }
         Some(Script {
@@ -231,7 +236,7 @@ mod tests {
 
     #[test]
     fn scripts_are_split_from_their_path_info() {
-        let (_dir, scripts) = root();
+        let (dir, scripts) = root();
         let found = scripts.find("/index.php/users/7").unwrap();
         assert_eq!(found.name, "/index.php");
         assert_eq!(found.path_info, "/users/7");
@@ -242,6 +247,16 @@ mod tests {
         // Percent-encoded paths name the same files; extensions are matched in any case
         // (configured as `.PHP` here).
         assert_eq!(scripts.find("/%69ndex.php").unwrap().name, "/index.php");
+        std::fs::create_dir_all(dir.path().join(".git")).unwrap();
+        std::fs::write(dir.path().join(".git/hook.php"), "<?php").unwrap();
+        std::fs::write(dir.path().join(".env.php"), "<?php").unwrap();
+        assert_eq!(scripts.find("/.git/hook.php"), None);
+        assert_eq!(scripts.find("/.env.php"), None);
+        assert_eq!(scripts.find("/%2eenv.php"), None);
+        assert_eq!(
+            scripts.find("/index.php/.hidden/info").unwrap().path_info,
+            "/.hidden/info"
+        );
         assert!(scripts.names_script("/index%2ephp"));
         assert!(scripts.names_script("/a/b.PHP/c"));
         assert!(scripts.names_script("/blog/"));

@@ -239,10 +239,10 @@ async fn a_script_runs_with_its_variables_and_its_status() {
 }
 
 #[tokio::test]
-async fn connections_are_kept_for_the_next_request() {
+async fn connections_are_closed_after_each_request_unless_kept() {
     let root = Root::new();
     let (addr, seen) = app().await;
-    let fcgi = service(addr, &root).build().unwrap();
+    let fcgi = service(addr, &root).keep_conn(true).build().unwrap();
     for _ in 0..5 {
         let res = fcgi
             .clone()
@@ -252,8 +252,8 @@ async fn connections_are_kept_for_the_next_request() {
         assert_eq!(text(res).await, "stdin=0");
     }
     assert_eq!(seen.connections.load(Ordering::Relaxed), 1);
-    // Without FCGI_KEEP_CONN the application closes each one.
-    let fcgi = service(addr, &root).keep_conn(false).build().unwrap();
+    // By default, without FCGI_KEEP_CONN, the application closes each one.
+    let fcgi = service(addr, &root).build().unwrap();
     for _ in 0..3 {
         let res = fcgi
             .clone()
@@ -294,7 +294,7 @@ async fn paths_that_name_no_script_beneath_the_root_never_reach_the_application(
 async fn large_bodies_stream_both_ways() {
     let root = Root::new();
     let (addr, seen) = app().await;
-    let fcgi = service(addr, &root).build().unwrap();
+    let fcgi = service(addr, &root).keep_conn(true).build().unwrap();
     let upload = vec![b'u'; 3 * 1024 * 1024 + 17];
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<http_body::Frame<Bytes>, BoxError>>(4);
     let sent = upload.clone();
@@ -453,6 +453,7 @@ async fn idle_connections_are_closed_by_the_sweep_without_traffic() {
     let root = Root::new();
     let (addr, seen) = app().await;
     let fcgi = service(addr, &root)
+        .keep_conn(true)
         .pool_idle_timeout(Duration::from_millis(50))
         .build()
         .unwrap();

@@ -468,9 +468,10 @@ async fn a_rewritten_request_is_checked_for_the_uri_the_client_sent() {
         .header(header::HOST, "app.example.com")
         .body(Body::empty())
         .unwrap();
-    req.extensions_mut().insert(scb_core::original_uri::OriginalUri(
-        "/admin/users?page=2".parse().unwrap(),
-    ));
+    req.extensions_mut()
+        .insert(scb_core::original_uri::OriginalUri(
+            "/admin/users?page=2".parse().unwrap(),
+        ));
     let (status, _, _) = send(svc, req).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(
