@@ -9,12 +9,11 @@
 
 mod support;
 
-use std::io::{Read as _, Write as _};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use support::php::{PhpFpm, write_app};
-use support::{Response, Server, TIMEOUT, get, request, sha256_hex};
+use support::{Response, Server, get, request, request_bytes, sha256_hex};
 
 fn dir(name: &str) -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
@@ -37,50 +36,15 @@ fn config(root: &std::path::Path, socket: &std::path::Path, extra: &str) -> Stri
     )
 }
 
-/// Sends `head` then `body` with `Connection: close` and reads the whole response.
-fn send(addr: SocketAddr, head: &str, body: &[u8]) -> Response {
-    let mut stream = TcpStream::connect_timeout(&addr, TIMEOUT).unwrap();
-    stream.set_read_timeout(Some(TIMEOUT)).unwrap();
-    stream.set_write_timeout(Some(TIMEOUT)).unwrap();
-    stream.write_all(head.as_bytes()).unwrap();
-    stream.write_all(body).unwrap();
-    let mut bytes = Vec::new();
-    stream.read_to_end(&mut bytes).unwrap();
-    let end = bytes
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .expect("a response head");
-    let head = String::from_utf8_lossy(&bytes[..end]).into_owned();
-    let mut lines = head.split("\r\n");
-    let status = lines
-        .next()
-        .unwrap()
-        .split(' ')
-        .nth(1)
-        .unwrap()
-        .parse()
-        .unwrap();
-    let headers = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(n, v)| (n.to_ascii_lowercase(), v.trim().to_owned()))
-        .collect();
-    Response {
-        status,
-        headers,
-        body: bytes[end + 4..].to_vec(),
-    }
-}
-
 fn post(addr: SocketAddr, path: &str, content_type: &str, body: &[u8]) -> Response {
-    send(
-        addr,
-        &format!(
-            "POST {path} HTTP/1.1\r\nHost: app.test\r\nConnection: close\r\n\
-             Content-Type: {content_type}\r\nContent-Length: {}\r\n\r\n",
-            body.len()
-        ),
-        body,
+    let mut raw = format!(
+        "POST {path} HTTP/1.1\r\nHost: app.test\r\nConnection: close\r\n\
+         Content-Type: {content_type}\r\nContent-Length: {}\r\n\r\n",
+        body.len()
     )
+    .into_bytes();
+    raw.extend_from_slice(body);
+    request_bytes(addr, &raw)
 }
 
 fn json(res: &Response) -> serde_json::Value {

@@ -408,23 +408,28 @@ impl KeepAlive {
 
 /// Sends `raw` (which must ask the server to close) and reads the response to EOF.
 pub(crate) fn request(addr: SocketAddr, raw: &str) -> Response {
+    request_bytes(addr, raw.as_bytes())
+}
+
+/// [`request`] for a request that is not text (a binary upload, say).
+pub(crate) fn request_bytes(addr: SocketAddr, raw: &[u8]) -> Response {
     let mut stream = TcpStream::connect_timeout(&addr, TIMEOUT).expect("connecting");
     stream.set_read_timeout(Some(TIMEOUT)).unwrap();
     stream.set_write_timeout(Some(TIMEOUT)).unwrap();
-    stream
-        .write_all(raw.as_bytes())
-        .expect("writing the request");
+    stream.write_all(raw).expect("writing the request");
     let mut bytes = Vec::new();
     stream
         .read_to_end(&mut bytes)
         .expect("reading the response");
-    parse(&bytes)
+    parse(&bytes, raw.starts_with(b"HEAD "))
 }
 
-fn parse(bytes: &[u8]) -> Response {
+/// The response in `bytes`; its body must be as long as its `Content-Length` says,
+/// unless it answers a HEAD (`head`).
+fn parse(bytes: &[u8], head: bool) -> Response {
     let (mut response, end) = parse_head(bytes);
     response.body = bytes[end + 4..].to_vec();
-    if let Some(len) = response.header("content-length") {
+    if let Some(len) = response.header("content-length").filter(|_| !head) {
         assert_eq!(
             len.parse::<usize>().unwrap(),
             response.body.len(),
@@ -521,6 +526,11 @@ fn echo_one(mut stream: TcpStream) -> std::io::Result<()> {
             .map_or("-", |(_, v)| v.as_str());
         body.push_str(&format!("{name}: {value}\n"));
     }
+    // What a forward-auth check added, only when there is one (other tests compare the
+    // three lines above exactly).
+    for (name, value) in headers.iter().filter(|(n, _)| n.starts_with("remote-")) {
+        body.push_str(&format!("{name}: {value}\n"));
+    }
     write!(
         stream,
         "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\
@@ -528,6 +538,93 @@ fn echo_one(mut stream: TcpStream) -> std::io::Result<()> {
         body.len()
     )?;
     stream.flush()
+}
+
+/// A tiny forward-auth service (Authelia's part in tests): a thread answering each
+/// check by the request's fields.
+///
+/// - `X-Test-Auth: ok`, or an `X-Forwarded-Uri` starting with `/open`: 200 with
+///   `Remote-User: alice`, `Remote-Groups: admins` and a field the check must not copy
+///   (`X-Not-Copied`).
+/// - `X-Test-Auth: login`: 302 to `https://login.example/?rd=` and the forwarded URI.
+/// - anything else: 401 with `WWW-Authenticate: Basic realm="test"`, and, as fields,
+///   what the check said of the request (`X-Seen-Method`, `-Uri`, `-Host`, `-Proto`,
+///   `-For`, `-Auth` (its `X-Test-Auth`), `-Body` (its `Content-Length`)), so a test sees
+///   the subrequest through the answer the client gets.
+pub(crate) fn auth_service() -> SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("binding the auth service");
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { continue };
+            std::thread::spawn(move || {
+                let _ = auth_connection(stream);
+            });
+        }
+    });
+    addr
+}
+
+fn auth_connection(mut stream: TcpStream) -> std::io::Result<()> {
+    stream.set_read_timeout(Some(TIMEOUT))?;
+    let mut reader = BufReader::new(stream.try_clone()?);
+    loop {
+        let mut request_line = String::new();
+        if reader.read_line(&mut request_line)? == 0 {
+            return Ok(());
+        }
+        let mut headers = Vec::new();
+        loop {
+            let mut line = String::new();
+            if reader.read_line(&mut line)? == 0 || line == "\r\n" {
+                break;
+            }
+            if let Some((name, value)) = line.split_once(':') {
+                headers.push((name.trim().to_ascii_lowercase(), value.trim().to_owned()));
+            }
+        }
+        let field = |name: &str| {
+            headers
+                .iter()
+                .find(|(n, _)| n == name)
+                .map_or("-", |(_, v)| v.as_str())
+                .to_owned()
+        };
+        let uri = field("x-forwarded-uri");
+        let answer = match field("x-test-auth").as_str() {
+            "ok" => ok_answer(),
+            _ if uri.starts_with("/open") => ok_answer(),
+            "login" => format!(
+                "HTTP/1.1 302 Found\r\nLocation: https://login.example/?rd={uri}\r\n\
+                 Content-Length: 0\r\n\r\n"
+            ),
+            _ => {
+                let body = "denied\n";
+                format!(
+                    "HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Basic realm=\"test\"\r\n\
+                     X-Seen-Method: {} {}\r\nX-Seen-Uri: {uri}\r\nX-Seen-Host: {}\r\n\
+                     X-Seen-Proto: {}\r\nX-Seen-For: {}\r\nX-Seen-Auth: {}\r\n\
+                     X-Seen-Body: {}\r\nContent-Type: text/plain\r\n\
+                     Content-Length: {}\r\n\r\n{body}",
+                    request_line.split(' ').next().unwrap_or("-"),
+                    field("x-forwarded-method"),
+                    field("x-forwarded-host"),
+                    field("x-forwarded-proto"),
+                    field("x-forwarded-for"),
+                    field("x-test-auth"),
+                    field("content-length"),
+                    body.len(),
+                )
+            }
+        };
+        stream.write_all(answer.as_bytes())?;
+    }
+}
+
+fn ok_answer() -> String {
+    "HTTP/1.1 200 OK\r\nRemote-User: alice\r\nRemote-Groups: admins\r\n\
+     X-Not-Copied: 1\r\nContent-Length: 2\r\n\r\nok"
+        .to_owned()
 }
 
 /// Clients that keep requesting `paths` in turn on keep-alive connections renewed every

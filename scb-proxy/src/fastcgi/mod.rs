@@ -280,7 +280,8 @@ impl FastCgi {
         let mut tried = None;
         let answer = self
             .exchange(&params, body, key, id.as_ref(), &mut tried)
-            .await;
+            .await
+            .map(|res| head_length(res, &parts.method));
         if let (Some(notes), Some(index)) = (&notes, tried) {
             notes.upstream(self.proxy.shared.upstreams[index].upstream.authority());
         }
@@ -456,6 +457,22 @@ impl FastCgi {
         *res.headers_mut() = headers;
         res
     }
+}
+
+/// The answer to a HEAD as the client may see it: php-fpm runs the script without
+/// sending its output, so without a `Content-Length` of the script's own, the empty body
+/// would be taken for the length a GET gets (RFC 9110 8.6 forbids a HEAD's
+/// `Content-Length` that differs from the GET's). Its body becomes one of unknown length:
+/// the head then has no length, as a GET's streamed answer has none.
+fn head_length(res: Response<Body>, method: &http::Method) -> Response<Body> {
+    if *method != http::Method::HEAD || res.headers().contains_key(header::CONTENT_LENGTH) {
+        return res;
+    }
+    let (parts, _empty) = res.into_parts();
+    let unsized_empty = http_body_util::StreamBody::new(futures_util::stream::empty::<
+        Result<http_body::Frame<Bytes>, Infallible>,
+    >());
+    Response::from_parts(parts, Body::new(unsized_empty))
 }
 
 /// A body of unknown length read whole, up to `max` bytes; `None` past that.

@@ -471,3 +471,25 @@ async fn idle_connections_are_closed_by_the_sweep_without_traffic() {
         .expect("the idle connection was closed");
     assert_eq!(fcgi.proxy.pool.idle(0), 0);
 }
+
+#[tokio::test]
+async fn a_head_answer_without_the_scripts_own_length_has_none() {
+    use http_body::Body as _;
+    let root = Root::new();
+    let (addr, _seen) = app().await;
+    let fcgi = service(addr, &root).build().unwrap();
+    let get = fcgi
+        .clone()
+        .oneshot(Request::get("/index.php").body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(get.body().size_hint().exact(), Some(7));
+    // php-fpm sends no output for a HEAD; the server must not say the GET's length is 0.
+    let head = fcgi
+        .oneshot(Request::head("/index.php").body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(head.status(), StatusCode::CREATED);
+    assert!(!head.headers().contains_key(http::header::CONTENT_LENGTH));
+    assert_eq!(head.body().size_hint().exact(), None);
+}
