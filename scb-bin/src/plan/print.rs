@@ -42,7 +42,10 @@ impl Plan {
             } else {
                 let _ = write!(out, "site {}", site.hosts.join(", "));
             }
-            out.push_str(", routes in match order (exact paths, then prefixes, longest first):\n");
+            out.push_str(
+                ", routes in match order (exact paths, then expressions, then prefixes, \
+                 longest first; with conditions first):\n",
+            );
             routes(&mut out, &site.routes);
         }
         if self.sites.iter().all(|s| !s.hosts.is_empty()) {
@@ -68,7 +71,7 @@ impl Plan {
 
 /// A site's routes as the router orders them: exact paths, then expressions in config
 /// order, then the longest prefix; routes of one path with `match` conditions before
-/// the one without (each row shows its conditions in brackets).
+/// the one without (each row shows its conditions after `when`).
 fn routes(out: &mut String, routes: &[RoutePlan]) {
     let kind = |r: &RoutePlan| match r.matcher.path() {
         PathMatch::Exact(_) => 0,
@@ -95,7 +98,7 @@ fn routes(out: &mut String, routes: &[RoutePlan]) {
             PathMatch::Regex(r) => format!("~ {r}"),
         };
         let conditions = if route.matcher.is_conditional() {
-            format!(" [{}]", route.matcher)
+            format!(" when {}", route.matcher)
         } else {
             String::new()
         };

@@ -1180,7 +1180,7 @@ fn match_conditions_and_path_regex_are_planned_and_their_bad_values_refused_wher
     let json = printed.find("json ").unwrap();
     let any = printed.find("api ").unwrap();
     assert!(json < any, "{printed}");
-    assert!(printed.contains("[methods POST, PUT;"), "{printed}");
+    assert!(printed.contains(" when methods POST, PUT;"), "{printed}");
 
     let route = |body: &str| format!("{LISTEN}[[route]]\n{body}respond = {{}}\n");
     let cases = [
