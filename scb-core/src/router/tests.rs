@@ -511,3 +511,80 @@ async fn many_regex_routes_are_searched_in_one_pass_and_still_in_order() {
     assert_eq!(body(get(&router, "/r57/x").await).await, "catch x|/r57/x");
     assert_eq!(body(get(&router, "/nothing").await).await, "root none");
 }
+
+#[test]
+fn a_paths_own_prefixes_are_exactly_those_a_prefix_route_can_match() {
+    let paths = [
+        "/",
+        "/a",
+        "/a/",
+        "/a/b",
+        "/a/b/",
+        "/api/v2/users",
+        "//x",
+        "/a//b",
+        "/static/app.js",
+    ];
+    let prefixes = [
+        "/", "/a", "/a/", "/a/b", "/a/b/", "/api", "/api/", "/api/v2", "/api/v2/", "/static/",
+        "/static", "/s", "//", "/a//", "/ap",
+    ];
+    for path in paths {
+        let own: Vec<&str> = table::path_prefixes(path).collect();
+        let mut want: Vec<&str> = prefixes
+            .iter()
+            .copied()
+            .filter(|p| prefix_matches(p, path))
+            .collect();
+        want.sort_by_key(|p| std::cmp::Reverse(p.len()));
+        let found: Vec<&str> = own
+            .iter()
+            .copied()
+            .filter(|p| prefixes.contains(p))
+            .collect();
+        assert_eq!(found, want, "{path}: own prefixes {own:?}");
+        assert!(own.windows(2).all(|w| w[0].len() > w[1].len()), "{own:?}");
+    }
+}
+
+#[tokio::test]
+async fn many_prefixes_are_found_through_the_index_as_through_the_scan() {
+    let mut router = Router::new();
+    for i in 0..40 {
+        router = router
+            .route(
+                format!("s{i}"),
+                prefix(&format!("/section{i}/")),
+                tagged("s"),
+            )
+            .unwrap()
+            .route(
+                format!("t{i}"),
+                prefix(&format!("/section{i}/deep")),
+                tagged("t"),
+            )
+            .unwrap();
+    }
+    let router = router
+        .route("root", prefix("/"), tagged("root"))
+        .unwrap()
+        .route(
+            "post-only",
+            RouteMatch::new(prefix("/section7/deep")).methods([http::Method::POST]),
+            tagged("post"),
+        )
+        .unwrap();
+    for (uri, want) in [
+        ("/section7/x", "s /section7/x"),
+        ("/section7/deep", "t /section7/deep"),
+        ("/section7/deep/er", "t /section7/deep/er"),
+        ("/section7/deeper", "s /section7/deeper"),
+        ("/section7", "root /section7"),
+        ("/section70/x", "root /section70/x"),
+        ("/", "root /"),
+    ] {
+        assert_eq!(body(get(&router, uri).await).await, want, "{uri}");
+    }
+    let req = Request::post("/section7/deep").body(Body::empty()).unwrap();
+    assert_eq!(router.route_name(&req).map(|n| &**n), Some("post-only"));
+}
