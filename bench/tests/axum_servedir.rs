@@ -26,7 +26,7 @@ const RETRY: Duration = Duration::from_millis(5);
 const HELLO: &[u8] = b"Hello, world!";
 
 /// The placeholders the harness replaces in every template.
-const PLACEHOLDERS: [&str; 16] = [
+const PLACEHOLDERS: [&str; 18] = [
     "HTTP_PORT",
     "TLS_PORT",
     "UPSTREAM",
@@ -43,6 +43,8 @@ const PLACEHOLDERS: [&str; 16] = [
     "METRICS",
     "HTTP3",
     "CADDY_PROTOCOLS",
+    "PHP_FPM_SOCKET",
+    "PHP_ROOT",
 ];
 
 const TEMPLATES: [&str; 5] = [
@@ -624,6 +626,12 @@ fn render(name: &str, workdir: &Path, docroot: &Path, cert: &Path, key: &Path) -
         // The HTTP/3 rows' form: the one with more to check.
         ("HTTP3", "true".to_owned()),
         ("CADDY_PROTOCOLS", "h1 h2 h3".to_owned()),
+        // Nothing listens there: nginx and Caddy check a config without connecting.
+        (
+            "PHP_FPM_SOCKET",
+            workdir.join("php-fpm.sock").display().to_string(),
+        ),
+        ("PHP_ROOT", docroot.display().to_string()),
     ];
     let mut text = template(name);
     for (placeholder, value) in values {

@@ -171,6 +171,9 @@ impl Environment {
                     .join(" "),
             );
         }
+        if settings.needs_php_fpm() {
+            add("php-fpm", crate::harness::php::version(settings));
+        }
         add("rustc", first_line(Path::new("rustc"), &["-V"]));
 
         Environment {
@@ -207,7 +210,7 @@ impl Environment {
             (
                 "load_cpus".to_owned(),
                 format!(
-                    "{} (load generator, {} threads; upstream nginx for proxy)",
+                    "{} (load generator, {} threads; upstream nginx for proxy, php-fpm for fastcgi)",
                     self.load_cpus, self.load_threads
                 ),
             ),

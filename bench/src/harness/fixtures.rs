@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 
+use crate::harness::php;
 use crate::harness::prng::SplitMix64;
 
 /// Seed of `1m.bin`.
@@ -21,10 +22,11 @@ const ORDER_SEED: u64 = 0x5CB0_0003;
 /// Seed of the verification sample of `static-many`.
 const SAMPLE_SEED: u64 = 0x5CB0_0004;
 
-/// The document root and what is in it.
+/// The document root and what is in it, and the PHP scripts' root.
 #[derive(Debug, Clone)]
 pub(crate) struct Fixtures {
     docroot: PathBuf,
+    php_root: PathBuf,
 }
 
 impl Fixtures {
@@ -46,7 +48,9 @@ impl Fixtures {
     /// Size of each `many/` file.
     pub(crate) const MANY_LEN: usize = 1024;
 
-    /// Writes the document root under `dir` (`dir/docroot`), replacing any previous one.
+    /// Writes the document root under `dir` (`dir/docroot`), replacing any previous one,
+    /// and the PHP root (`dir/php-root`, see [`php::write_app`]). The PHP root is not
+    /// beneath the document root: no server serves the scripts' source as files.
     ///
     /// # Errors
     ///
@@ -59,7 +63,9 @@ impl Fixtures {
         }
         let many = docroot.join("many");
         fs::create_dir_all(&many).with_context(|| format!("creating {}", many.display()))?;
-        let fixtures = Fixtures { docroot };
+        let php_root = dir.join("php-root");
+        php::write_app(&php_root)?;
+        let fixtures = Fixtures { docroot, php_root };
         let write = |rel: &str, bytes: &[u8]| -> anyhow::Result<()> {
             let path = fixtures.docroot.join(rel.trim_start_matches('/'));
             let mut file =
@@ -79,6 +85,12 @@ impl Fixtures {
     /// The document root.
     pub(crate) fn docroot(&self) -> &Path {
         &self.docroot
+    }
+
+    /// The root of the PHP scripts the FastCGI scenarios run (every server's FastCGI
+    /// routes name it, so it exists in every scenario).
+    pub(crate) fn php_root(&self) -> &Path {
+        &self.php_root
     }
 
     /// The bytes of `1m.bin`.
@@ -152,6 +164,7 @@ mod tests {
     fn the_request_order_is_fixed_and_covers_every_file() {
         let f = Fixtures {
             docroot: PathBuf::new(),
+            php_root: PathBuf::new(),
         };
         let order = f.many_paths_shuffled();
         assert_eq!(order, f.many_paths_shuffled());
@@ -167,6 +180,7 @@ mod tests {
     fn the_sample_has_the_first_and_last_file() {
         let f = Fixtures {
             docroot: PathBuf::new(),
+            php_root: PathBuf::new(),
         };
         let sample = f.many_sample(20);
         assert_eq!(sample.len(), 22);
@@ -186,6 +200,11 @@ mod tests {
             fs::read(f.docroot().join("many/01234.txt")).unwrap(),
             Fixtures::many_body(1234)
         );
+        assert_eq!(
+            fs::read_to_string(f.php_root().join("php/hello.php")).unwrap(),
+            php::SCRIPT
+        );
+        assert!(!f.php_root().starts_with(f.docroot()));
         fs::remove_dir_all(&dir).unwrap();
     }
 }

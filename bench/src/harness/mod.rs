@@ -5,7 +5,8 @@
 //!   capability table of what each server can serve today).
 //! - Preparation: [`tools`] (nginx, Caddy, wrk, h2load, curl; installed with apt-get when
 //!   missing and root), [`fixtures`] and [`prng`] (the files every server serves),
-//!   [`cert`] (the self-signed certificate), [`template`] (`{{NAME}}` config rendering).
+//!   [`cert`] (the self-signed certificate), [`template`] (`{{NAME}}` config rendering),
+//!   [`php`] (php-fpm and the script of the FastCGI scenarios).
 //! - Running: [`process`] (pinned child processes, stopping them, cleanup on a signal),
 //!   [`ports`] (free ports, waiting until a server accepts), [`verify`] and
 //!   [`http_client`] (the exact bytes, before anything is measured), [`load`], [`wrk`] and
@@ -35,6 +36,7 @@ pub(crate) mod h2load;
 pub(crate) mod h2spec;
 pub(crate) mod http_client;
 pub(crate) mod load;
+pub(crate) mod php;
 pub(crate) mod ports;
 pub(crate) mod prng;
 pub(crate) mod process;

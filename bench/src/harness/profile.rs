@@ -22,7 +22,7 @@ use crate::harness::run::{Ctx, Started, prepare, progress, start_upstream, start
 use crate::harness::scenario::Scenario;
 use crate::harness::server::Server;
 use crate::harness::settings::Settings;
-use crate::harness::{tools, wrk};
+use crate::harness::{php, tools, wrk};
 
 /// Default measured seconds per instrument.
 const DURATION: f64 = 5.0;
@@ -69,6 +69,12 @@ pub(crate) fn run(args: ProfileArgs, argv: &[String]) -> anyhow::Result<bool> {
         None
     };
     let upstream_port = upstream.as_ref().map_or(0, |u| u.port);
+    let mut php_fpm = if scenario.needs_php_fpm() {
+        let binary = php::binary().with_context(php::missing)?;
+        Some(php::start(&ctx, &dir, &binary)?)
+    } else {
+        None
+    };
 
     let mut report = String::new();
     let _ = writeln!(
@@ -224,6 +230,9 @@ pub(crate) fn run(args: ProfileArgs, argv: &[String]) -> anyhow::Result<bool> {
 
     if let Some(up) = &mut upstream {
         up.process.stop()?;
+    }
+    if let Some(php_fpm) = &mut php_fpm {
+        php_fpm.stop()?;
     }
     let path = settings.out.join("profile.md");
     fs::write(&path, &report).with_context(|| format!("writing {}", path.display()))?;

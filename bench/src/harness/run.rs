@@ -20,7 +20,7 @@ use crate::harness::scenario::{Expected, PROXY_PATH, Protocol, Scenario};
 use crate::harness::server::{LaunchInput, Server, nginx_launch};
 use crate::harness::settings::Settings;
 use crate::harness::template::{self, Vars};
-use crate::harness::{chart, export, proctree, report, tools, verify, wrk};
+use crate::harness::{chart, export, php, proctree, report, tools, verify, wrk};
 
 /// A progress line on stderr (stdout carries only the final table).
 pub(crate) fn progress(message: &str) {
@@ -158,6 +158,9 @@ fn vars(ctx: &Ctx<'_>, http: u16, tls: u16, upstream: u16, workers: usize, dir: 
         .set("METRICS", "")
         .set("HTTP3", "false")
         .set("CADDY_PROTOCOLS", "h1 h2")
+        // The FastCGI scenarios' php-fpm; in the others nothing listens on the socket.
+        .set("PHP_FPM_SOCKET", path(&php::socket(ctx.work)))
+        .set("PHP_ROOT", path(ctx.fixtures.php_root()))
 }
 
 /// Renders template `name` from the configs directory into `dir`.
@@ -233,11 +236,31 @@ fn run_scenario(ctx: &Ctx<'_>, scenario: Scenario) -> anyhow::Result<Vec<Row>> {
     let expected = scenario.expected(ctx.fixtures);
 
     let anyone = settings.servers.iter().any(|s| s.supports(scenario));
+    let php_fpm = if scenario.needs_php_fpm() && anyone {
+        match php::binary() {
+            Some(binary) => {
+                progress(&format!("[{scenario}] starting php-fpm"));
+                php::start(ctx, &dir, &binary)
+                    .map(Some)
+                    .map_err(|e| format!("php-fpm: {e:#}"))
+            }
+            None if php::required() => Err(format!(
+                "{}, and SCB_REQUIRE_TOOLS says the FastCGI scenarios must run",
+                php::missing()
+            )),
+            None => {
+                progress(&format!("[{scenario}] skipped: {}", php::missing()));
+                return Ok(Vec::new());
+            }
+        }
+    } else {
+        Ok(None)
+    };
     let upstream = if scenario.needs_upstream() && anyone {
         progress(&format!("[{scenario}] starting the upstream nginx"));
         start_upstream(ctx, &dir, scenario)
             .map(Some)
-            .map_err(|e| format!("{e:#}"))
+            .map_err(|e| format!("upstream nginx: {e:#}"))
     } else {
         Ok(None)
     };
@@ -262,11 +285,14 @@ fn run_scenario(ctx: &Ctx<'_>, scenario: Scenario) -> anyhow::Result<Vec<Row>> {
             }
         })
         .collect();
-    if let Err(message) = &upstream {
+    for message in [&upstream.as_ref().err(), &php_fpm.as_ref().err()]
+        .into_iter()
+        .flatten()
+    {
         for slot in measured.iter_mut().filter(|slot| slot.is_ok()) {
             *slot = Err(Outcome::Failed {
                 stage: Stage::Start,
-                message: format!("upstream nginx: {message}"),
+                message: (*message).clone(),
             });
         }
     }
@@ -342,6 +368,11 @@ fn run_scenario(ctx: &Ctx<'_>, scenario: Scenario) -> anyhow::Result<Vec<Row>> {
         && let Err(e) = upstream.process.stop()
     {
         progress(&format!("[{scenario}] upstream nginx: {e:#}"));
+    }
+    if let Ok(Some(mut php_fpm)) = php_fpm
+        && let Err(e) = php_fpm.stop()
+    {
+        progress(&format!("[{scenario}] php-fpm: {e:#}"));
     }
     Ok(rows)
 }

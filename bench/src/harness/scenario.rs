@@ -80,6 +80,17 @@ pub(crate) enum Scenario {
     /// `GET /respond` over HTTP/3, as `h3-static-small`.
     #[value(name = "h3-respond")]
     H3Respond,
+    /// `GET /php/hello.php`: a PHP script echoing the 13 bytes, run by php-fpm (a static
+    /// pool on a Unix socket, pinned with the load generator) over FastCGI, a new
+    /// connection to php-fpm per request (scb's and nginx's default). The figure is the
+    /// server's CPU only: php-fpm is no process of the server's.
+    #[value(name = "fastcgi-hello")]
+    FastcgiHello,
+    /// The same script at `/php-keepconn/hello.php`, through connections to php-fpm kept
+    /// open between requests (`FCGI_KEEP_CONN`: scb's `keep_conn = true`, nginx's
+    /// `fastcgi_keep_conn on` with upstream `keepalive`). Caddy 2.6 has no such setting.
+    #[value(name = "fastcgi-hello-keepconn")]
+    FastcgiHelloKeepconn,
 }
 
 /// What a server must be able to do for a scenario; see
@@ -102,6 +113,10 @@ pub(crate) enum Feature {
     ProxyCache,
     /// HTTP/3 on the TLS port.
     Http3,
+    /// Scripts through a FastCGI server (php-fpm), a connection per request.
+    FastCgi,
+    /// The same through connections kept open between requests (`FCGI_KEEP_CONN`).
+    FastCgiKeepConn,
 }
 
 /// How the load reaches the server.
@@ -135,6 +150,14 @@ pub(crate) const CACHE_HIT_PATH: &str = "/cache/hello";
 /// `/proxy/hello`, with `Cache-Control: max-age=86400`.
 pub(crate) const CACHE_MISS_PATHS: &str = "/cache/miss/*";
 
+/// The path requested by the `fastcgi-hello` scenario: a script beneath the PHP root
+/// (see [`php`](crate::harness::php)).
+pub(crate) const FASTCGI_PATH: &str = "/php/hello.php";
+
+/// The path requested by the `fastcgi-hello-keepconn` scenario: the same script, under
+/// the route that keeps its connections to php-fpm.
+pub(crate) const FASTCGI_KEEPCONN_PATH: &str = "/php-keepconn/hello.php";
+
 /// The path verified before `proxy-cache-miss`.
 const CACHE_MISS_VERIFIED: &str = "/cache/miss/verified";
 
@@ -157,7 +180,7 @@ pub(crate) struct Expected {
 
 impl Scenario {
     /// Every scenario, in the report's order.
-    pub(crate) const ALL: [Scenario; 18] = [
+    pub(crate) const ALL: [Scenario; 20] = [
         Scenario::Respond,
         Scenario::StaticSmall,
         Scenario::Static1m,
@@ -176,6 +199,8 @@ impl Scenario {
         Scenario::ProxyCacheMiss,
         Scenario::H3StaticSmall,
         Scenario::H3Respond,
+        Scenario::FastcgiHello,
+        Scenario::FastcgiHelloKeepconn,
     ];
 
     /// The scenario's name in flags and reports.
@@ -199,6 +224,8 @@ impl Scenario {
             Scenario::ProxyCacheMiss => "proxy-cache-miss",
             Scenario::H3StaticSmall => "h3-static-small",
             Scenario::H3Respond => "h3-respond",
+            Scenario::FastcgiHello => "fastcgi-hello",
+            Scenario::FastcgiHelloKeepconn => "fastcgi-hello-keepconn",
         }
     }
 
@@ -223,6 +250,8 @@ impl Scenario {
             | Scenario::ProxyCacheMiss => &[Feature::Proxy, Feature::ProxyCache],
             Scenario::H3StaticSmall => &[Feature::StaticFiles, Feature::Http3],
             Scenario::H3Respond => &[Feature::Respond, Feature::Http3],
+            Scenario::FastcgiHello => &[Feature::FastCgi],
+            Scenario::FastcgiHelloKeepconn => &[Feature::FastCgiKeepConn],
         }
     }
 
@@ -264,6 +293,14 @@ impl Scenario {
         )
     }
 
+    /// Whether php-fpm must run.
+    pub(crate) const fn needs_php_fpm(self) -> bool {
+        matches!(
+            self,
+            Scenario::FastcgiHello | Scenario::FastcgiHelloKeepconn
+        )
+    }
+
     /// The paths the load requests: one, or for `static-many` all 10,000 in the fixed
     /// shuffled order (the same for every server).
     pub(crate) fn load_paths(self, fixtures: &Fixtures) -> Vec<String> {
@@ -290,6 +327,8 @@ impl Scenario {
             Scenario::ProxyCache100k => vec![format!("{CACHE_FILES}{}", Fixtures::HUNDRED_K_PATH)],
             Scenario::ProxyCache1m => vec![format!("{CACHE_FILES}{}", Fixtures::ONE_MIB_PATH)],
             Scenario::ProxyCacheMiss => vec![CACHE_MISS_PATHS.to_owned()],
+            Scenario::FastcgiHello => vec![FASTCGI_PATH.to_owned()],
+            Scenario::FastcgiHelloKeepconn => vec![FASTCGI_KEEPCONN_PATH.to_owned()],
         }
     }
 
@@ -354,6 +393,14 @@ impl Scenario {
                 path: CACHE_MISS_VERIFIED.to_owned(),
                 body: hello(),
             }],
+            Scenario::FastcgiHello => vec![Expected {
+                path: FASTCGI_PATH.to_owned(),
+                body: hello(),
+            }],
+            Scenario::FastcgiHelloKeepconn => vec![Expected {
+                path: FASTCGI_KEEPCONN_PATH.to_owned(),
+                body: hello(),
+            }],
         }
     }
 }
@@ -393,6 +440,20 @@ mod tests {
         );
         assert_eq!(Scenario::TlsH2StaticSmall.h2_streams(), 10);
         assert_eq!(Scenario::TlsH2StaticSmall1Stream.h2_streams(), 1);
+    }
+
+    #[test]
+    fn only_the_fastcgi_scenarios_need_php_fpm_and_no_upstream() {
+        let php: Vec<_> = Scenario::ALL
+            .into_iter()
+            .filter(|s| s.needs_php_fpm())
+            .collect();
+        assert_eq!(
+            php,
+            [Scenario::FastcgiHello, Scenario::FastcgiHelloKeepconn]
+        );
+        assert!(php.iter().all(|s| !s.needs_upstream()));
+        assert!(php.iter().all(|s| s.protocol() == Protocol::Http1));
     }
 
     #[test]

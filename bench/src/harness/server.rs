@@ -61,6 +61,10 @@ pub(crate) struct Capabilities {
     pub(crate) proxy_cache: bool,
     /// HTTP/3 on the TLS port.
     pub(crate) http3: bool,
+    /// PHP through php-fpm over FastCGI, a connection per request.
+    pub(crate) fastcgi: bool,
+    /// The same through connections kept open (`FCGI_KEEP_CONN`).
+    pub(crate) fastcgi_keep_conn: bool,
 }
 
 impl Capabilities {
@@ -73,6 +77,8 @@ impl Capabilities {
         tls_h2: true,
         proxy_cache: true,
         http3: true,
+        fastcgi: true,
+        fastcgi_keep_conn: true,
     };
     const NONE: Capabilities = Capabilities {
         respond: false,
@@ -83,14 +89,19 @@ impl Capabilities {
         tls_h2: false,
         proxy_cache: false,
         http3: false,
+        fastcgi: false,
+        fastcgi_keep_conn: false,
     };
-    /// Everything but the HTTPS and h2c upstreams and a cache: not configured for these
-    /// peers yet (Caddy 2.6 has no cache without a plugin, tower-http none at all).
+    /// Everything but the HTTPS and h2c upstreams, a cache and FastCGI: not configured for
+    /// these peers yet (Caddy 2.6 has no cache without a plugin, tower-http none at all,
+    /// nor FastCGI).
     const ALL_BUT_PROXY_TLS_H2C: Capabilities = Capabilities {
         proxy_tls: false,
         proxy_h2c: false,
         proxy_cache: false,
         http3: false,
+        fastcgi: false,
+        fastcgi_keep_conn: false,
         ..Capabilities::ALL
     };
     /// nginx 1.22 (Debian's): HTTP/3 came in 1.25.
@@ -110,6 +121,8 @@ impl Capabilities {
             Feature::TlsH2 => self.tls_h2,
             Feature::ProxyCache => self.proxy_cache,
             Feature::Http3 => self.http3,
+            Feature::FastCgi => self.fastcgi,
+            Feature::FastCgiKeepConn => self.fastcgi_keep_conn,
         })
     }
 }
@@ -128,6 +141,8 @@ const CAPABILITIES: [(Server, Capabilities); 7] = [
             tls_h2: true,       // issue 6: scb-tls
             proxy_cache: true,  // issue 27: scb-proxy's cache
             http3: true,        // issue 28: QUIC listeners
+            fastcgi: true,      // issue 29: fastcgi routes
+            fastcgi_keep_conn: true,
         },
     ),
     (Server::ScbMetrics, Capabilities::ALL),
@@ -142,10 +157,13 @@ const CAPABILITIES: [(Server, Capabilities); 7] = [
         },
     ),
     // Caddy serves HTTP/3 by default; the harness turns it on for the h3 rows only.
+    // `php_fastcgi` dials php-fpm per request: Caddy 2.6's FastCGI transport has no
+    // setting that keeps connections (FCGI_KEEP_CONN).
     (
         Server::Caddy,
         Capabilities {
             http3: true,
+            fastcgi: true,
             ..Capabilities::ALL_BUT_PROXY_TLS_H2C
         },
     ),
@@ -385,9 +403,16 @@ mod tests {
             Scenario::ProxyCache1m,
             Scenario::ProxyCacheMiss,
         ];
-        assert_eq!(unserved(Server::Caddy), no_upstream_tls_h2c_or_cache);
+        let mut caddy = no_upstream_tls_h2c_or_cache.to_vec();
+        caddy.push(Scenario::FastcgiHelloKeepconn);
+        assert_eq!(unserved(Server::Caddy), caddy);
         let mut axum = no_upstream_tls_h2c_or_cache.to_vec();
-        axum.extend([Scenario::H3StaticSmall, Scenario::H3Respond]);
+        axum.extend([
+            Scenario::H3StaticSmall,
+            Scenario::H3Respond,
+            Scenario::FastcgiHello,
+            Scenario::FastcgiHelloKeepconn,
+        ]);
         assert_eq!(unserved(Server::AxumServedir), axum);
     }
 
@@ -402,6 +427,8 @@ mod tests {
             tls_h2: true,
             proxy_cache: false,
             http3: false,
+            fastcgi: false,
+            fastcgi_keep_conn: false,
         };
         assert!(!only_tls.serves(Scenario::TlsH2StaticSmall));
     }

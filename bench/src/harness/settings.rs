@@ -193,6 +193,13 @@ impl Settings {
             || self.runs(Scenario::ProxyH2c)
     }
 
+    /// Whether any FastCGI scenario runs (php-fpm, if it is installed).
+    pub(crate) fn needs_php_fpm(&self) -> bool {
+        Scenario::ALL
+            .into_iter()
+            .any(|s| s.needs_php_fpm() && self.runs(s))
+    }
+
     /// Whether any HTTP/1.1 scenario runs.
     pub(crate) fn needs_wrk(&self) -> bool {
         Scenario::ALL

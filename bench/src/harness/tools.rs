@@ -14,7 +14,7 @@ use crate::harness::settings::Settings;
 
 /// Directories searched after `PATH`: nginx lives in /usr/sbin, which a non-root `PATH`
 /// often lacks.
-const EXTRA_DIRS: [&str; 3] = ["/usr/local/sbin", "/usr/sbin", "/sbin"];
+pub(crate) const EXTRA_DIRS: [&str; 3] = ["/usr/local/sbin", "/usr/sbin", "/sbin"];
 
 /// A tool and the Debian package that provides it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
