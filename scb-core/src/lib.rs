@@ -37,6 +37,8 @@ pub mod basic_auth;
 pub mod body;
 pub mod catch_panic;
 pub mod client_ip;
+#[cfg(feature = "cluster")]
+pub mod cluster;
 pub mod conditional;
 pub mod connection;
 pub mod date;
