@@ -17,6 +17,7 @@
 //! by `RUST_LOG` (default `info`).
 
 mod activation;
+mod cluster;
 mod config;
 mod labels;
 mod one_of;

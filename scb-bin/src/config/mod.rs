@@ -55,6 +55,19 @@ pub(crate) struct Config {
     /// are the default site's.
     #[serde(default)]
     pub(crate) site: Vec<Spanned<SiteConfig>>,
+    /// `[cluster]`: state shared with the other instances of a fleet through Redis;
+    /// absent, everything stays local.
+    pub(crate) cluster: Option<Spanned<ClusterConfig>>,
+}
+
+/// `[cluster] redis = "redis://10.0.0.5:6379/0"`, `key_prefix = "scb:"`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ClusterConfig {
+    /// `redis://[:password@]host[:port][/db]` or `redis+unix:///path`.
+    pub(crate) redis: Spanned<String>,
+    /// What every key starts with; absent means `scb:`.
+    pub(crate) key_prefix: Option<Spanned<String>>,
 }
 
 /// One `[[site]]`.
@@ -472,6 +485,8 @@ pub(crate) struct RateLimitConfig {
     pub(crate) burst: Option<Spanned<u32>>,
     /// Most keys held (all workers); absent means 100,000.
     pub(crate) max_keys: Option<Spanned<usize>>,
+    /// Counted across the fleet in `[cluster]`'s Redis; absent means false.
+    pub(crate) shared: Option<Spanned<bool>>,
 }
 
 /// `rewrite = { prefix = "/old/", to = "/new/" }`, `{ regex = "^/a/(\\d+)$", to = "/b/{1}" }`,

@@ -48,6 +48,20 @@ pub(crate) struct Plan {
     pub(crate) readiness: Readiness,
     /// How long readiness says 503 before the listeners close (`[health] drain_delay`).
     pub(crate) drain_delay: Duration,
+    /// `[cluster]`: the fleet's Redis (one connection per URL and prefix in the process,
+    /// kept by a reload).
+    pub(crate) cluster: Option<scb_core::cluster::Cluster>,
+}
+
+/// What every route of a plan is built with.
+#[derive(Debug)]
+pub(super) struct Context {
+    /// The process's readiness (`health = true` routes).
+    pub(super) readiness: Readiness,
+    /// `[server] trusted_proxies`: who names the client.
+    pub(super) trusted: scb_core::client_ip::TrustedProxies,
+    /// `[cluster]`, for shared rate limits.
+    pub(super) cluster: Option<scb_core::cluster::Cluster>,
 }
 
 /// Where the access log goes and how it reads.
@@ -195,6 +209,7 @@ impl Plan {
             upgrade_socket: None,
             pid_file: None,
             readiness: Readiness::new(),
+            cluster: None,
             drain_delay: Duration::ZERO,
         })
     }
@@ -238,7 +253,16 @@ impl Plan {
                 crate::config::convert::trusted_proxies(entries).map_err(|e| e.within("server"))?
             }
         };
-        let sites = sites(config, &readiness, &trusted_proxies)?;
+        let cluster = match &config.cluster {
+            Some(table) => Some(crate::cluster::shared(table).map_err(|e| e.within("cluster"))?),
+            None => None,
+        };
+        let ctx = Context {
+            readiness: readiness.clone(),
+            trusted: trusted_proxies.clone(),
+            cluster: cluster.clone(),
+        };
+        let sites = sites(config, &ctx)?;
 
         Ok(Self {
             server,
@@ -275,6 +299,7 @@ impl Plan {
             upgrade_socket: config.server.upgrade_socket.clone(),
             pid_file: config.server.pid_file.clone(),
             readiness,
+            cluster,
             drain_delay: config
                 .health
                 .as_ref()

@@ -29,6 +29,14 @@ impl Plan {
                 self.trusted_proxies
             );
         }
+        if let Some(cluster) = &self.cluster {
+            let _ = writeln!(
+                out,
+                "cluster: Redis {}, keys under {:?}",
+                cluster.shown(),
+                cluster.prefix()
+            );
+        }
         if let Some(metrics) = &self.metrics {
             let _ = write!(out, "metrics: {} {}", metrics.listen, metrics.path);
             if let Some((live, ready)) = &metrics.probes {

@@ -16,6 +16,7 @@ use scb_core::router::{Glob, PathMatch, RouteMatch, Router};
 use scb_static::compress::CompressLayer;
 use toml::Spanned;
 
+use super::Context;
 use crate::config::{Located, MatchConfig, ProxyConfig, RedirectConfig, RouteConfig};
 use crate::route::{Guards, Handler};
 
@@ -65,8 +66,7 @@ fn derive_name(matcher: &PathMatch) -> String {
 
 pub(super) fn routes(
     configs: &[Spanned<RouteConfig>],
-    readiness: &Readiness,
-    trusted: &TrustedProxies,
+    ctx: &Context,
     site: Option<&str>,
 ) -> Result<Vec<RoutePlan>, Located> {
     let mut plans = Vec::with_capacity(configs.len());
@@ -75,8 +75,7 @@ pub(super) fn routes(
     let mut paths: HashMap<PathMatch, usize> = HashMap::new();
     for (i, config) in configs.iter().enumerate() {
         let key = format!("route[{i}]");
-        let (plan, field, path) =
-            route(config, readiness, trusted, site).map_err(|e| e.within(&key))?;
+        let (plan, field, path) = route(config, ctx, site).map_err(|e| e.within(&key))?;
         // Routes with conditions may share a path: each takes what it matches, and the
         // one without conditions the rest.
         if !plan.matcher.is_conditional()
@@ -123,10 +122,10 @@ pub(super) fn routes(
 /// its path or prefix for errors about it.
 fn route<'a>(
     config: &'a Spanned<RouteConfig>,
-    readiness: &Readiness,
-    trusted: &TrustedProxies,
+    ctx: &Context,
     site: Option<&str>,
 ) -> Result<(RoutePlan, &'static str, &'a Spanned<String>), Located> {
+    let (readiness, trusted) = (&ctx.readiness, &ctx.trusted);
     let route = config.get_ref();
     let given: Vec<(&'static str, &Spanned<String>)> = [
         ("path", route.path.as_ref()),
@@ -275,7 +274,10 @@ fn route<'a>(
     let rate_limit = route
         .rate_limit
         .as_ref()
-        .map(|r| rate_limit(r.get_ref(), trusted).map_err(|e| e.within("rate_limit")))
+        .map(|r| {
+            rate_limit(r.get_ref(), trusted, ctx.cluster.as_ref(), &name)
+                .map_err(|e| e.within("rate_limit"))
+        })
         .transpose()?;
     let basic_auth = route
         .basic_auth

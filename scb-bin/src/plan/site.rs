@@ -5,15 +5,14 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use http::StatusCode;
-use scb_core::client_ip::TrustedProxies;
 use scb_core::error_pages::ErrorPagesLayer;
 use scb_core::header_rules::{HeaderRules, HeaderRulesLayer};
-use scb_core::health::Readiness;
 use scb_core::virtual_hosts::VirtualHosts;
 
 use crate::config::{Config, Located, SiteConfig};
 use crate::route::Guards;
 
+use super::Context;
 use super::route::{RoutePlan, routes};
 use crate::config::convert::header_rules;
 
@@ -59,11 +58,7 @@ impl SitePlan {
 
 /// The sites: `[[site]]`s with `hosts` in order, then the default site, which is the
 /// top-level `[[route]]`s or a `[[site]]` without `hosts` (not both).
-pub(super) fn sites(
-    config: &Config,
-    readiness: &Readiness,
-    trusted: &TrustedProxies,
-) -> Result<Vec<SitePlan>, Located> {
+pub(super) fn sites(config: &Config, ctx: &Context) -> Result<Vec<SitePlan>, Located> {
     unique_cache_paths(config)?;
     let mut named = Vec::new();
     let mut default: Option<SitePlan> = None;
@@ -73,7 +68,7 @@ pub(super) fn sites(
     let mut names: HashMap<Arc<str>, String> = HashMap::new();
     for (i, site) in config.site.iter().enumerate() {
         let key = format!("site[{i}]");
-        let plan = site_plan(site.get_ref(), readiness, trusted).map_err(|e| e.within(&key))?;
+        let plan = site_plan(site.get_ref(), ctx).map_err(|e| e.within(&key))?;
         if let Some(hosts) = &site.get_ref().hosts {
             if hosts.get_ref().is_empty() {
                 return Err(Located::at(
@@ -108,7 +103,7 @@ pub(super) fn sites(
     if config.site.iter().all(|s| s.get_ref().hosts.is_some()) {
         // The top-level routes, unless every site is named and there are none.
         if !config.route.is_empty() || config.site.is_empty() {
-            let routes = routes(&config.route, readiness, trusted, None)?;
+            let routes = routes(&config.route, ctx, None)?;
             let plan = SitePlan {
                 hosts: Vec::new(),
                 routes: routes.into(),
@@ -196,11 +191,7 @@ fn unique_names(
 }
 
 /// One `[[site]]`'s plan (keys relative to the site).
-fn site_plan(
-    site: &SiteConfig,
-    readiness: &Readiness,
-    trusted: &TrustedProxies,
-) -> Result<SitePlan, Located> {
+fn site_plan(site: &SiteConfig, ctx: &Context) -> Result<SitePlan, Located> {
     let hosts: Vec<String> = site
         .hosts
         .as_ref()
@@ -208,13 +199,8 @@ fn site_plan(
         .unwrap_or_default();
     // Derived route names of a named site start with its first host, so that two sites'
     // `/` routes are not both `root`.
-    let routes = routes(
-        &site.route,
-        readiness,
-        trusted,
-        hosts.first().map(String::as_str),
-    )?;
-    let mut layer = HeaderRulesLayer::new().trusted_proxies(trusted.clone());
+    let routes = routes(&site.route, ctx, hosts.first().map(String::as_str))?;
+    let mut layer = HeaderRulesLayer::new().trusted_proxies(ctx.trusted.clone());
     let (mut request, mut response) = match &site.headers {
         Some(headers) => header_rules(headers.get_ref()).map_err(|e| e.within("headers"))?,
         None => (HeaderRules::new(), HeaderRules::new()),

@@ -1329,3 +1329,56 @@ fn forward_auth_and_try_files_are_guards_and_their_bad_values_are_refused_where_
     }
     std::fs::remove_dir_all(&root).unwrap();
 }
+
+#[test]
+fn a_cluster_is_one_connection_per_url_and_shared_limits_need_it() {
+    let with_cluster = |prefix: &str| {
+        format!(
+            "[cluster]\nredis = \"redis://:secret@127.0.0.1:6390/0\"\nkey_prefix = {prefix:?}\n\
+             {LISTEN}[[route]]\nprefix = \"/api/\"\n\
+             rate_limit = {{ rate = \"10/s\", burst = 20, shared = true }}\nrespond = {{}}\n"
+        )
+    };
+    let a = plan(&with_cluster("scb:"));
+    let b = plan(&with_cluster("scb:"));
+    let (ca, cb) = (a.cluster.as_ref().unwrap(), b.cluster.as_ref().unwrap());
+    // The plan a reload builds shares the running one's connection.
+    assert_eq!(ca.instance(), cb.instance());
+    let c = plan(&with_cluster("other:"));
+    assert_ne!(c.cluster.as_ref().unwrap().instance(), ca.instance());
+    let shown = a.describe();
+    assert!(
+        shown.contains("cluster: Redis 127.0.0.1:6390, keys under \"scb:\""),
+        "{shown}"
+    );
+    assert!(!shown.contains("secret"), "{shown}");
+    let cases = [
+        (
+            format!(
+                "{LISTEN}[[route]]\nprefix = \"/\"\nrate_limit = {{ rate = \"1/s\", shared = true }}\n\
+                 respond = {{}}\n"
+            ),
+            "route[0].rate_limit.shared: a shared limit counts in the fleet's Redis: add a \
+             [cluster] table",
+        ),
+        (
+            format!("[cluster]\nredis = \"http://x\"\n{LISTEN}"),
+            "scb.toml:2:9: cluster.redis: not a Redis URL",
+        ),
+        (
+            format!("[cluster]\nredis = \"redis://x\"\nkey_prefix = \"\"\n{LISTEN}"),
+            "cluster.key_prefix: must not be empty",
+        ),
+        (
+            format!("[cluster]\nurl = \"redis://x\"\n{LISTEN}"),
+            "scb.toml:2:1: cluster.url: unknown field `url`",
+        ),
+    ];
+    for (source, expected) in cases {
+        let got = error(&source);
+        assert!(
+            got.contains(expected),
+            "{source}\n got: {got}\nwant: {expected}"
+        );
+    }
+}

@@ -85,6 +85,18 @@ pub struct Cluster {
     inner: Arc<Inner>,
 }
 
+/// A [`Cluster`] that does not keep its connection open: [`upgrade`](Self::upgrade)
+/// gives it back while some `Cluster` still does.
+#[derive(Clone, Debug)]
+pub struct WeakCluster(std::sync::Weak<Inner>);
+
+impl WeakCluster {
+    /// The cluster, if a clone of it is still held.
+    pub fn upgrade(&self) -> Option<Cluster> {
+        self.0.upgrade().map(|inner| Cluster { inner })
+    }
+}
+
 struct Inner {
     conn: ConnectionManager,
     runtime: tokio::runtime::Handle,
@@ -176,9 +188,19 @@ impl Cluster {
         })
     }
 
+    /// A handle that does not keep the connection open.
+    pub fn downgrade(&self) -> WeakCluster {
+        WeakCluster(Arc::downgrade(&self.inner))
+    }
+
     /// The key `name` under this cluster's prefix.
     pub fn key(&self, name: &str) -> String {
         format!("{}{name}", self.inner.prefix)
+    }
+
+    /// Where Redis is (`host:port` or `unix:PATH`), without the URL's password.
+    pub fn shown(&self) -> &str {
+        &self.inner.shown
     }
 
     /// The key prefix.

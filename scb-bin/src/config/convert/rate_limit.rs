@@ -1,15 +1,21 @@
-//! `rate_limit = { key, rate, burst, max_keys }` into scb-core's rate limit.
+//! `rate_limit = { key, rate, burst, max_keys, shared }` into scb-core's rate limit.
+
+use std::sync::Arc;
 
 use http::HeaderName;
 use scb_core::client_ip::TrustedProxies;
+use scb_core::cluster::Cluster;
 use scb_core::rate_limit::{Rate, RateKey, RateLimitLayer};
 
 use crate::config::{Located, RateLimitConfig};
 
-/// `rate_limit = { key, rate, burst }`.
+/// `rate_limit = { key, rate, burst, max_keys, shared }`; a shared limit counts in
+/// `cluster` under the route's `name`.
 pub(crate) fn rate_limit(
     config: &RateLimitConfig,
     trusted: &TrustedProxies,
+    cluster: Option<&Cluster>,
+    name: &str,
 ) -> Result<RateLimitLayer, Located> {
     let rate: Rate = config
         .rate
@@ -44,6 +50,18 @@ pub(crate) fn rate_limit(
             return Err(Located::at(max, "max_keys", "must be at least 1"));
         }
         layer = layer.max_keys(*max.get_ref());
+    }
+    if let Some(shared) = &config.shared
+        && *shared.get_ref()
+    {
+        let Some(cluster) = cluster else {
+            return Err(Located::at(
+                shared,
+                "shared",
+                "a shared limit counts in the fleet's Redis: add a [cluster] table",
+            ));
+        };
+        layer = layer.shared(Arc::new(cluster.clone()), name);
     }
     Ok(layer)
 }
