@@ -42,6 +42,17 @@ pub(crate) const PACKAGE: &str = "php8.2-fpm";
 /// `keepalive`.
 pub(crate) const KEEP_IDLE: usize = 4;
 
+/// php-fpm's settings: no php.ini (`-n`: nothing of the machine's own), with OPcache
+/// loaded and on, as Debian's package ships it (without it every request compiles the
+/// script again).
+const SETTINGS: [&str; 5] = [
+    "-n",
+    "-d",
+    "zend_extension=opcache",
+    "-d",
+    "opcache.enable=1",
+];
+
 /// Longest Unix socket path (`sun_path` is 108 bytes with its terminating NUL).
 const MAX_SOCKET_PATH: usize = 107;
 
@@ -150,9 +161,8 @@ impl PhpFpm {
 /// Starts php-fpm (`binary`) for a scenario whose directory is `dir`, waits until its
 /// socket accepts and checks that the script answers the 13 bytes.
 ///
-/// php-fpm reads no php.ini (`-n`: nothing of the machine's own settings), with OPcache
-/// loaded and on, as Debian's package ships it: without it every request compiles the
-/// script again. `-R` lets it run as root, as the harness does in CI.
+/// With [`SETTINGS`], in the foreground (`-F`); `-R` lets it run as root, as the harness
+/// does in CI.
 ///
 /// # Errors
 ///
@@ -177,20 +187,12 @@ pub(crate) fn start(ctx: &Ctx<'_>, dir: &Path, binary: &Path) -> anyhow::Result<
     let _ = fs::remove_file(&socket);
     let launch = Launch {
         program: binary.to_path_buf(),
-        args: [
-            "-n",
-            "-d",
-            "zend_extension=opcache",
-            "-d",
-            "opcache.enable=1",
-            "-F",
-            "-R",
-            "-y",
-        ]
-        .into_iter()
-        .map(Into::into)
-        .chain([conf.into_os_string()])
-        .collect(),
+        args: SETTINGS
+            .iter()
+            .chain(&["-F", "-R", "-y"])
+            .map(Into::into)
+            .chain([conf.into_os_string()])
+            .collect(),
         env: vec![],
     };
     let cpus = &ctx.settings.load.cpus;
@@ -238,11 +240,22 @@ pub(crate) fn version(settings: &Settings) -> String {
     let Some(binary) = binary() else {
         return format!("- (not installed, Debian: {PACKAGE}; the FastCGI scenarios were skipped)");
     };
-    let line = crate::harness::process::capture(&binary.to_string_lossy(), &["-n", "-v"])
-        .map(|(_, text)| text.lines().next().unwrap_or("-").trim().to_owned())
-        .unwrap_or_else(|e| format!("- ({e})"));
+    let ask = |flag: &str| {
+        let args: Vec<&str> = SETTINGS.iter().copied().chain([flag]).collect();
+        crate::harness::process::capture(&binary.to_string_lossy(), &args)
+            .map(|(_, text)| text)
+            .unwrap_or_else(|e| format!("- ({e})"))
+    };
+    let version = ask("-v");
+    let line = version.lines().next().unwrap_or("-").trim();
+    // A missing opcache.so is only a warning to php-fpm: say whether it loaded.
+    let opcache = if ask("-m").contains("Zend OPcache") {
+        "OPcache on"
+    } else {
+        "OPcache NOT loaded"
+    };
     format!(
-        "{line}; pool: pm = static, {} children, OPcache on, CPUs {}",
+        "{line}; pool: pm = static, {} children, {opcache}, CPUs {}",
         children(settings),
         settings.load.cpus.as_str()
     )
