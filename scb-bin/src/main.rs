@@ -29,6 +29,7 @@ mod run;
 mod script_route;
 mod stack;
 mod switch;
+mod tickets;
 mod upgrade;
 mod users;
 

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use rustls::crypto::{CryptoProvider, aws_lc_rs};
+use rustls::crypto::CryptoProvider;
 use rustls::server::danger::ClientCertVerifier;
 use rustls::server::{NoServerSessionStorage, ServerSessionMemoryCache, WebPkiClientVerifier};
 use rustls::{RootCertStore, ServerConfig, version};
@@ -67,10 +67,15 @@ pub(crate) fn server_config(
             .alpn_protocols
             .push(crate::acme::ACME_TLS_ALPN.to_vec());
     }
-    // Stateless resumption: tickets (AES-256 + HMAC-SHA256) under a random key replaced every
-    // 6 hours; the previous key still decrypts, so a ticket lives 12 hours. The keys live in
-    // this process only: a restart invalidates every ticket, a reload none.
-    config.ticketer = aws_lc_rs::Ticketer::new()?;
+    // Stateless resumption: tickets under keys rotated every 6 hours (crate::tickets), the
+    // process's set when given (every listener, or the fleet, resumes the others'
+    // tickets), else this listener's own. A restart of a lone instance invalidates every
+    // ticket, a reload none.
+    config.ticketer = match &settings.tickets {
+        Some(keys) => Arc::clone(&keys.0) as Arc<dyn rustls::server::ProducesTickets>,
+        None => crate::TicketKeys::local(crate::tickets::DEFAULT_PERIOD)
+            .map_err(|_| TlsError::Rustls(rustls::Error::FailedToGetRandomBytes))?,
+    };
     // For TLS 1.2 clients that resume by session id rather than by ticket.
     config.session_storage = if settings.session_cache == 0 {
         Arc::new(NoServerSessionStorage {})

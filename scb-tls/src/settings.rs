@@ -62,7 +62,21 @@ pub struct TlsSettings {
     pub(crate) session_cache: usize,
     pub(crate) client_auth: Option<ClientAuth>,
     pub(crate) acme: Option<crate::AcmeSettings>,
+    pub(crate) tickets: Option<SharedKeys>,
 }
+
+/// The process's ticket keys, compared by identity: two settings with the same keys are
+/// the same settings.
+#[derive(Clone, Debug)]
+pub(crate) struct SharedKeys(pub(crate) std::sync::Arc<crate::TicketKeys>);
+
+impl PartialEq for SharedKeys {
+    fn eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for SharedKeys {}
 
 /// Client certificates (mutual TLS): which CA signs them and whether one is required.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -112,6 +126,7 @@ impl TlsSettings {
             session_cache: SESSION_CACHE,
             client_auth: None,
             acme: None,
+            tickets: None,
         }
     }
 
@@ -129,6 +144,16 @@ impl TlsSettings {
     /// The ACME settings, for a listener whose certificate ACME obtains.
     pub fn acme_settings(&self) -> Option<&crate::AcmeSettings> {
         self.acme.as_ref()
+    }
+
+    /// The keys that encrypt session tickets: give every listener of the process the
+    /// same ones (and with [`TicketKeys::shared`](crate::TicketKeys), every instance of a
+    /// fleet) so that a ticket resumes wherever the client's next connection lands.
+    /// Defaults to keys of this listener's own ([`TicketKeys::local`](crate::TicketKeys::local), rotated every 6 hours).
+    #[must_use]
+    pub fn ticket_keys(mut self, keys: std::sync::Arc<crate::TicketKeys>) -> Self {
+        self.tickets = Some(SharedKeys(keys));
+        self
     }
 
     /// Adds a certificate after those already listed.

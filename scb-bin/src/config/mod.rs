@@ -68,6 +68,8 @@ pub(crate) struct ClusterConfig {
     pub(crate) redis: Spanned<String>,
     /// What every key starts with; absent means `scb:`.
     pub(crate) key_prefix: Option<Spanned<String>>,
+    /// How often the fleet's TLS session ticket keys are replaced; absent means 6h.
+    pub(crate) ticket_rotation: Option<Spanned<HumanDuration>>,
 }
 
 /// One `[[site]]`.

@@ -53,6 +53,7 @@ pub(crate) struct MetricsPlan {
 pub(super) fn listeners(
     config: &Config,
     mut server: Server,
+    tickets: &Arc<scb_tls::TicketKeys>,
 ) -> Result<(Server, HttpsPlan), Located> {
     let mut https = HttpsPlan::default();
     // The index of each TCP listener among the TCP listeners: the order of the bound
@@ -135,8 +136,8 @@ pub(super) fn listeners(
                         "is for plain listeners; this one has `tls`",
                     ));
                 }
-                let mut acceptor =
-                    tls_acceptor(config_tls).map_err(|e| e.within(&format!("listen[{i}]")))?;
+                let mut acceptor = tls_acceptor(config_tls, tickets)
+                    .map_err(|e| e.within(&format!("listen[{i}]")))?;
                 if acceptor.settings().acme_settings().is_some() {
                     // Two listeners of one certificate (IPv4 and IPv6, say) share its
                     // acceptor: one renewal task, one set of files.
@@ -257,6 +258,7 @@ fn unix_listen(
 /// Loads a listener's certificates.
 fn tls_acceptor(
     config: &Spanned<crate::config::TlsConfig>,
+    tickets: &Arc<scb_tls::TicketKeys>,
 ) -> Result<scb_tls::TlsAcceptor, Located> {
     let tls = config.get_ref();
     let mut files = Vec::new();
@@ -321,6 +323,7 @@ fn tls_acceptor(
             });
         }
     }
+    settings = settings.ticket_keys(Arc::clone(tickets));
     scb_tls::TlsAcceptor::new(settings).map_err(|e| Located::at(config, "tls", e))
 }
 

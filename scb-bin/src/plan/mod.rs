@@ -244,18 +244,19 @@ impl Plan {
             server = server.grace_period(grace_period);
         }
 
+        let cluster = match &config.cluster {
+            Some(table) => Some(crate::cluster::shared(table).map_err(|e| e.within("cluster"))?),
+            None => None,
+        };
+        let tickets = crate::tickets::keys(cluster.as_ref(), ticket_rotation(config)?);
         let listen = listen_addrs(config)?;
-        let (server, https) = listeners(config, server)?;
+        let (server, https) = listeners(config, server, &tickets)?;
         let metrics = metrics(config, &listen)?;
         let trusted_proxies = match &config.server.trusted_proxies {
             None => scb_core::client_ip::TrustedProxies::default(),
             Some(entries) => {
                 crate::config::convert::trusted_proxies(entries).map_err(|e| e.within("server"))?
             }
-        };
-        let cluster = match &config.cluster {
-            Some(table) => Some(crate::cluster::shared(table).map_err(|e| e.within("cluster"))?),
-            None => None,
         };
         let ctx = Context {
             readiness: readiness.clone(),
@@ -307,6 +308,26 @@ impl Plan {
                 .map_or(Duration::ZERO, |d| d.0),
         })
     }
+}
+
+/// `[cluster] ticket_rotation`: at least a minute (a ticket is good for one to two
+/// periods); absent, or without `[cluster]`, 6 hours.
+fn ticket_rotation(config: &Config) -> Result<Duration, Located> {
+    let Some(rotation) = config
+        .cluster
+        .as_ref()
+        .and_then(|c| c.get_ref().ticket_rotation.as_ref())
+    else {
+        return Ok(scb_tls::tickets::DEFAULT_PERIOD);
+    };
+    if rotation.get_ref().0 < Duration::from_secs(60) {
+        return Err(Located::at(
+            rotation,
+            "cluster.ticket_rotation",
+            "must be at least 1m: each rotation ends the tickets of two periods before",
+        ));
+    }
+    Ok(rotation.get_ref().0)
 }
 
 mod listen;

@@ -228,6 +228,38 @@ impl Cluster {
         u64::try_from(self.inner.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
+    /// The field `field` of the hash `key` (under the prefix), if there is one.
+    ///
+    /// # Errors
+    ///
+    /// As [`run`](Self::run), counted under `op`.
+    pub async fn hget(
+        &self,
+        op: &'static str,
+        key: &str,
+        field: &str,
+    ) -> Result<Option<Vec<u8>>, ClusterError> {
+        let (key, field) = (self.key(key), field.to_owned());
+        self.run(op, None, move |mut conn| async move {
+            redis::cmd("HGET")
+                .arg(key)
+                .arg(field)
+                .query_async(&mut conn)
+                .await
+        })
+        .await
+    }
+
+    /// Runs `task` on the cluster thread (background work that keeps state in Redis: a
+    /// renewal loop, a watcher), where it cannot hold up a worker or a reload.
+    pub fn spawn<F>(&self, task: F) -> tokio::task::JoinHandle<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.inner.runtime.spawn(task)
+    }
+
     /// Runs `call` with the connection on the cluster thread, bounded by
     /// [`op_timeout`](Self::op_timeout) (or `timeout`, when longer work is expected).
     /// A failure pauses the cluster and counts `scb_cluster_unavailable_total{op}`.
