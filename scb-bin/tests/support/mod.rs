@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 pub(crate) mod php;
 pub(crate) mod quic;
+pub(crate) mod redis;
 pub(crate) mod tls;
 
 /// How long anything in these tests may take: generous for a loaded CI machine, short
