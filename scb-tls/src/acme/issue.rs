@@ -4,10 +4,11 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use instant_acme::{
-    Account, AccountCredentials, AuthorizationStatus, ChallengeType, Identifier, NewAccount,
-    NewOrder, Order, OrderStatus, RetryPolicy,
+    Account, AccountCredentials, AuthorizationState, AuthorizationStatus, ChallengeType,
+    Identifier, NewAccount, NewOrder, Order, OrderStatus, RetryPolicy,
 };
 
+use super::dns01::Published;
 use super::{AcmeChallenge, AcmeError, AcmeSettings, Challenges, client};
 
 /// How long the CA may take to verify the challenges and to issue, polled with backoff.
@@ -19,7 +20,8 @@ fn polling() -> RetryPolicy {
 }
 
 /// Orders a certificate for `settings.domains`, answers its challenges through
-/// `challenges`, and stores the certificate and its key in the state directory.
+/// `challenges` (or, for DNS-01, TXT records in the zone), and stores the certificate and
+/// its key in the state directory.
 pub(crate) async fn obtain(
     settings: &AcmeSettings,
     challenges: &Challenges,
@@ -36,44 +38,93 @@ pub(crate) async fn obtain(
     let mut order = account.new_order(&NewOrder::new(&identifiers)).await?;
     // Whatever happens from here, the answers go when the order is done with them.
     let _answers = Cleared(challenges);
-    let (kind, name) = match settings.challenge {
-        AcmeChallenge::TlsAlpn01 => (ChallengeType::TlsAlpn01, "tls-alpn-01"),
-        AcmeChallenge::Http01 => (ChallengeType::Http01, "http-01"),
+    let mut records = match &settings.challenge {
+        AcmeChallenge::Dns01(dns) => Some(Published::new(dns)),
+        _ => None,
+    };
+    let outcome = answer_and_finish(&mut order, settings, challenges, records.as_mut()).await;
+    // The CA is done looking, one way or the other.
+    if let Some(records) = records {
+        let names = records.names();
+        if let Err(e) = records.remove().await {
+            tracing::warn!(records = %names, error = %e, "ACME: could not remove the DNS-01 records; they may stay in the zone");
+        }
+    }
+    outcome
+}
+
+/// Sets up every challenge's answer, tells the CA they are ready, and finalizes the order.
+///
+/// Two passes over the authorizations: the answers first (for DNS-01, the records
+/// published and then waited for until the zone's servers have them), the CA told only
+/// after. A CA told about one name's challenge while the next one's record is still
+/// going out would validate too early.
+async fn answer_and_finish(
+    order: &mut Order,
+    settings: &AcmeSettings,
+    challenges: &Challenges,
+    mut records: Option<&mut Published>,
+) -> Result<(), AcmeError> {
+    let name = settings.challenge.name();
+    let kind = match &settings.challenge {
+        AcmeChallenge::TlsAlpn01 => ChallengeType::TlsAlpn01,
+        AcmeChallenge::Http01 => ChallengeType::Http01,
+        AcmeChallenge::Dns01(_) => ChallengeType::Dns01,
     };
     let provider = crate::provider::provider();
     let mut authorizations = order.authorizations();
     while let Some(authorization) = authorizations.next().await {
         let mut authorization = authorization?;
-        match authorization.status {
-            AuthorizationStatus::Pending => {}
-            // Reused from an earlier order of the same account.
-            AuthorizationStatus::Valid => continue,
-            status => {
-                return Err(AcmeError::Other(format!(
-                    "authorization for {} is {status:?}",
-                    identifier_text(authorization.identifier().identifier)
-                )));
-            }
+        if !needs_answer(&authorization)? {
+            continue;
         }
+        // The name without a wildcard's `*.`: what TLS-ALPN-01's certificate names, and
+        // where DNS-01's record goes (RFC 8555 §8.4).
         let identifier = identifier_text(authorization.identifier().identifier);
-        let mut challenge =
-            authorization
-                .challenge(kind.clone())
-                .ok_or_else(|| AcmeError::NotOffered {
-                    challenge: name,
-                    name: identifier.clone(),
-                })?;
+        // With it, for the log: a wildcard's authorization offers DNS-01 only.
+        let shown = authorization.identifier().to_string();
+        let challenge = authorization
+            .challenge(kind.clone())
+            .ok_or(AcmeError::NotOffered {
+                challenge: name,
+                name: shown,
+            })?;
         let key_authorization = challenge.key_authorization();
-        match settings.challenge {
-            AcmeChallenge::Http01 => challenges.put_http01(
+        match (&settings.challenge, records.as_deref_mut()) {
+            (AcmeChallenge::Http01, _) => challenges.put_http01(
                 challenge.token.clone(),
                 key_authorization.as_str().to_owned(),
             ),
-            AcmeChallenge::TlsAlpn01 => {
+            (AcmeChallenge::TlsAlpn01, _) => {
                 challenges.put_alpn(&identifier, key_authorization.digest().as_ref(), &provider)?;
             }
+            // The identifier without a wildcard's `*.`: the record's name is the same.
+            (AcmeChallenge::Dns01(_), Some(records)) => {
+                records
+                    .add(&identifier, &key_authorization.dns_value())
+                    .await?;
+            }
+            (AcmeChallenge::Dns01(_), None) => {
+                return Err(AcmeError::Other("DNS-01 without its records".into()));
+            }
         }
-        challenge.set_ready().await?;
+    }
+    if let Some(records) = records.as_deref()
+        && !records.is_empty()
+    {
+        tracing::info!(records = %records.names(), "ACME: DNS-01 records added; waiting until the zone's servers have them");
+        records.propagated().await?;
+    }
+    // The authorizations were fetched above; this pass reads them from the order.
+    let mut authorizations = order.authorizations();
+    while let Some(authorization) = authorizations.next().await {
+        let mut authorization = authorization?;
+        if !needs_answer(&authorization)? {
+            continue;
+        }
+        if let Some(mut challenge) = authorization.challenge(kind.clone()) {
+            challenge.set_ready().await?;
+        }
     }
     let status = match order.poll_ready(&polling()).await {
         Ok(status) => status,
@@ -91,11 +142,25 @@ pub(crate) async fn obtain(
         Err(e) => return Err(e.into()),
     };
     if status != OrderStatus::Ready {
-        return Err(why_invalid(&mut order, name).await);
+        return Err(why_invalid(order, name).await);
     }
     let key_pem = order.finalize().await?;
     let chain_pem = order.poll_certificate(&polling()).await?;
     settings.store().write_certificate(&chain_pem, &key_pem)
+}
+
+/// Whether an authorization still needs its challenge answered: a pending one does, a
+/// valid one (reused from an earlier order of the same account) does not, and any other
+/// status fails the order.
+fn needs_answer(authorization: &AuthorizationState) -> Result<bool, AcmeError> {
+    match authorization.status {
+        AuthorizationStatus::Pending => Ok(true),
+        AuthorizationStatus::Valid => Ok(false),
+        status => Err(AcmeError::Other(format!(
+            "authorization for {} is {status:?}",
+            authorization.identifier()
+        ))),
+    }
 }
 
 /// Clears the challenge answers when dropped.

@@ -1,5 +1,5 @@
-//! Automatic certificates: ACME (RFC 8555) with the TLS-ALPN-01 (RFC 8737) or HTTP-01
-//! challenge, through [instant-acme](https://docs.rs/instant-acme).
+//! Automatic certificates: ACME (RFC 8555) with the TLS-ALPN-01 (RFC 8737), HTTP-01 or
+//! DNS-01 challenge, through [instant-acme](https://docs.rs/instant-acme).
 //!
 //! A listener whose [`TlsSettings`](crate::TlsSettings) carry [`AcmeSettings`] serves the
 //! certificate kept in `state_dir`, and [`TlsAcceptor::acme_task`](crate::TlsAcceptor::acme_task)
@@ -33,10 +33,13 @@
 //! - **Challenges**: TLS-ALPN-01 (the default) is answered by the TLS listener itself: a
 //!   handshake offering only ALPN `acme-tls/1` gets the challenge certificate and the
 //!   connection is closed without HTTP. HTTP-01 is answered on plain listeners by
-//!   [`Http01Layer`] at `/.well-known/acme-challenge/TOKEN`.
+//!   [`Http01Layer`] at `/.well-known/acme-challenge/TOKEN`. DNS-01 ([`Dns01`]) publishes
+//!   TXT records through RFC 2136 updates signed with TSIG, and is the one for wildcard
+//!   names (`*.example.com`).
 
 mod challenge;
 mod client;
+mod dns01;
 mod http01;
 mod issue;
 mod store;
@@ -46,6 +49,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 pub(crate) use challenge::Challenges;
+pub use dns01::{Dns01, Dns01Error, DnsTransport, Rfc2136, TsigAlgorithm, TsigKey};
 pub use http01::{Http01, Http01Layer};
 pub(crate) use store::Store;
 
@@ -61,8 +65,13 @@ pub(crate) const ACME_TLS_ALPN: &[u8] = b"acme-tls/1";
 const MAX_RETRY: Duration = Duration::from_secs(3600);
 
 /// Which challenge proves control of the names.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "one value per ACME listener, made once per config load: a Box would cost every \
+              caller's pattern more than the bytes cost anyone"
+)]
 pub enum AcmeChallenge {
     /// TLS-ALPN-01: the CA connects to port 443 and the TLS listener answers. Needs
     /// nothing else. The default.
@@ -71,6 +80,22 @@ pub enum AcmeChallenge {
     /// HTTP-01: the CA fetches `http://NAME/.well-known/acme-challenge/TOKEN` on port 80,
     /// which a plain listener with [`Http01Layer`] answers.
     Http01,
+    /// DNS-01: the CA looks up the TXT record `_acme-challenge.NAME`, which is published
+    /// in the zone as [`Dns01`] says. The only challenge for wildcard names, and the only
+    /// one that needs nothing reachable from the CA but the zone's servers.
+    Dns01(Dns01),
+}
+
+impl AcmeChallenge {
+    /// The challenge's name in RFC 8555 and in the CA's answers: `tls-alpn-01`,
+    /// `http-01` or `dns-01`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::TlsAlpn01 => "tls-alpn-01",
+            Self::Http01 => "http-01",
+            Self::Dns01(_) => "dns-01",
+        }
+    }
 }
 
 /// What an ACME listener asks for, and where it keeps what it gets.
@@ -87,8 +112,9 @@ pub struct AcmeSettings {
 }
 
 impl AcmeSettings {
-    /// One certificate for `domains` (DNS names or IP addresses; the first names the
-    /// files), kept in `state_dir`.
+    /// One certificate for `domains` (DNS names, wildcards such as `*.example.com` with
+    /// [`AcmeChallenge::Dns01`], or IP addresses; the first names the files), kept in
+    /// `state_dir`.
     pub fn new(
         domains: impl IntoIterator<Item = impl Into<String>>,
         state_dir: impl Into<PathBuf>,
@@ -179,7 +205,7 @@ pub enum AcmeError {
     /// The CA could not verify a challenge; its reason.
     #[error("the CA could not verify the {challenge} challenge for {name}: {reason}")]
     Challenge {
-        /// `tls-alpn-01` or `http-01`.
+        /// `tls-alpn-01`, `http-01` or `dns-01`.
         challenge: &'static str,
         /// The name it was for.
         name: String,
@@ -189,7 +215,7 @@ pub enum AcmeError {
     /// The CA offers no challenge of the configured type for a name.
     #[error("the CA offers no {challenge} challenge for {name}")]
     NotOffered {
-        /// `tls-alpn-01` or `http-01`.
+        /// `tls-alpn-01`, `http-01` or `dns-01`.
         challenge: &'static str,
         /// The name.
         name: String,
@@ -211,6 +237,10 @@ pub enum AcmeError {
         /// What is wrong.
         reason: String,
     },
+    /// DNS-01: the records could not be published or removed, or did not reach the zone's
+    /// servers in time.
+    #[error("DNS-01: {0}")]
+    Dns(#[from] Dns01Error),
     /// The issued certificate could not be installed.
     #[error("the issued certificate does not load: {0}")]
     Install(#[from] crate::TlsError),
