@@ -425,7 +425,7 @@ fn acme_settings_are_checked_with_their_keys() {
         (
             "domains = [\"*.example.com\"], state_dir = \"/tmp/x\"",
             "tls.acme.domains[0]",
-            "wildcards",
+            "a wildcard is proved through DNS only",
         ),
         (
             "domains = [\"example.com\"], state_dir = \"/tmp/x\", directory = \"http://ca/dir\"",
@@ -435,7 +435,12 @@ fn acme_settings_are_checked_with_their_keys() {
         (
             "domains = [\"example.com\"], state_dir = \"/tmp/x\", challenge = \"dns-01\"",
             "tls.acme.challenge",
-            "tls-alpn-01",
+            "dns-01 needs `dns = { rfc2136",
+        ),
+        (
+            "domains = [\"example.com\"], state_dir = \"/tmp/x\", challenge = \"dns-02\"",
+            "tls.acme.challenge",
+            "\"tls-alpn-01\", \"http-01\" or \"dns-01\"",
         ),
         ("domains = [\"example.com\"]", "state_dir", "missing"),
     ] {

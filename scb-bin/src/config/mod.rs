@@ -316,11 +316,13 @@ pub(crate) struct TlsConfig {
     pub(crate) acme: Option<Spanned<AcmeConfig>>,
 }
 
-/// `tls = { acme = { domains, email, directory, ca_root, state_dir, challenge, retry } }`.
+/// `tls = { acme = { domains, email, directory, ca_root, state_dir, challenge, dns, retry,
+/// timeout } }`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct AcmeConfig {
-    /// The names the certificate covers (DNS names or IP addresses).
+    /// The names the certificate covers: DNS names, `*.` wildcards (with DNS-01), or IP
+    /// addresses (not with DNS-01).
     pub(crate) domains: Spanned<Vec<Spanned<String>>>,
     /// The account's contact address.
     pub(crate) email: Option<Spanned<String>>,
@@ -330,12 +332,56 @@ pub(crate) struct AcmeConfig {
     pub(crate) ca_root: Option<Spanned<std::path::PathBuf>>,
     /// Where the account key and the certificate are kept.
     pub(crate) state_dir: Spanned<std::path::PathBuf>,
-    /// `tls-alpn-01` (absent) or `http-01`.
+    /// `tls-alpn-01` (absent), `http-01` or `dns-01`.
     pub(crate) challenge: Option<Spanned<String>>,
+    /// With `challenge = "dns-01"` (and only then): how the TXT records are published,
+    /// and how long scb waits for them.
+    pub(crate) dns: Option<Spanned<DnsConfig>>,
     /// The wait after a first failure, doubling up to an hour.
     pub(crate) retry: Option<Spanned<HumanDuration>>,
     /// Longest wait for one answer of the CA.
     pub(crate) timeout: Option<Spanned<HumanDuration>>,
+}
+
+/// `dns = { rfc2136 = { ... }, ttl, propagation_timeout, ... }` of an `acme` table: the
+/// DNS-01 records. `rfc2136` says how they are published; the keys beside it are about the
+/// records and the wait for them, whatever publishes them.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct DnsConfig {
+    /// RFC 2136 dynamic updates signed with TSIG: how scb publishes the records.
+    pub(crate) rfc2136: Spanned<Rfc2136Config>,
+    /// The records' TTL, in seconds as in a zone file. Default 60.
+    pub(crate) ttl: Option<Spanned<u32>>,
+    /// Longest wait for the zone's servers to answer with the records. Default 120 s.
+    pub(crate) propagation_timeout: Option<Spanned<HumanDuration>>,
+    /// How often they are asked meanwhile. Default 2 s.
+    pub(crate) propagation_interval: Option<Spanned<HumanDuration>>,
+    /// A further wait once they all have the records, before the CA is told. Default
+    /// none.
+    pub(crate) propagation_delay: Option<Spanned<HumanDuration>>,
+    /// Whether the zone's NS set is waited for too, besides `rfc2136.server`. Default
+    /// true.
+    pub(crate) check_nameservers: Option<Spanned<bool>>,
+}
+
+/// `rfc2136 = { server, zone, tsig_key, tsig_secret_file, tsig_algorithm, transport }`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Rfc2136Config {
+    /// The zone's primary server: `"IP:port"`, or an IP address alone for port 53.
+    pub(crate) server: Spanned<String>,
+    /// The zone the records go in, `"example.com."` (the final dot may be left out).
+    pub(crate) zone: Spanned<String>,
+    /// The TSIG key's name, as the server knows it.
+    pub(crate) tsig_key: Spanned<String>,
+    /// The key's secret: a file holding it in base64, or `tsig-keygen`'s output.
+    pub(crate) tsig_secret_file: Spanned<std::path::PathBuf>,
+    /// `hmac-sha256`, `hmac-sha384` or `hmac-sha512`. Default: the file's `algorithm`,
+    /// else `hmac-sha256`.
+    pub(crate) tsig_algorithm: Option<Spanned<String>>,
+    /// `udp` (default) or `tcp`.
+    pub(crate) transport: Option<Spanned<String>>,
 }
 
 /// One certificate chain and its key, PEM files.
@@ -931,6 +977,9 @@ impl Config {
                 resolve(acme.state_dir.get_mut());
                 if let Some(root) = &mut acme.ca_root {
                     resolve(root.get_mut());
+                }
+                if let Some(dns) = &mut acme.dns {
+                    resolve(dns.get_mut().rfc2136.get_mut().tsig_secret_file.get_mut());
                 }
             }
             for cert in &mut tls.certs {

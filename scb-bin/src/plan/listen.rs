@@ -327,7 +327,9 @@ fn tls_acceptor(
     scb_tls::TlsAcceptor::new(settings).map_err(|e| Located::at(config, "tls", e))
 }
 
-/// A listener's `acme` table, checked: names a CA can validate, an `https` directory.
+/// A listener's `acme` table, checked: names a CA can validate with the chosen challenge,
+/// an `https` directory, and for DNS-01 a zone that holds every name's record and a TSIG
+/// key that reads.
 fn acme_settings(
     config: &Spanned<crate::config::AcmeConfig>,
 ) -> Result<scb_tls::AcmeSettings, Located> {
@@ -340,27 +342,49 @@ fn acme_settings(
             "name at least one domain",
         ));
     }
+    let challenge = acme_challenge(acme)?;
     for (i, domain) in domains.iter().enumerate() {
+        let key = || format!("tls.acme.domains[{i}]");
         let name = domain.get_ref();
-        let ip = name.parse::<std::net::IpAddr>().is_ok();
-        let dns = !name.is_empty()
-            && name.len() <= 253
-            && name.split('.').all(|label| {
-                !label.is_empty()
-                    && label.len() <= 63
-                    && label
-                        .bytes()
-                        .all(|b| b.is_ascii_alphanumeric() || b == b'-')
-                    && !label.starts_with('-')
-                    && !label.ends_with('-')
-            });
-        if !ip && !dns {
+        // A wildcard is `*.` as the leftmost label, then a name (RFC 8555 §7.1.3).
+        let (wildcard, base) = match name.strip_prefix("*.") {
+            Some(base) => (true, base),
+            None => (false, name.as_str()),
+        };
+        let ip = !wildcard && name.parse::<std::net::IpAddr>().is_ok();
+        if !ip && !is_dns_name(base) {
             return Err(Located::at(
                 domain,
-                format!("tls.acme.domains[{i}]"),
-                "is not a DNS name or an IP address (wildcards need the DNS-01 challenge, \
-                 which scb does not answer)",
+                key(),
+                "is not a DNS name, a wildcard (`*.example.com`) or an IP address",
             ));
+        }
+        match &challenge {
+            scb_tls::AcmeChallenge::Dns01(dns) => {
+                if ip {
+                    return Err(Located::at(
+                        domain,
+                        key(),
+                        "an IP address cannot be proved by DNS-01 (RFC 8738 §7): give it a                          listener of its own with tls-alpn-01 or http-01",
+                    ));
+                }
+                dns.rfc2136().check_domain(name).map_err(|e| {
+                    Located::at(
+                        domain,
+                        key(),
+                        format_args!("{e} (tls.acme.dns.rfc2136.zone)"),
+                    )
+                })?;
+            }
+            _ if wildcard => {
+                return Err(Located::at(
+                    domain,
+                    key(),
+                    "a wildcard is proved through DNS only: set `challenge = \"dns-01\"` and \
+                     `dns = { rfc2136 = { ... } }`",
+                ));
+            }
+            _ => {}
         }
     }
     let mut settings = scb_tls::AcmeSettings::new(
@@ -396,19 +420,7 @@ fn acme_settings(
     if let Some(root) = &acme.ca_root {
         settings = settings.ca_root(root.get_ref().clone());
     }
-    if let Some(challenge) = &acme.challenge {
-        settings = settings.challenge(match challenge.get_ref().as_str() {
-            "tls-alpn-01" => scb_tls::AcmeChallenge::TlsAlpn01,
-            "http-01" => scb_tls::AcmeChallenge::Http01,
-            _ => {
-                return Err(Located::at(
-                    challenge,
-                    "tls.acme.challenge",
-                    "expected \"tls-alpn-01\" or \"http-01\"",
-                ));
-            }
-        });
-    }
+    settings = settings.challenge(challenge);
     if let Some(retry) = &acme.retry {
         settings = settings.retry(retry.get_ref().0);
     }
@@ -416,6 +428,64 @@ fn acme_settings(
         settings = settings.timeout(timeout.get_ref().0);
     }
     Ok(settings)
+}
+
+/// `challenge` with, for DNS-01, its `dns` table (which the other challenges refuse).
+fn acme_challenge(acme: &crate::config::AcmeConfig) -> Result<scb_tls::AcmeChallenge, Located> {
+    let challenge = match &acme.challenge {
+        None => scb_tls::AcmeChallenge::TlsAlpn01,
+        Some(challenge) => match challenge.get_ref().as_str() {
+            "tls-alpn-01" => scb_tls::AcmeChallenge::TlsAlpn01,
+            "http-01" => scb_tls::AcmeChallenge::Http01,
+            "dns-01" => {
+                let Some(dns) = &acme.dns else {
+                    return Err(Located::at(
+                        challenge,
+                        "tls.acme.challenge",
+                        "dns-01 needs `dns = { rfc2136 = { server, zone, tsig_key, \
+                         tsig_secret_file } }`: where the TXT records are published",
+                    ));
+                };
+                let dns =
+                    crate::config::convert::dns01(dns).map_err(|e| e.within("tls.acme.dns"))?;
+                return Ok(scb_tls::AcmeChallenge::Dns01(dns));
+            }
+            _ => {
+                return Err(Located::at(
+                    challenge,
+                    "tls.acme.challenge",
+                    "expected \"tls-alpn-01\", \"http-01\" or \"dns-01\"",
+                ));
+            }
+        },
+    };
+    match &acme.dns {
+        Some(dns) => Err(Located::at(
+            dns,
+            "tls.acme.dns",
+            format_args!(
+                "is for `challenge = \"dns-01\"`, and this one is {}",
+                challenge.name()
+            ),
+        )),
+        None => Ok(challenge),
+    }
+}
+
+/// Whether `name` is a DNS name a CA would issue for: letters, digits and inner hyphens,
+/// in labels of 1 to 63 bytes, 253 in all.
+fn is_dns_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        })
 }
 
 /// Whether two listen addresses would share connections. With `SO_REUSEPORT` on every

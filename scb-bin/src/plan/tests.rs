@@ -1381,4 +1381,259 @@ fn a_cluster_is_one_connection_per_url_and_shared_limits_need_it() {
             "{source}\n got: {got}\nwant: {expected}"
         );
     }
+
+/// A directory of TSIG key files: `keygen.key` as `tsig-keygen -a hmac-sha512 scb` writes
+/// it (secret "secret"), `bare.key` a bare base64 secret, `garbage.key` neither.
+fn tsig_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("scb-plan-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("keygen.key"),
+        "key \"scb\" {\n\talgorithm hmac-sha512;\n\tsecret \"c2VjcmV0\";\n};\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("bare.key"), "c2VjcmV0\n").unwrap();
+    std::fs::write(dir.join("garbage.key"), "not base64!\n").unwrap();
+    dir
+}
+
+/// A config with one ACME listener whose `acme` table is `acme`.
+fn acme_listener(acme: &str) -> String {
+    format!(
+        "[[listen]]\naddr = \"127.0.0.1:0\"\ntls = {{ acme = {{ {acme} }} }}\n\
+         [[route]]\npath = \"/\"\nrespond = {{}}\n"
+    )
+}
+
+#[test]
+fn a_dns_01_listener_is_planned_with_a_wildcard_and_the_key_read_from_tsig_keygen_output() {
+    let dir = tsig_dir("dns01");
+    let key = dir.join("keygen.key");
+    let planned = plan(&acme_listener(&format!(
+        "domains = [\"*.example.test\", \"example.test\", \"www.Example.test\"], \
+         state_dir = \"/tmp/x\", challenge = \"dns-01\", \
+         dns = {{ rfc2136 = {{ server = \"10.0.0.53\", zone = \"example.test\", tsig_key = \"scb\", \
+         tsig_secret_file = {key:?}, transport = \"tcp\" }}, ttl = 30, propagation_timeout = \"5m\", \
+         propagation_interval = \"500ms\", propagation_delay = \"10s\", check_nameservers = false }}"
+    )));
+    let key = scb_tls::acme::TsigKey::new(
+        "scb",
+        scb_tls::acme::TsigAlgorithm::HmacSha512,
+        b"secret".to_vec(),
+    )
+    .unwrap();
+    let rfc2136 =
+        scb_tls::acme::Rfc2136::new("10.0.0.53:53".parse().unwrap(), "example.test.", key)
+            .unwrap()
+            .transport(scb_tls::acme::DnsTransport::Tcp);
+    let dns = scb_tls::acme::Dns01::new(rfc2136)
+        .ttl(30)
+        .propagation_timeout(Duration::from_secs(300))
+        .propagation_interval(Duration::from_millis(500))
+        .propagation_delay(Duration::from_secs(10))
+        .check_nameservers(false);
+    let want = scb_tls::AcmeSettings::new(
+        ["*.example.test", "example.test", "www.example.test"],
+        "/tmp/x",
+    )
+    .challenge(scb_tls::AcmeChallenge::Dns01(dns));
+    assert_eq!(planned.https.acme.len(), 1);
+    assert_eq!(
+        planned.https.acme[0].settings().acme_settings(),
+        Some(&want)
+    );
+
+    // A bare secret, the algorithm given; the defaults elsewhere.
+    let bare = dir.join("bare.key");
+    let planned = plan(&acme_listener(&format!(
+        "domains = [\"*.example.test\"], state_dir = \"/tmp/x\", challenge = \"dns-01\", \
+         dns = {{ rfc2136 = {{ server = \"127.0.0.1:5353\", zone = \"example.test.\", \
+         tsig_key = \"scb\", tsig_secret_file = {bare:?}, tsig_algorithm = \"hmac-sha384\" }} }}"
+    )));
+    let key = scb_tls::acme::TsigKey::new(
+        "scb",
+        scb_tls::acme::TsigAlgorithm::HmacSha384,
+        b"secret".to_vec(),
+    )
+    .unwrap();
+    let dns = scb_tls::acme::Dns01::new(
+        scb_tls::acme::Rfc2136::new("127.0.0.1:5353".parse().unwrap(), "example.test.", key)
+            .unwrap(),
+    );
+    let want = scb_tls::AcmeSettings::new(["*.example.test"], "/tmp/x")
+        .challenge(scb_tls::AcmeChallenge::Dns01(dns));
+    assert_eq!(
+        planned.https.acme[0].settings().acme_settings(),
+        Some(&want)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn dns_01_errors_name_their_key() {
+    let dir = tsig_dir("dns01-errors");
+    let (keygen, bare, garbage) = (
+        dir.join("keygen.key"),
+        dir.join("bare.key"),
+        dir.join("garbage.key"),
+    );
+    let missing = dir.join("missing.key");
+    // `acme` with DNS-01 for `domains`, `rfc2136` holding `extra` (its file `file`) and
+    // `dns` holding `dns_extra`.
+    let dns01 = |domains: &str, file: &std::path::Path, extra: &str, dns_extra: &str| {
+        format!(
+            "domains = [{domains}], state_dir = \"/tmp/x\", challenge = \"dns-01\", \
+             dns = {{ rfc2136 = {{ server = \"127.0.0.1:5353\", zone = \"example.test.\", \
+             tsig_key = \"scb\", tsig_secret_file = {file:?}{extra} }}{dns_extra} }}"
+        )
+    };
+    let wild = "\"*.example.test\"";
+    let dns_table = format!(
+        "dns = {{ rfc2136 = {{ server = \"127.0.0.1:53\", zone = \"example.test.\", \
+         tsig_key = \"scb\", tsig_secret_file = {bare:?} }} }}"
+    );
+    let cases = [
+        (
+            dns01(wild, &bare, ", tsig_algorithm = \"hmac-md5\"", ""),
+            "listen[0].tls.acme.dns.rfc2136.tsig_algorithm: unknown TSIG algorithm \"hmac-md5\": \
+             expected \"hmac-sha256\", \"hmac-sha384\" or \"hmac-sha512\""
+                .to_owned(),
+        ),
+        (
+            dns01(wild, &missing, "", ""),
+            format!(
+                "listen[0].tls.acme.dns.rfc2136.tsig_secret_file: {}: No such file or directory",
+                missing.display()
+            ),
+        ),
+        (
+            dns01(wild, &garbage, "", ""),
+            format!(
+                "listen[0].tls.acme.dns.rfc2136.tsig_secret_file: {}: the secret is not base64",
+                garbage.display()
+            ),
+        ),
+        (
+            dns01(wild, &keygen, ", tsig_algorithm = \"hmac-sha256\"", ""),
+            format!(
+                "listen[0].tls.acme.dns.rfc2136.tsig_secret_file: {}: key \"scb\" is hmac-sha512 \
+                 there, not the configured hmac-sha256",
+                keygen.display()
+            ),
+        ),
+        (
+            dns01(wild, &keygen, "", "").replace("tsig_key = \"scb\"", "tsig_key = \"other\""),
+            format!(
+                "listen[0].tls.acme.dns.rfc2136.tsig_secret_file: {}: has no key \"other\" (it \
+                 has \"scb\")",
+                keygen.display()
+            ),
+        ),
+        (
+            dns01(wild, &bare, "", "").replace("tsig_key = \"scb\"", "tsig_key = \"a b\""),
+            "listen[0].tls.acme.dns.rfc2136.tsig_key: \"a b\" is not a DNS name".to_owned(),
+        ),
+        (
+            dns01(wild, &bare, "", "").replace("127.0.0.1:5353", "ns.example.test:53"),
+            "listen[0].tls.acme.dns.rfc2136.server: expected an IP address and port".to_owned(),
+        ),
+        (
+            dns01(wild, &bare, "", "").replace("\"example.test.\"", "\"exa mple.test.\""),
+            "listen[0].tls.acme.dns.rfc2136.zone: \"exa mple.test.\" is not a DNS name".to_owned(),
+        ),
+        (
+            dns01(wild, &bare, ", transport = \"quic\"", ""),
+            "listen[0].tls.acme.dns.rfc2136.transport: expected \"udp\" or \"tcp\"".to_owned(),
+        ),
+        (
+            dns01(wild, &bare, "", ", propagation_interval = \"0s\""),
+            "listen[0].tls.acme.dns.propagation_interval: must be greater than zero".to_owned(),
+        ),
+        (
+            dns01(wild, &bare, "", ", propagation_timeout = \"0s\""),
+            "listen[0].tls.acme.dns.propagation_timeout: must be greater than zero".to_owned(),
+        ),
+        (
+            dns01(wild, &bare, "", ", provider = \"cloudflare\""),
+            "unknown field `provider`".to_owned(),
+        ),
+        (
+            dns01("\"example.test\", \"example.org\"", &bare, "", ""),
+            "listen[0].tls.acme.domains[1]: _acme-challenge.example.org. is not in the zone \
+             example.test., which updates can change (tls.acme.dns.rfc2136.zone)"
+                .to_owned(),
+        ),
+        (
+            dns01("\"*.notexample.test\"", &bare, "", ""),
+            "listen[0].tls.acme.domains[0]: _acme-challenge.notexample.test. is not in the zone"
+                .to_owned(),
+        ),
+        (
+            dns01("\"192.0.2.1\"", &bare, "", ""),
+            "listen[0].tls.acme.domains[0]: an IP address cannot be proved by DNS-01".to_owned(),
+        ),
+        (
+            dns01("\"a.*.example.test\"", &bare, "", ""),
+            "listen[0].tls.acme.domains[0]: is not a DNS name, a wildcard (`*.example.com`) or \
+             an IP address"
+                .to_owned(),
+        ),
+        (
+            dns01("\"*\"", &bare, "", ""),
+            "listen[0].tls.acme.domains[0]: is not a DNS name".to_owned(),
+        ),
+        (
+            format!("domains = [{wild}], state_dir = \"/tmp/x\""),
+            "listen[0].tls.acme.domains[0]: a wildcard is proved through DNS only: set \
+             `challenge = \"dns-01\"`"
+                .to_owned(),
+        ),
+        (
+            format!(
+                "domains = [\"example.test\", {wild}], state_dir = \"/tmp/x\", challenge = \"http-01\""
+            ),
+            "listen[0].tls.acme.domains[1]: a wildcard is proved through DNS only".to_owned(),
+        ),
+        (
+            format!(
+                "domains = [\"example.test\"], state_dir = \"/tmp/x\", challenge = \"http-01\", {dns_table}"
+            ),
+            "listen[0].tls.acme.dns: is for `challenge = \"dns-01\"`, and this one is http-01"
+                .to_owned(),
+        ),
+        (
+            format!("domains = [\"example.test\"], state_dir = \"/tmp/x\", {dns_table}"),
+            "listen[0].tls.acme.dns: is for `challenge = \"dns-01\"`, and this one is tls-alpn-01"
+                .to_owned(),
+        ),
+        (
+            "domains = [\"example.test\"], state_dir = \"/tmp/x\", challenge = \"dns-01\""
+                .to_owned(),
+            "listen[0].tls.acme.challenge: dns-01 needs `dns = { rfc2136 = { server, zone, \
+             tsig_key, tsig_secret_file } }`"
+                .to_owned(),
+        ),
+        (
+            "domains = [\"example.test\"], state_dir = \"/tmp/x\", challenge = \"dns-01\", \
+             dns = { ttl = 60 }"
+                .to_owned(),
+            "missing field `rfc2136`".to_owned(),
+        ),
+        (
+            "domains = [\"example.test\"], state_dir = \"/tmp/x\", challenge = \"dns-02\""
+                .to_owned(),
+            "listen[0].tls.acme.challenge: expected \"tls-alpn-01\", \"http-01\" or \"dns-01\""
+                .to_owned(),
+        ),
+    ];
+    for (acme, want) in cases {
+        let got = error(&acme_listener(&acme));
+        assert!(
+            got.starts_with("scb.toml:3:") && got.contains(&want),
+            "got {got:?}, want {want:?}"
+        );
+        // Whatever is wrong, the secret is not in the message.
+        assert!(!got.contains("c2VjcmV0"), "{got}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -4,6 +4,7 @@
 mod basic_auth;
 mod cache;
 mod cors;
+mod dns01;
 mod fastcgi;
 mod forward_auth;
 mod header_rules;
@@ -13,6 +14,7 @@ mod rewrite;
 pub(crate) use basic_auth::basic_auth;
 pub(crate) use cache::cache_layer;
 pub(crate) use cors::cors;
+pub(crate) use dns01::dns01;
 pub(crate) use forward_auth::forward_auth;
 pub(crate) use header_rules::header_rules;
 pub(crate) use rate_limit::rate_limit;
