@@ -1,22 +1,24 @@
 //! Automatic HTTPS against Let's Encrypt's test CA, `pebble` (Debian's package; `.ci/run`
-//! installs it): a certificate issued through TLS-ALPN-01 (and served to QUIC handshakes too)
-//! and through HTTP-01, served from
+//! installs it): a certificate issued through TLS-ALPN-01 (and served to QUIC handshakes too),
+//! through HTTP-01, and through DNS-01 for a wildcard and its base name (records published
+//! in a real BIND, `named`, which pebble resolves through), served from
 //! the state directory after a restart with the CA gone, renewed while a connection stays
 //! open, and the failures (a challenge the CA cannot verify, a CA that is down, silent or
 //! answering garbage) logged, counted and answered by clean handshake failures.
 //!
-//! Without `pebble` on PATH the tests are skipped, unless SCB_REQUIRE_TOOLS says they must
-//! run.
+//! Without `pebble` (or, for DNS-01, `named`, `tsig-keygen` and `dig`) on PATH the tests
+//! are skipped, unless SCB_REQUIRE_TOOLS says they must run.
 
 mod support;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use scb_tls::rustls;
+use support::bind::{self, Bind};
 use support::tls::{Tls, client, handshake as connect, peer_der, request};
 use support::{Server, TIMEOUT, check, get, metric};
 
@@ -45,6 +47,8 @@ struct Pebble {
     /// The CA of pebble's own HTTPS certificate (for `ca_root`).
     ca_root: PathBuf,
     ca_der: Vec<u8>,
+    /// Where pebble logs (its orders and issued certificates among the rest).
+    log: PathBuf,
 }
 
 impl Pebble {
@@ -52,6 +56,18 @@ impl Pebble {
     /// 127.0.0.1, issuing certificates valid for `validity` (seconds). `None` when pebble
     /// is not installed (and the test may be skipped).
     fn start(dir: &Path, tls_port: u16, http_port: u16, validity: u64) -> Option<Self> {
+        Self::start_resolving(dir, tls_port, http_port, validity, None)
+    }
+
+    /// [`start`](Self::start), every name resolved through the DNS server `dns` if given
+    /// (so it must serve them all: `localhost` too).
+    fn start_resolving(
+        dir: &Path,
+        tls_port: u16,
+        http_port: u16,
+        validity: u64,
+        dns: Option<SocketAddr>,
+    ) -> Option<Self> {
         // Pebble's HTTPS certificate: a CA and a leaf (webpki refuses a CA as a leaf).
         let ca_key = rcgen::KeyPair::generate().unwrap();
         let mut ca = rcgen::CertificateParams::default();
@@ -89,16 +105,22 @@ impl Pebble {
             ),
         )
         .unwrap();
-        let child = match Command::new("pebble")
-            .arg("-config")
-            .arg(&config)
+        let log = std::fs::File::create(dir.join("pebble.log")).unwrap();
+        let mut command = Command::new("pebble");
+        command.arg("-config").arg(&config);
+        if let Some(dns) = dns {
+            command.arg("-dnsserver").arg(dns.to_string());
+        }
+        let child = match command
             // No random sleep before validating, no nonces refused on purpose, no reused
             // authorizations: every run takes the same path.
             .env("PEBBLE_VA_NOSLEEP", "1")
             .env("PEBBLE_WFE_NONCEREJECT", "0")
             .env("PEBBLE_AUTHZREUSE", "0")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.join("pebble.log")).unwrap())
+            // Its own log (orders, issued certificates) on stdout, Go's `http` errors on
+            // stderr: both in one file.
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
             .spawn()
         {
             Ok(child) => child,
@@ -116,6 +138,7 @@ impl Pebble {
             management: SocketAddr::from(([127, 0, 0, 1], management)),
             ca_root,
             ca_der: ca.der().to_vec(),
+            log: dir.join("pebble.log"),
         };
         let deadline = Instant::now() + TIMEOUT;
         while TcpStream::connect(("127.0.0.1", api)).is_err() {
@@ -405,6 +428,174 @@ fn failed_challenges_a_ca_down_and_a_ca_answering_garbage_fail_handshakes_cleanl
     let root = pebble.issuing_root();
     let mut tls = connect(addr, "localhost", &client(&[&root])).expect("issued after the reload");
     assert_eq!(body(&mut tls, "/"), "hello");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The config of a DNS-01 listener on `tls_port` for `*.example.test` and `example.test`,
+/// its records published as `dns` (a `dns = { ... }` table) says, with `acme_keys` added
+/// to its `acme` table and `extra` after it.
+fn wildcard_config(
+    tls_port: u16,
+    (directory, ca_root): (&str, &Path),
+    state: &Path,
+    dns: &str,
+    acme_keys: &str,
+    extra: &str,
+) -> String {
+    format!(
+        "[server]\nworkers = 1\n\
+         [[listen]]\naddr = \"127.0.0.1:{tls_port}\"\n\
+         tls = {{ acme = {{ domains = [\"*.example.test\", \"example.test\"], \
+         email = \"ops@example.com\", directory = \"{directory}\", ca_root = {ca_root:?}, \
+         state_dir = {state:?}, challenge = \"dns-01\", {dns}{acme_keys} }} }}\n\
+         {extra}\
+         [[route]]\npath = \"/\"\nrespond = {{ body = \"hello\" }}\n"
+    )
+}
+
+const CHALLENGE_RECORD: &str = "_acme-challenge.example.test";
+
+#[test]
+fn dns_01_issues_one_certificate_for_a_wildcard_and_its_base_name_and_removes_its_records() {
+    let dir = temp_dir("dns01");
+    let Some(bind) = Bind::start(&dir) else {
+        return;
+    };
+    // Every name the CA looks up (the TXT records among them) through that server.
+    let Some(pebble) =
+        Pebble::start_resolving(&dir, free_port(), free_port(), 3600, Some(bind.addr))
+    else {
+        return;
+    };
+    let (tls_port, state) = (free_port(), dir.join("state"));
+    let mut scb = Server::start(&wildcard_config(
+        tls_port,
+        pebble.ca(),
+        &state,
+        &bind.dns_table(&bind.key_file, ""),
+        "",
+        "",
+    ));
+    scb.wait_for_line(issued);
+    // Published, seen at the server, and removed before the certificate was installed.
+    for step in [
+        "ACME: DNS-01 records added",
+        "ACME: DNS-01 records visible at the zone's servers",
+        "ACME: DNS-01 records removed",
+    ] {
+        assert!(
+            scb.log
+                .iter()
+                .any(|l| l.contains(step) && l.contains("_acme-challenge.example.test.")),
+            "{step}: {:?}",
+            scb.log
+        );
+    }
+    assert_eq!(bind.txt(CHALLENGE_RECORD), Vec::<String>::new());
+
+    // Served for a name under the wildcard and for the base name: one certificate.
+    let trusting = client(&[&pebble.issuing_root()]);
+    let addr = SocketAddr::from(([127, 0, 0, 1], tls_port));
+    let mut served = Vec::new();
+    for name in ["foo.example.test", "example.test"] {
+        let mut tls = connect(addr, name, &trusting).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(body(&mut tls, "/"), "hello");
+        served.push(peer_der(&tls));
+    }
+    assert_eq!(served[0], served[1]);
+    // A wildcard covers one label only.
+    assert!(connect(addr, "a.foo.example.test", &trusting).is_err());
+    // Its names are exactly the two asked for; the files are named after the first
+    // (`*` made `_`).
+    let files = scb_tls::CertFiles::new(
+        state.join("_.example.test.crt.pem"),
+        state.join("_.example.test.key.pem"),
+    );
+    let stored = scb_tls::TlsAcceptor::new(scb_tls::TlsSettings::new([files])).unwrap();
+    let info = &stored.certificates()[0];
+    let mut names = info.names.clone();
+    names.sort();
+    assert_eq!(names, ["*.example.test", "example.test"]);
+    use rustls::pki_types::pem::PemObject as _;
+    let leaf = rustls::pki_types::CertificateDer::pem_file_iter(&info.cert)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        leaf.to_vec(),
+        served[0],
+        "the stored certificate is the one served"
+    );
+
+    // One order, one certificate.
+    let log = std::fs::read_to_string(&pebble.log).unwrap();
+    assert_eq!(log.matches("Added order").count(), 1, "{log}");
+    assert_eq!(log.matches("Issued certificate serial").count(), 1, "{log}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn dns_01_with_a_wrong_tsig_secret_fails_with_the_reason_and_retries_until_a_reload_brings_the_right_one()
+ {
+    let dir = temp_dir("dns01-badsig");
+    let Some(bind) = Bind::start(&dir) else {
+        return;
+    };
+    let Some(pebble) =
+        Pebble::start_resolving(&dir, free_port(), free_port(), 3600, Some(bind.addr))
+    else {
+        return;
+    };
+    // The key's name, another secret.
+    let wrong = dir.join("wrong.key");
+    bind::keygen(&wrong).unwrap();
+    let (tls_port, state) = (free_port(), dir.join("state"));
+    let metrics = "[metrics]\nlisten = \"127.0.0.1:0\"\n";
+    let mut scb = Server::start(&wildcard_config(
+        tls_port,
+        pebble.ca(),
+        &state,
+        &bind.dns_table(&wrong, ""),
+        ", retry = \"100ms\"",
+        metrics,
+    ));
+    for _ in 0..3 {
+        let line = scb.wait_for_line(|l| l.contains("ACME: could not obtain a certificate"));
+        assert!(
+            line.contains(&format!(
+                "DNS-01: the DNS server {} refused the TSIG signature of key \"scb\"",
+                bind.addr
+            )),
+            "{line}"
+        );
+        assert!(line.contains("until one is issued"), "{line}");
+    }
+    let scrape = String::from_utf8(get(scb.metrics.unwrap(), "/metrics").body).unwrap();
+    assert!(
+        metric(&scrape, "scb_acme_failures_total").is_some_and(|n| n >= 3.0),
+        "{scrape}"
+    );
+    let addr = SocketAddr::from(([127, 0, 0, 1], tls_port));
+    assert!(connect(addr, "example.test", &client(&[&pebble.ca_der])).is_err());
+    assert_eq!(bind.txt(CHALLENGE_RECORD), Vec::<String>::new());
+
+    // The right key by a reload, which reads the file again: issued without a restart.
+    scb.rewrite_config(&wildcard_config(
+        tls_port,
+        pebble.ca(),
+        &state,
+        &bind.dns_table(&bind.key_file, ""),
+        ", retry = \"100ms\"",
+        metrics,
+    ));
+    scb.signal(rustix::process::Signal::HUP);
+    scb.wait_for_line(|l| l.contains("reloaded"));
+    scb.wait_for_line(issued);
+    let trusting = client(&[&pebble.issuing_root()]);
+    let mut tls = connect(addr, "www.example.test", &trusting).expect("issued after the reload");
+    assert_eq!(body(&mut tls, "/"), "hello");
+    assert_eq!(bind.txt(CHALLENGE_RECORD), Vec::<String>::new());
     let _ = std::fs::remove_dir_all(dir);
 }
 

@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::time::{Duration, Instant};
 
+pub(crate) mod bind;
 pub(crate) mod php;
 pub(crate) mod quic;
 pub(crate) mod redis;
