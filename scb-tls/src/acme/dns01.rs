@@ -61,6 +61,10 @@ use hickory_proto::rr::{DNSClass, Name, RData, Record, RecordType, TSigner};
 /// network answers in milliseconds; five seconds is what `dig` and `nsupdate` wait too.
 const DNS_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The least time a propagation query is given, even once the wait has run out: enough
+/// for a server on the same network to answer, so that the last round still asks.
+const MIN_QUERY_TIMEOUT: Duration = Duration::from_millis(200);
+
 /// TSIG's fudge: how far apart the signer's and the server's clocks may be. 300 seconds,
 /// as RFC 8945 §10 recommends and `nsupdate` sends.
 const TSIG_FUDGE: u16 = 300;
@@ -294,12 +298,17 @@ impl Rfc2136 {
     /// A client that signs every request; its background task is spawned here and ends
     /// when the client is dropped.
     async fn update_client(&self) -> Result<Client<TokioRuntimeProvider>, Dns01Error> {
-        client(self.server, self.transport, Some(self.key.signer()?))
-            .await
-            .map_err(|e| Dns01Error::Unreachable {
-                server: self.server,
-                detail: e.to_string(),
-            })
+        client(
+            self.server,
+            self.transport,
+            Some(self.key.signer()?),
+            DNS_TIMEOUT,
+        )
+        .await
+        .map_err(|e| Dns01Error::Unreachable {
+            server: self.server,
+            detail: e.to_string(),
+        })
     }
 
     /// Sends one update and reads its answer.
@@ -628,16 +637,18 @@ fn record_name(zone: &Name, domain: &str) -> Result<Name, Dns01Error> {
     }
 }
 
-/// A client for `server`, signing with `signer` if given.
+/// A client for `server`, signing with `signer` if given, each exchange bounded by
+/// `timeout`.
 async fn client(
     server: SocketAddr,
     transport: DnsTransport,
     signer: Option<TSigner>,
+    timeout: Duration,
 ) -> Result<Client<TokioRuntimeProvider>, NetError> {
     let (client, background) = match transport {
         DnsTransport::Udp => {
             let stream = UdpClientStream::builder(server, TokioRuntimeProvider::new())
-                .with_timeout(Some(DNS_TIMEOUT))
+                .with_timeout(Some(timeout))
                 .with_signer(signer)
                 .build();
             let (client, background) = Client::<TokioRuntimeProvider>::from_sender(stream);
@@ -645,11 +656,11 @@ async fn client(
         }
         DnsTransport::Tcp => {
             let (connect, handle) =
-                TcpClientStream::new(server, None, Some(DNS_TIMEOUT), TokioRuntimeProvider::new());
-            let stream = tokio::time::timeout(DNS_TIMEOUT, connect)
+                TcpClientStream::new(server, None, Some(timeout), TokioRuntimeProvider::new());
+            let stream = tokio::time::timeout(timeout, connect)
                 .await
                 .map_err(|_| NetError::Timeout)??;
-            let mut multiplexer = DnsMultiplexer::new(stream, handle).with_timeout(DNS_TIMEOUT);
+            let mut multiplexer = DnsMultiplexer::new(stream, handle).with_timeout(timeout);
             if let Some(signer) = signer {
                 multiplexer = multiplexer.with_signer(signer);
             }
@@ -743,7 +754,7 @@ impl Published {
             let mut waiting = Vec::new();
             for (name, values) in &expected {
                 for server in &servers {
-                    if let Err(why) = server.answers_with(name, values).await {
+                    if let Err(why) = server.answers_with(name, values, deadline).await {
                         waiting.push(format!("{} at {}: {why}", name.to_ascii(), server.label));
                     }
                 }
@@ -800,6 +811,7 @@ impl Published {
             rfc2136.transport,
             &rfc2136.zone,
             RecordType::NS,
+            None,
         )
         .await
         .map_err(|e| failed(e.to_string()))?;
@@ -924,17 +936,23 @@ struct Checked {
 impl Checked {
     /// Whether the server answers for `name` authoritatively with every value of
     /// `values`; if not, how it answered.
-    async fn answers_with(&self, name: &Name, values: &[Vec<u8>]) -> Result<(), String> {
+    async fn answers_with(
+        &self,
+        name: &Name,
+        values: &[Vec<u8>],
+        deadline: Instant,
+    ) -> Result<(), String> {
         let addrs = self.addrs.as_ref().map_err(Clone::clone)?;
         let mut failure = String::from("has no address");
         for &addr in addrs {
-            let answer = match ask(addr, self.transport, name, RecordType::TXT).await {
-                Ok(answer) => answer,
-                Err(e) => {
-                    failure = format!("did not answer ({e})");
-                    continue;
-                }
-            };
+            let answer =
+                match ask(addr, self.transport, name, RecordType::TXT, Some(deadline)).await {
+                    Ok(answer) => answer,
+                    Err(e) => {
+                        failure = format!("did not answer ({e})");
+                        continue;
+                    }
+                };
             if !answer.metadata.authoritative {
                 return Err(format!(
                     "answers without authority ({}), so it is not a server of the zone",
@@ -963,14 +981,21 @@ impl Checked {
     }
 }
 
-/// An unsigned query to `server`.
+/// An unsigned query to `server`, given up at `deadline` if that comes before
+/// [`DNS_TIMEOUT`] (a server that never answers must not stretch the propagation wait by
+/// a whole timeout per query).
 async fn ask(
     server: SocketAddr,
     transport: DnsTransport,
     name: &Name,
     kind: RecordType,
+    deadline: Option<Instant>,
 ) -> Result<DnsResponse, NetError> {
-    let mut client = client(server, transport, None).await?;
+    let timeout = deadline.map_or(DNS_TIMEOUT, |d| {
+        d.saturating_duration_since(Instant::now())
+            .clamp(MIN_QUERY_TIMEOUT, DNS_TIMEOUT)
+    });
+    let mut client = client(server, transport, None, timeout).await?;
     client.query(name.clone(), DNSClass::IN, kind).await
 }
 
