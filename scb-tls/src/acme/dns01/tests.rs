@@ -217,10 +217,6 @@ impl Bind {
     /// Starts one in a directory of its own; `extra` goes at the end of the zone file.
     /// `None` when `named` is not installed (and the test may be skipped).
     fn start(test: &str, extra: &str) -> Option<Self> {
-        let dir = std::env::temp_dir().join(format!("scb-tls-dns01-{}-{test}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let key_file = dir.join("tsig.key");
         let mut keys = String::new();
         for key in ["scb", "reader"] {
             match Command::new("tsig-keygen")
@@ -236,6 +232,11 @@ impl Bind {
                 }
             }
         }
+        // Made once the tools are known to be there: a skipped test leaves nothing behind.
+        let dir = std::env::temp_dir().join(format!("scb-tls-dns01-{}-{test}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let key_file = dir.join("tsig.key");
         std::fs::write(&key_file, &keys).unwrap();
         let port = free_port();
         let d = dir.display();
