@@ -110,6 +110,7 @@ mod patterns;
 #[cfg(not(feature = "regex"))]
 #[path = "no_patterns.rs"]
 mod patterns;
+mod route;
 mod table;
 
 pub use captures::PathCaptures;

@@ -5,7 +5,7 @@ use http::Request;
 
 use super::RouterError;
 use super::captures::PathCaptures;
-use super::table::Route;
+use super::route::Route;
 
 /// No regex routes: none can be added.
 #[derive(Clone, Debug)]

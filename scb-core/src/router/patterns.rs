@@ -14,7 +14,7 @@ use regex::{Regex, RegexSet};
 
 use super::RouterError;
 use super::captures::PathCaptures;
-use super::table::Route;
+use super::route::Route;
 
 /// The regex routes of a table, in the order they were added.
 #[derive(Clone, Debug)]

@@ -6,27 +6,10 @@ use http::Request;
 use rustc_hash::FxHashMap;
 
 use super::captures::PathCaptures;
-use super::conditions::{Conditions, RouteMatch};
+use super::conditions::RouteMatch;
 use super::patterns::Patterns;
+use super::route::Route;
 use super::{PathMatch, RouterError, prefix_matches};
-
-#[derive(Clone, Debug)]
-pub(super) struct Route<S> {
-    pub(super) name: Arc<str>,
-    pub(super) service: S,
-    conditions: Option<Box<Conditions>>,
-}
-
-impl<S> Route<S> {
-    pub(super) fn is_conditional(&self) -> bool {
-        self.conditions.is_some()
-    }
-
-    /// Whether `req` meets the route's conditions (all true for a route without any).
-    pub(super) fn admits<B>(&self, req: &Request<B>) -> bool {
-        self.conditions.as_ref().is_none_or(|c| c.matches(req))
-    }
-}
 
 /// The routes of one exact path or one prefix: those with conditions in the order added,
 /// then the one without (if any), which takes whatever they leave.
@@ -155,11 +138,7 @@ impl<S> Table<S> {
             return Err(RouterError::DuplicateName { name });
         }
         let RouteMatch { path, conditions } = matcher;
-        let route = Route {
-            name,
-            service,
-            conditions,
-        };
+        let route = Route::new(name, service, conditions);
         match path {
             PathMatch::Exact(path) => {
                 check_absolute(&path)?;
