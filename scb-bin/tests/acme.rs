@@ -656,3 +656,94 @@ fn acme_settings_are_checked_with_their_keys() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A PEM certificate for `localhost` that expired a day ago, and its key.
+fn expired_certificate() -> (String, String) {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
+    params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+    params.not_after = rcgen::date_time_ymd(2020, 2, 1);
+    let cert = params.self_signed(&key).unwrap();
+    (cert.pem(), key.serialize_pem())
+}
+
+#[test]
+fn a_fleet_orders_its_certificate_once_replacing_a_stale_one_and_every_instance_serves_it() {
+    let Some(redis) = support::redis::Redis::start() else {
+        return;
+    };
+    let dir = temp_dir("fleet");
+    let tls_port = free_port();
+    // The CA validates on 127.0.0.1: the first instance, whichever instance orders.
+    let Some(pebble) = Pebble::start(&dir, tls_port, free_port(), 3600) else {
+        return;
+    };
+    // What an earlier fleet left in Redis: expired. It is replaced, once, for everyone.
+    let (chain, key) = expired_certificate();
+    let seeded = Command::new("redis-cli")
+        .args([
+            "-p",
+            &redis.port.to_string(),
+            "HSET",
+            "fleet:acme:cert:localhost",
+        ])
+        .args(["chain", &chain, "key", &key])
+        .output()
+        .expect("redis-cli (Debian: redis-tools)");
+    assert!(seeded.status.success(), "{seeded:?}");
+    let instance = |n: u8| {
+        let (directory, ca_root) = pebble.ca();
+        format!(
+            "[server]\nworkers = 1\n\
+             [cluster]\nredis = \"{url}\"\nkey_prefix = \"fleet:\"\n\
+             [[listen]]\naddr = \"127.0.0.{n}:{tls_port}\"\n\
+             tls = {{ acme = {{ domains = [\"localhost\"], email = \"ops@example.com\", \
+             directory = \"{directory}\", ca_root = {ca_root:?}, state_dir = {state:?}, \
+             retry = \"1s\" }} }}\n\
+             [[route]]\npath = \"/\"\nrespond = {{ body = \"hello from {n}\" }}\n",
+            url = redis.url(),
+            state = dir.join(format!("state-{n}")),
+        )
+    };
+    // The first instance (where the CA validates) starts last, so another one orders: the
+    // answers it sets up must reach the first through the fleet's Redis.
+    let mut fleet: Vec<(u8, Server)> = (1..=3)
+        .rev()
+        .map(|n| (n, Server::start(&instance(n))))
+        .collect();
+    for (_, scb) in &mut fleet {
+        scb.wait_for_line(|l| issued(l) || l.contains("ACME: serving the fleet's certificate"));
+    }
+    let trusting = client(&[&pebble.issuing_root()]);
+    let mut served = Vec::new();
+    for n in 1..=3u8 {
+        let addr = SocketAddr::from(([127, 0, 0, n], tls_port));
+        let mut tls = connect(addr, "localhost", &trusting).expect("the fleet's certificate");
+        assert_eq!(body(&mut tls, "/"), format!("hello from {n}"));
+        served.push(peer_der(&tls));
+    }
+    assert!(
+        served.windows(2).all(|w| w[0] == w[1]),
+        "one certificate for the fleet"
+    );
+    let log = std::fs::read_to_string(&pebble.log).unwrap();
+    let issued_count = log.matches("Issued certificate").count();
+    assert_eq!(
+        issued_count, 1,
+        "pebble issued {issued_count} certificates:\n{log}"
+    );
+    // Exactly one instance ordered; the others took the fleet's.
+    let ordered: Vec<u8> = fleet
+        .iter()
+        .filter(|(_, s)| s.log.iter().any(|l| issued(l)))
+        .map(|(n, _)| *n)
+        .collect();
+    assert_eq!(ordered.len(), 1, "instances that ordered: {ordered:?}");
+    assert_ne!(
+        ordered,
+        [1],
+        "the instance the CA validates on ordered itself"
+    );
+    drop(fleet);
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -331,7 +331,10 @@ pub(crate) struct AcmeConfig {
     /// Extra roots (PEM) for the directory's own TLS, for a private CA.
     pub(crate) ca_root: Option<Spanned<std::path::PathBuf>>,
     /// Where the account key and the certificate are kept.
-    pub(crate) state_dir: Spanned<std::path::PathBuf>,
+    /// Where the account and certificates are kept (with `[cluster]`, a local copy of
+    /// what Redis keeps); required without `[cluster]`, else absent means a directory
+    /// under the system's temporary one.
+    pub(crate) state_dir: Option<Spanned<std::path::PathBuf>>,
     /// `tls-alpn-01` (absent), `http-01` or `dns-01`.
     pub(crate) challenge: Option<Spanned<String>>,
     /// With `challenge = "dns-01"` (and only then): how the TXT records are published,
@@ -974,7 +977,9 @@ impl Config {
             }
             if let Some(acme) = &mut tls.acme {
                 let acme = acme.get_mut();
-                resolve(acme.state_dir.get_mut());
+                if let Some(dir) = acme.state_dir.as_mut() {
+                    resolve(dir.get_mut());
+                }
                 if let Some(root) = &mut acme.ca_root {
                     resolve(root.get_mut());
                 }

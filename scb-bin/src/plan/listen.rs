@@ -54,6 +54,7 @@ pub(super) fn listeners(
     config: &Config,
     mut server: Server,
     tickets: &Arc<scb_tls::TicketKeys>,
+    cluster: Option<&scb_core::cluster::Cluster>,
 ) -> Result<(Server, HttpsPlan), Located> {
     let mut https = HttpsPlan::default();
     // The index of each TCP listener among the TCP listeners: the order of the bound
@@ -136,7 +137,7 @@ pub(super) fn listeners(
                         "is for plain listeners; this one has `tls`",
                     ));
                 }
-                let mut acceptor = tls_acceptor(config_tls, tickets)
+                let mut acceptor = tls_acceptor(config_tls, tickets, cluster)
                     .map_err(|e| e.within(&format!("listen[{i}]")))?;
                 if acceptor.settings().acme_settings().is_some() {
                     // Two listeners of one certificate (IPv4 and IPv6, say) share its
@@ -259,6 +260,7 @@ fn unix_listen(
 fn tls_acceptor(
     config: &Spanned<crate::config::TlsConfig>,
     tickets: &Arc<scb_tls::TicketKeys>,
+    cluster: Option<&scb_core::cluster::Cluster>,
 ) -> Result<scb_tls::TlsAcceptor, Located> {
     let tls = config.get_ref();
     let mut files = Vec::new();
@@ -287,7 +289,7 @@ fn tls_acceptor(
                 "certificates come from files or from ACME, not both",
             ));
         }
-        Some(acme) => scb_tls::TlsSettings::acme(acme_settings(acme)?),
+        Some(acme) => scb_tls::TlsSettings::acme(acme_settings(acme, cluster)?),
         None => scb_tls::TlsSettings::new(files),
     };
     if settings.certs().is_empty() && settings.acme_settings().is_none() {
@@ -332,6 +334,7 @@ fn tls_acceptor(
 /// key that reads.
 fn acme_settings(
     config: &Spanned<crate::config::AcmeConfig>,
+    cluster: Option<&scb_core::cluster::Cluster>,
 ) -> Result<scb_tls::AcmeSettings, Located> {
     let acme = config.get_ref();
     let domains = acme.domains.get_ref();
@@ -365,7 +368,8 @@ fn acme_settings(
                     return Err(Located::at(
                         domain,
                         key(),
-                        "an IP address cannot be proved by DNS-01 (RFC 8738 §7): give it a                          listener of its own with tls-alpn-01 or http-01",
+                        "an IP address cannot be proved by DNS-01 (RFC 8738 §7): give it a \
+                         listener of its own with tls-alpn-01 or http-01",
                     ));
                 }
                 dns.rfc2136().check_domain(name).map_err(|e| {
@@ -387,10 +391,24 @@ fn acme_settings(
             _ => {}
         }
     }
-    let mut settings = scb_tls::AcmeSettings::new(
-        domains.iter().map(|d| d.get_ref().clone()),
-        acme.state_dir.get_ref().clone(),
-    );
+    let state_dir = match (&acme.state_dir, cluster) {
+        (Some(dir), _) => dir.get_ref().clone(),
+        // The fleet's Redis keeps the certificates; this is only the local copy.
+        (None, Some(_)) => std::env::temp_dir().join("scb-acme"),
+        (None, None) => {
+            return Err(Located::at(
+                config,
+                "tls.acme.state_dir",
+                "where the account and certificates are kept: give a directory, or a \
+                 [cluster] to keep them in Redis",
+            ));
+        }
+    };
+    let mut settings =
+        scb_tls::AcmeSettings::new(domains.iter().map(|d| d.get_ref().clone()), state_dir);
+    if let Some(cluster) = cluster {
+        settings = settings.cluster(cluster.clone());
+    }
     if let Some(email) = &acme.email {
         if !email.get_ref().contains('@') {
             return Err(Located::at(

@@ -250,7 +250,7 @@ impl Plan {
         };
         let tickets = crate::tickets::keys(cluster.as_ref(), ticket_rotation(config)?);
         let listen = listen_addrs(config)?;
-        let (server, https) = listeners(config, server, &tickets)?;
+        let (server, https) = listeners(config, server, &tickets, cluster.as_ref())?;
         let metrics = metrics(config, &listen)?;
         let trusted_proxies = match &config.server.trusted_proxies {
             None => scb_core::client_ip::TrustedProxies::default(),

@@ -1381,6 +1381,7 @@ fn a_cluster_is_one_connection_per_url_and_shared_limits_need_it() {
             "{source}\n got: {got}\nwant: {expected}"
         );
     }
+}
 
 /// A directory of TSIG key files: `keygen.key` as `tsig-keygen -a hmac-sha512 scb` writes
 /// it (secret "secret"), `bare.key` a bare base64 secret, `garbage.key` neither.

@@ -179,14 +179,16 @@ impl Lease {
                 let deadline = *valid_until.borrow_and_update();
                 tokio::select! {
                     () = tokio::time::sleep_until(deadline) => {
-                        if *valid_until.borrow() <= Instant::now() {
+                        let now_valid_until = *valid_until.borrow();
+                        if now_valid_until <= Instant::now() {
                             return;
                         }
                     }
                     changed = valid_until.changed() => {
                         if changed.is_err() {
                             // The renewer is gone: the deadline is final.
-                            tokio::time::sleep_until(*valid_until.borrow()).await;
+                            let last = *valid_until.borrow();
+                            tokio::time::sleep_until(last).await;
                             return;
                         }
                     }

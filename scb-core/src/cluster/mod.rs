@@ -250,6 +250,69 @@ impl Cluster {
         .await
     }
 
+    /// Every field of the hash `key` (under the prefix); empty when there is none.
+    ///
+    /// # Errors
+    ///
+    /// As [`run`](Self::run), counted under `op`.
+    pub async fn hgetall(
+        &self,
+        op: &'static str,
+        key: &str,
+    ) -> Result<Vec<(String, Vec<u8>)>, ClusterError> {
+        let key = self.key(key);
+        self.run(op, None, move |mut conn| async move {
+            redis::cmd("HGETALL").arg(key).query_async(&mut conn).await
+        })
+        .await
+    }
+
+    /// Sets `fields` of the hash `key` (under the prefix), which then expires after
+    /// `ttl` unless set again: for short-lived shared state with no lock of its own.
+    ///
+    /// # Errors
+    ///
+    /// As [`run`](Self::run), counted under `op`.
+    pub async fn hset_expiring(
+        &self,
+        op: &'static str,
+        key: &str,
+        fields: Vec<(String, Vec<u8>)>,
+        ttl: Duration,
+    ) -> Result<(), ClusterError> {
+        if fields.is_empty() {
+            return Ok(());
+        }
+        let key = self.key(key);
+        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
+        self.run(op, None, move |mut conn| async move {
+            let mut pipe = redis::pipe();
+            pipe.atomic().cmd("HSET").arg(&key);
+            for (field, value) in fields {
+                pipe.arg(field).arg(value);
+            }
+            pipe.ignore().cmd("PEXPIRE").arg(&key).arg(ttl_ms).ignore();
+            pipe.query_async::<()>(&mut conn).await
+        })
+        .await
+    }
+
+    /// Removes the key `key` (under the prefix).
+    ///
+    /// # Errors
+    ///
+    /// As [`run`](Self::run), counted under `op`.
+    pub async fn del(&self, op: &'static str, key: &str) -> Result<(), ClusterError> {
+        let key = self.key(key);
+        self.run(op, None, move |mut conn| async move {
+            redis::cmd("DEL")
+                .arg(key)
+                .query_async::<()>(&mut conn)
+                .await
+        })
+        .await
+    }
+
     /// Runs `task` on the cluster thread (background work that keeps state in Redis: a
     /// renewal loop, a watcher), where it cannot hold up a worker or a reload.
     pub fn spawn<F>(&self, task: F) -> tokio::task::JoinHandle<F::Output>

@@ -18,6 +18,31 @@ pub(crate) struct Challenges {
     http01: RwLock<HashMap<String, String>>,
     /// TLS-ALPN-01: the SNI the CA sends to the challenge certificate.
     alpn: RwLock<HashMap<String, Arc<CertifiedKey>>>,
+    /// TLS-ALPN-01: each identifier's key authorization digest, as it was given, for
+    /// the instances of a fleet that may be asked instead.
+    #[cfg_attr(
+        not(feature = "cluster"),
+        allow(dead_code, reason = "read by the fleet's ACME (feature `cluster`)")
+    )]
+    digests: RwLock<HashMap<String, Vec<u8>>>,
+    /// Whether this process's own order is running (its answers are not another's).
+    #[cfg_attr(
+        not(feature = "cluster"),
+        allow(dead_code, reason = "read by the fleet's ACME (feature `cluster`)")
+    )]
+    ordering: std::sync::atomic::AtomicBool,
+}
+
+/// The answers set up, as text another instance can set up too: HTTP-01 tokens with
+/// their key authorizations, TLS-ALPN-01 identifiers with their digests.
+#[cfg_attr(
+    not(feature = "cluster"),
+    allow(dead_code, reason = "read by the fleet's ACME (feature `cluster`)")
+)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Answers {
+    pub(crate) http01: Vec<(String, String)>,
+    pub(crate) alpn: Vec<(String, Vec<u8>)>,
 }
 
 impl Challenges {
@@ -57,6 +82,10 @@ impl Challenges {
             .write()
             .unwrap_or_else(PoisonError::into_inner)
             .insert(sni_for(identifier), cert);
+        self.digests
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(identifier.to_owned(), digest.to_vec());
         Ok(())
     }
 
@@ -70,6 +99,86 @@ impl Challenges {
             .write()
             .unwrap_or_else(PoisonError::into_inner)
             .clear();
+        self.digests
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
+    }
+}
+
+#[cfg_attr(
+    not(feature = "cluster"),
+    allow(dead_code, reason = "read by the fleet's ACME (feature `cluster`)")
+)]
+impl Challenges {
+    /// The answers set up now.
+    pub(crate) fn answers(&self) -> Answers {
+        let mut http01: Vec<(String, String)> = self
+            .http01
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(|(t, k)| (t.clone(), k.clone()))
+            .collect();
+        let mut alpn: Vec<(String, Vec<u8>)> = self
+            .digests
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(|(i, d)| (i.clone(), d.clone()))
+            .collect();
+        http01.sort();
+        alpn.sort();
+        Answers { http01, alpn }
+    }
+
+    /// Sets up whatever of `answers` is not set up yet (another instance's order).
+    pub(crate) fn add(
+        &self,
+        answers: &Answers,
+        provider: &CryptoProvider,
+    ) -> Result<(), AcmeError> {
+        for (token, key_authorization) in &answers.http01 {
+            if self.http01(token).as_deref() != Some(key_authorization.as_str()) {
+                self.put_http01(token.clone(), key_authorization.clone());
+            }
+        }
+        for (identifier, digest) in &answers.alpn {
+            let known = self
+                .digests
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .get(identifier)
+                .is_some_and(|d| d == digest);
+            if !known {
+                self.put_alpn(identifier, digest, provider)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Notes whether this process's own order is running.
+    pub(crate) fn set_ordering(&self, on: bool) {
+        self.ordering
+            .store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether this process's own order is running.
+    pub(crate) fn is_ordering(&self) -> bool {
+        self.ordering.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Whether no answer is set up.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.http01
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_empty()
+            && self
+                .digests
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .is_empty()
     }
 }
 

@@ -115,6 +115,10 @@ async fn answer_and_finish(
         tracing::info!(records = %records.names(), "ACME: DNS-01 records added; waiting until the zone's servers have them");
         records.propagated().await?;
     }
+    // In a fleet, the other instances set the answers up too before the CA may come.
+    if !settings.answer_delay.is_zero() {
+        tokio::time::sleep(settings.answer_delay).await;
+    }
     // The authorizations were fetched above; this pass reads them from the order.
     let mut authorizations = order.authorizations();
     while let Some(authorization) = authorizations.next().await {

@@ -40,6 +40,8 @@
 mod challenge;
 mod client;
 mod dns01;
+#[cfg(feature = "cluster")]
+mod fleet;
 mod http01;
 mod issue;
 mod store;
@@ -109,6 +111,11 @@ pub struct AcmeSettings {
     pub(crate) challenge: AcmeChallenge,
     pub(crate) retry: Duration,
     pub(crate) timeout: Duration,
+    /// How long an order waits between setting up its answers and telling the CA: for
+    /// the instances of a fleet to set them up too.
+    pub(crate) answer_delay: Duration,
+    #[cfg(feature = "cluster")]
+    pub(crate) cluster: Option<fleet::ClusterRef>,
 }
 
 impl AcmeSettings {
@@ -131,7 +138,22 @@ impl AcmeSettings {
             challenge: AcmeChallenge::default(),
             retry: Duration::from_secs(60),
             timeout: Duration::from_secs(30),
+            answer_delay: Duration::ZERO,
+            #[cfg(feature = "cluster")]
+            cluster: None,
         }
+    }
+
+    /// Keeps the account, the certificate and its renewal state in `cluster`'s Redis,
+    /// shared by every instance of the fleet, one of which orders at a time (see the
+    /// `fleet` section of the [module documentation](self)); the state directory keeps a
+    /// local copy. Defaults to the state directory alone.
+    #[cfg(feature = "cluster")]
+    #[must_use]
+    pub fn cluster(mut self, cluster: scb_core::cluster::Cluster) -> Self {
+        self.cluster = Some(fleet::ClusterRef(cluster));
+        self.answer_delay = fleet::ANSWER_DELAY;
+        self
     }
 
     /// The contact address the account is registered with (the CA's expiry warnings go
@@ -269,63 +291,129 @@ pub(crate) fn renewal_due(acceptor: &TlsAcceptor, domains: &[String]) -> SystemT
     cert.not_before + life * 2 / 3
 }
 
+/// How often a certificate that is not due is looked for on disk (and, with a cluster,
+/// in Redis): another instance sharing the state may have renewed it.
+const SHARED_POLL: Duration = Duration::from_secs(30);
+/// How often an instance waiting for another's order looks again.
+const WAITING_POLL: Duration = Duration::from_secs(2);
+
 /// Obtains and renews the certificate of `acceptor` forever: the body of
-/// [`TlsAcceptor::acme_task`](crate::TlsAcceptor::acme_task).
+/// [`TlsAcceptor::acme_task`](crate::TlsAcceptor::acme_task). With a cluster, the
+/// fleet's loop; otherwise this one, which takes the state directory's lock around each
+/// order, so that instances sharing a directory order once, and serves what another
+/// instance stored there.
 pub(crate) async fn run(
     acceptor: TlsAcceptor,
     settings: AcmeSettings,
     challenges: Arc<Challenges>,
 ) {
+    #[cfg(feature = "cluster")]
+    if let Some(cluster) = settings.cluster.clone() {
+        return fleet::run(acceptor, settings, challenges, cluster.0).await;
+    }
     let names = settings.domains.join(", ");
+    let store = settings.store();
     let mut failures: u32 = 0;
+    let mut scheduled = None;
     loop {
+        adopt_stored(
+            &acceptor,
+            &store,
+            &names,
+            "by another instance sharing the state directory",
+        );
         let due = renewal_due(&acceptor, &settings.domains);
         if let Ok(wait) = due.duration_since(SystemTime::now()) {
-            tracing::info!(
-                domains = %names,
-                renew_in_secs = wait.as_secs(),
-                "ACME: certificate valid; renewal scheduled"
-            );
-            tokio::time::sleep(wait).await;
-        } else if acceptor.certificates().is_empty() && failures == 0 {
+            if scheduled != Some(due) {
+                scheduled = Some(due);
+                tracing::info!(
+                    domains = %names,
+                    renew_in_secs = wait.as_secs(),
+                    "ACME: certificate valid; renewal scheduled"
+                );
+            }
+            tokio::time::sleep(wait.min(SHARED_POLL)).await;
+            continue;
+        }
+        let lock = match store.lock() {
+            Ok(Some(lock)) => Some(lock),
+            Ok(None) => {
+                tracing::debug!(domains = %names, "ACME: another process is ordering; waiting for its certificate");
+                tokio::time::sleep(WAITING_POLL).await;
+                continue;
+            }
+            Err(e) => {
+                tracing::warn!(domains = %names, error = %e, "ACME: the state directory's lock cannot be taken; ordering without it");
+                None
+            }
+        };
+        if acceptor.certificates().is_empty() && failures == 0 {
             tracing::info!(
                 domains = %names,
                 directory = %settings.directory,
                 "ACME: no certificate yet; requesting one (TLS handshakes for these names fail until it is issued)"
             );
         }
-        let installed = match issue::obtain(&settings, &challenges).await {
-            Ok(()) => installable(&settings),
-            Err(e) => Err(e),
-        };
-        match installed {
-            Ok(()) => match acceptor.reload() {
-                Ok(()) => {
-                    failures = 0;
-                    metrics::counter!("scb_acme_certificates_issued_total").increment(1);
-                    let until = acceptor
-                        .certificates()
-                        .first()
-                        .map(|c| scb_core::date::UtcTime::from(c.not_after).to_string())
-                        .unwrap_or_default();
-                    tracing::info!(domains = %names, valid_until = %until, "ACME: certificate issued and serving");
-                }
-                Err(e) => {
-                    failures += 1;
-                    failed(
-                        &names,
-                        &AcmeError::Install(e),
-                        &settings,
-                        failures,
-                        &acceptor,
-                    )
-                    .await;
-                }
-            },
+        let outcome = obtain_and_install(&acceptor, &settings, &challenges).await;
+        drop(lock);
+        match outcome {
+            Ok(()) => {
+                failures = 0;
+                scheduled = None;
+            }
             Err(e) => {
                 failures += 1;
                 failed(&names, &e, &settings, failures, &acceptor).await;
             }
+        }
+    }
+}
+
+/// One order, its certificate checked and installed.
+async fn obtain_and_install(
+    acceptor: &TlsAcceptor,
+    settings: &AcmeSettings,
+    challenges: &Challenges,
+) -> Result<(), AcmeError> {
+    issue::obtain(settings, challenges).await?;
+    installable(settings)?;
+    acceptor.reload().map_err(AcmeError::Install)?;
+    issued(acceptor, &settings.domains.join(", "));
+    Ok(())
+}
+
+/// Logs and counts an issued certificate now being served.
+fn issued(acceptor: &TlsAcceptor, names: &str) {
+    metrics::counter!("scb_acme_certificates_issued_total").increment(1);
+    let until = acceptor
+        .certificates()
+        .first()
+        .map(|c| scb_core::date::UtcTime::from(c.not_after).to_string())
+        .unwrap_or_default();
+    tracing::info!(domains = %names, valid_until = %until, "ACME: certificate issued and serving");
+}
+
+/// Serves the certificate in the state directory when it is newer than the one being
+/// served (another instance renewed it); whether it did.
+fn adopt_stored(acceptor: &TlsAcceptor, store: &Store, names: &str, by: &str) -> bool {
+    let Ok(stored) = crate::certs::load_issued(&store.files(), &crate::provider::provider()) else {
+        return false;
+    };
+    let newer = acceptor
+        .certificates()
+        .first()
+        .is_none_or(|served| stored.not_after > served.not_after);
+    if !newer {
+        return false;
+    }
+    match acceptor.reload() {
+        Ok(()) => {
+            tracing::info!(domains = %names, "ACME: serving the certificate renewed {by}");
+            true
+        }
+        Err(e) => {
+            tracing::warn!(domains = %names, error = %e, "ACME: a stored certificate does not load");
+            false
         }
     }
 }

@@ -134,6 +134,52 @@ impl Store {
     }
 }
 
+/// An exclusive lock on a certificate's state, held while one process orders it: the
+/// instances that share a state directory (on one machine, or a network filesystem with
+/// locks) order each certificate once. The kernel (or the file server's lease) releases
+/// it when the holder exits or dies, so a crashed instance never blocks the others.
+#[derive(Debug)]
+pub(crate) struct StoreLock {
+    _file: std::fs::File,
+}
+
+impl Store {
+    /// Takes the certificate's lock (`NAME.lock` in the state directory) if no other
+    /// process holds it; `Ok(None)` when one does.
+    pub(crate) fn lock(&self) -> Result<Option<StoreLock>, AcmeError> {
+        let path = self.cert.with_extension("").with_extension("lock");
+        let state = |source| AcmeError::State {
+            path: path.clone(),
+            source,
+        };
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&self.dir)
+            .map_err(|source| AcmeError::State {
+                path: self.dir.clone(),
+                source,
+            })?;
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(&path)
+            .map_err(state)?;
+        match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => {
+                // Who holds it, for whoever looks: the lock itself is the kernel's.
+                let _ = file.set_len(0);
+                let _ = writeln!(file, "pid {}", std::process::id());
+                Ok(Some(StoreLock { _file: file }))
+            }
+            Err(rustix::io::Errno::WOULDBLOCK) => Ok(None),
+            Err(e) => Err(state(e.into())),
+        }
+    }
+}
+
 /// `path` with `.new` after its name.
 fn staged(path: &Path) -> PathBuf {
     let mut name = path.as_os_str().to_owned();
@@ -146,6 +192,24 @@ mod tests {
     use std::os::unix::fs::PermissionsExt as _;
 
     use super::*;
+
+    #[test]
+    fn one_process_holds_a_certificates_lock_at_a_time() {
+        let dir = std::env::temp_dir().join(format!("scb-tls-acme-lock-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let store = Store::new(&dir, "example.com");
+        let held = store.lock().unwrap().expect("free");
+        // flock is per open file: a second open (as another process's) is refused.
+        assert!(store.lock().unwrap().is_none());
+        assert!(
+            std::fs::read_to_string(dir.join("example.com.lock"))
+                .unwrap()
+                .starts_with("pid ")
+        );
+        drop(held);
+        assert!(store.lock().unwrap().is_some());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn files_are_private_and_named_after_the_first_domain() {

@@ -102,54 +102,6 @@ impl KeySet {
             retired: Vec::new(),
         })
     }
-
-    /// `v1 ROTATED_MS CURRENT ID:SECRET ID:SECRET ...`, hex: what the cluster stores.
-    fn encode(&self) -> String {
-        let mut out = format!("v1 {} {}", self.rotated_ms, self.current);
-        for key in &self.keys {
-            out.push(' ');
-            out.push_str(&hex(&key.id));
-            out.push(':');
-            out.push_str(&hex(&key.secret));
-        }
-        out
-    }
-
-    fn decode(text: &str) -> Option<Self> {
-        let mut parts = text.split(' ');
-        if parts.next()? != "v1" {
-            return None;
-        }
-        let rotated_ms = parts.next()?.parse().ok()?;
-        let current: usize = parts.next()?.parse().ok()?;
-        let keys = parts
-            .map(|part| {
-                let (id, secret) = part.split_once(':')?;
-                TicketKey::from_parts(unhex(id)?, unhex(secret)?)
-            })
-            .collect::<Option<Vec<_>>>()?;
-        (current < keys.len()).then_some(Self {
-            keys,
-            current,
-            rotated_ms,
-            retired: Vec::new(),
-        })
-    }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex<const N: usize>(text: &str) -> Option<[u8; N]> {
-    if text.len() != 2 * N || !text.is_ascii() {
-        return None;
-    }
-    let mut out = [0u8; N];
-    for (i, byte) in out.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(&text[2 * i..2 * i + 2], 16).ok()?;
-    }
-    Some(out)
 }
 
 fn now_ms() -> u64 {
@@ -202,10 +154,6 @@ impl TicketKeys {
 
     fn set(&self) -> Arc<KeySet> {
         Arc::clone(&self.set.read().unwrap_or_else(PoisonError::into_inner))
-    }
-
-    fn replace(&self, set: KeySet) {
-        *self.set.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(set);
     }
 
     fn period_ms(&self) -> u64 {

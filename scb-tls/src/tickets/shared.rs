@@ -1,12 +1,12 @@
 //! Ticket keys kept in the fleet's Redis: read every few seconds, rotated by the instance
 //! that holds `lock:tickets` when the stored set is a period old.
 
-use std::sync::{Arc, RwLock, Weak};
+use std::sync::{Arc, PoisonError, RwLock, Weak};
 use std::time::Duration;
 
 use scb_core::cluster::Cluster;
 
-use super::{KeySet, NoRandom, TicketKeys, now_ms};
+use super::{KeySet, NoRandom, TicketKey, TicketKeys, now_ms};
 
 /// The hash the set is stored in, and its field.
 const KEY: &str = "tls:tickets";
@@ -75,6 +75,10 @@ impl TicketKeys {
         lease.release().await;
     }
 
+    fn replace(&self, set: KeySet) {
+        *self.set.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(set);
+    }
+
     /// Takes `set` as the keys, unless it is the one in use; keys of the old set that the
     /// new one lacks still read tickets for a period.
     fn adopt(&self, mut set: KeySet, now: u64) {
@@ -120,5 +124,92 @@ async fn watch(cluster: Cluster, keys: Weak<TicketKeys>) {
         let poll = (strong.period / 12).clamp(Duration::from_millis(100), Duration::from_secs(5));
         drop(strong);
         tokio::time::sleep(poll).await;
+    }
+}
+
+impl KeySet {
+    /// `v1 ROTATED_MS CURRENT ID:SECRET ID:SECRET ...`, hex: what the cluster stores.
+    fn encode(&self) -> String {
+        let mut out = format!("v1 {} {}", self.rotated_ms, self.current);
+        for key in &self.keys {
+            out.push(' ');
+            out.push_str(&hex(&key.id));
+            out.push(':');
+            out.push_str(&hex(&key.secret));
+        }
+        out
+    }
+
+    fn decode(text: &str) -> Option<Self> {
+        let mut parts = text.split(' ');
+        if parts.next()? != "v1" {
+            return None;
+        }
+        let rotated_ms = parts.next()?.parse().ok()?;
+        let current: usize = parts.next()?.parse().ok()?;
+        let keys = parts
+            .map(|part| {
+                let (id, secret) = part.split_once(':')?;
+                TicketKey::from_parts(unhex(id)?, unhex(secret)?)
+            })
+            .collect::<Option<Vec<_>>>()?;
+        (current < keys.len()).then_some(Self {
+            keys,
+            current,
+            rotated_ms,
+            retired: Vec::new(),
+        })
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex<const N: usize>(text: &str) -> Option<[u8; N]> {
+    if text.len() != 2 * N || !text.is_ascii() {
+        return None;
+    }
+    let mut out = [0u8; N];
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&text[2 * i..2 * i + 2], 16).ok()?;
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, RwLock};
+    use std::time::Duration;
+
+    use rustls::server::ProducesTickets as _;
+
+    use super::super::{DEFAULT_PERIOD, KeySet, TicketKeys};
+
+    fn keys_with(set: KeySet, period: Duration) -> TicketKeys {
+        TicketKeys {
+            set: RwLock::new(Arc::new(set)),
+            period,
+            shared: false,
+        }
+    }
+
+    #[test]
+    fn a_set_written_and_read_back_reads_the_same_tickets() {
+        let set = KeySet::new(1_000).unwrap().rotated(2_000).unwrap();
+        let text = set.encode();
+        assert!(text.starts_with("v1 2000 1 "), "{text}");
+        let a = keys_with(set, DEFAULT_PERIOD);
+        let b = keys_with(KeySet::decode(&text).unwrap(), DEFAULT_PERIOD);
+        let ticket = a.encrypt(b"state").unwrap();
+        assert_eq!(b.decrypt(&ticket).unwrap(), b"state");
+        for bad in [
+            "",
+            "v2 1 0 00000000:00",
+            "v1 x 0",
+            "v1 1 5 00000000:".to_owned().as_str(),
+        ] {
+            assert!(KeySet::decode(bad).is_none(), "{bad:?}");
+        }
     }
 }

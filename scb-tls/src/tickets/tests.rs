@@ -34,25 +34,6 @@ fn a_ticket_is_read_back_and_an_altered_or_foreign_one_is_not() {
 }
 
 #[test]
-fn a_set_written_and_read_back_reads_the_same_tickets() {
-    let set = KeySet::new(1_000).unwrap().rotated(2_000).unwrap();
-    let text = set.encode();
-    assert!(text.starts_with("v1 2000 1 "), "{text}");
-    let a = keys_with(set, DEFAULT_PERIOD);
-    let b = keys_with(KeySet::decode(&text).unwrap(), DEFAULT_PERIOD);
-    let ticket = a.encrypt(b"state").unwrap();
-    assert_eq!(b.decrypt(&ticket).unwrap(), b"state");
-    for bad in [
-        "",
-        "v2 1 0 00000000:00",
-        "v1 x 0",
-        "v1 1 5 00000000:".to_owned().as_str(),
-    ] {
-        assert!(KeySet::decode(bad).is_none(), "{bad:?}");
-    }
-}
-
-#[test]
 fn rotations_keep_tickets_readable_for_one_period_at_least_and_two_at_most() {
     let period = Duration::from_secs(3600);
     let start = now_ms();
@@ -61,7 +42,7 @@ fn rotations_keep_tickets_readable_for_one_period_at_least_and_two_at_most() {
     let ticket = keys.encrypt(b"state").unwrap();
     // One rotation: the key that made it is the previous one.
     let once = keys.set().rotated(start + 3_600_000).unwrap();
-    keys.replace(once);
+    *keys.set.write().unwrap() = Arc::new(once);
     assert_eq!(keys.decrypt(&ticket).unwrap(), b"state");
     // A set rotated ahead (another instance) already knew this set's next key.
     let made_later = keys.encrypt(b"later").unwrap();
