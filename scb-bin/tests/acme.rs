@@ -747,3 +747,119 @@ fn a_fleet_orders_its_certificate_once_replacing_a_stale_one_and_every_instance_
     drop(fleet);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// An `ask` service: allows `shop-*` names, refuses every other, counting what it is asked.
+fn ask_service() -> (SocketAddr, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let asked = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = std::sync::Arc::clone(&asked);
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") && stream.read_exact(&mut byte).is_ok() {
+                head.push(byte[0]);
+            }
+            let head = String::from_utf8_lossy(&head).into_owned();
+            let domain = head
+                .split_whitespace()
+                .nth(1)
+                .and_then(|target| target.split_once("domain="))
+                .map(|(_, d)| d.to_owned())
+                .unwrap_or_default();
+            seen.lock().unwrap().push(domain.clone());
+            let status = if domain.starts_with("shop-") {
+                "200 OK"
+            } else {
+                "403 Forbidden"
+            };
+            let _ = write!(
+                stream,
+                "HTTP/1.1 {status}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            );
+        }
+    });
+    (addr, asked)
+}
+
+#[test]
+fn on_demand_certificates_are_asked_for_ordered_while_the_handshake_waits_and_refusals_fail_fast() {
+    let dir = temp_dir("on-demand");
+    let Some(bind) = Bind::start(&dir) else {
+        return;
+    };
+    // Every shop's name resolves to 127.0.0.1 (the zone's `*` record), where the CA
+    // validates TLS-ALPN-01 on the on-demand listener itself.
+    let tls_port = free_port();
+    let Some(pebble) = Pebble::start_resolving(&dir, tls_port, free_port(), 3600, Some(bind.addr))
+    else {
+        return;
+    };
+    let (ask, asked) = ask_service();
+    let (directory, ca_root) = pebble.ca();
+    let state = dir.join("state");
+    let config = format!(
+        "[server]\nworkers = 2\n\
+         [[listen]]\naddr = \"127.0.0.1:{tls_port}\"\n\
+         tls = {{ on_demand = {{ ask = \"http://{ask}/allowed\", email = \"ops@example.com\", \
+         directory = \"{directory}\", ca_root = {ca_root:?}, state_dir = {state:?}, \
+         per_hour = 2 }} }}\n\
+         [[route]]\npath = \"/\"\nrespond = {{ body = \"hello\" }}\n"
+    );
+    let mut scb = Server::start(&config);
+    let trusting = client(&[&pebble.issuing_root()]);
+    let addr = SocketAddr::from(([127, 0, 0, 1], tls_port));
+
+    // An allowed name: the first handshake waits for its certificate and gets it.
+    let mut tls =
+        connect(addr, "shop-a.example.test", &trusting).expect("an on-demand certificate");
+    assert_eq!(body(&mut tls, "/"), "hello");
+    let first = peer_der(&tls);
+    // The next handshake has it at once: the ask service is not asked again.
+    let mut again = connect(addr, "shop-a.example.test", &trusting).unwrap();
+    assert_eq!(body(&mut again, "/"), "hello");
+    assert_eq!(peer_der(&again), first);
+    assert_eq!(asked.lock().unwrap().as_slice(), ["shop-a.example.test"]);
+
+    // A refused name fails fast, and is not asked about again for a while.
+    let started = Instant::now();
+    assert!(connect(addr, "evil.example.test", &trusting).is_err());
+    assert!(connect(addr, "evil.example.test", &trusting).is_err());
+    assert!(started.elapsed() < Duration::from_secs(5));
+    let evil = asked
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|d| *d == "evil.example.test")
+        .count();
+    assert_eq!(evil, 1, "{:?}", asked.lock().unwrap());
+
+    // The hour allows two orders (refused names do not count): shop-b is the second;
+    // shop-c, allowed, fails fast without an order.
+    let mut tls = connect(addr, "shop-b.example.test", &trusting).expect("the hour's second");
+    assert_eq!(body(&mut tls, "/"), "hello");
+    let started = Instant::now();
+    assert!(connect(addr, "shop-c.example.test", &trusting).is_err());
+    assert!(started.elapsed() < Duration::from_secs(5));
+    scb.wait_for_line(|l| l.contains("this hour's orders are used up"));
+    let issued_now = std::fs::read_to_string(&pebble.log)
+        .unwrap()
+        .matches("Issued certificate")
+        .count();
+    assert_eq!(issued_now, 2);
+
+    // A restart serves what was issued, from the state directory, without asking.
+    scb.terminate();
+    scb.wait();
+    let count = asked.lock().unwrap().len();
+    let _scb = Server::start(&config);
+    let mut tls = connect(addr, "shop-a.example.test", &trusting).unwrap();
+    assert_eq!(body(&mut tls, "/"), "hello");
+    assert_eq!(peer_der(&tls), first);
+    assert_eq!(asked.lock().unwrap().len(), count);
+    let log = std::fs::read_to_string(&pebble.log).unwrap();
+    assert_eq!(log.matches("Issued certificate").count(), 2, "{log}");
+    let _ = std::fs::remove_dir_all(dir);
+}

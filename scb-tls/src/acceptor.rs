@@ -10,6 +10,7 @@ use tokio::net::TcpStream;
 use tokio_rustls::Accept;
 use tokio_rustls::server::TlsStream;
 
+use crate::acme::on_demand::OnDemand;
 use crate::acme::{ACME_TLS_ALPN, Challenges};
 use crate::certs::{self, CertInfo};
 use crate::config;
@@ -36,6 +37,8 @@ struct Inner {
     reloading: Mutex<()>,
     /// An ACME listener's pending challenge answers.
     challenges: Option<Arc<Challenges>>,
+    /// An on-demand listener's certificates and orders.
+    on_demand: Option<Arc<OnDemand>>,
 }
 
 impl fmt::Debug for TlsAcceptor {
@@ -59,11 +62,14 @@ impl TlsAcceptor {
     pub fn new(settings: TlsSettings) -> Result<Self, TlsError> {
         let provider = Arc::new(crate::provider::provider());
         let set = CertSet::new(certs::load_all(&settings, &provider)?);
-        let challenges = settings
-            .acme
+        let challenges = (settings.acme.is_some() || settings.on_demand.is_some())
+            .then(|| Arc::new(Challenges::default()));
+        let on_demand = settings
+            .on_demand
             .as_ref()
-            .map(|_| Arc::new(Challenges::default()));
-        let resolver = Arc::new(Resolver::new(set, challenges.clone()));
+            .zip(challenges.as_ref())
+            .map(|(s, c)| Arc::new(OnDemand::load(s.clone(), Arc::clone(c))));
+        let resolver = Arc::new(Resolver::new(set, challenges.clone(), on_demand.clone()));
         let config = Arc::new(config::server_config(
             provider,
             Arc::clone(&resolver),
@@ -77,6 +83,7 @@ impl TlsAcceptor {
                 config,
                 reloading: Mutex::new(()),
                 challenges,
+                on_demand,
             }),
         })
     }
@@ -84,10 +91,19 @@ impl TlsAcceptor {
     /// For an ACME listener ([`TlsSettings::acme`]), the task that obtains its
     /// certificate and renews it, forever: spawn it once per process (on any runtime),
     /// and abort it when the acceptor is replaced. `None` for other listeners.
-    pub fn acme_task(&self) -> Option<impl std::future::Future<Output = ()> + Send + 'static> {
+    pub fn acme_task(
+        &self,
+    ) -> Option<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'static>>> {
+        if let Some(on_demand) = &self.inner.on_demand {
+            return Some(Box::pin(Arc::clone(on_demand).renew_forever()));
+        }
         let settings = self.inner.settings.acme.clone()?;
         let challenges = self.inner.challenges.clone()?;
-        Some(crate::acme::run(self.clone(), settings, challenges))
+        Some(Box::pin(crate::acme::run(
+            self.clone(),
+            settings,
+            challenges,
+        )))
     }
 
     /// An ACME listener's pending challenge answers.
@@ -122,9 +138,13 @@ impl TlsAcceptor {
         Ok(())
     }
 
-    /// What the certificates being served cover, in the order of the settings.
+    /// What the certificates being served cover, in the order of the settings (an
+    /// on-demand listener's: those obtained so far).
     pub fn certificates(&self) -> Vec<CertInfo> {
-        self.inner.resolver.current().infos()
+        match &self.inner.on_demand {
+            Some(on_demand) => on_demand.infos(),
+            None => self.inner.resolver.current().infos(),
+        }
     }
 
     /// The settings this acceptor loads from.
@@ -156,28 +176,61 @@ impl TlsAcceptor {
 /// handshake, then HTTP/2 if ALPN chose `h2`, HTTP/1.1 otherwise (`http/1.1` or no ALPN).
 impl Handshake for TlsAcceptor {
     fn handshake(&self, tcp: TcpStream) -> HandshakeFuture {
+        if let Some(on_demand) = self.inner.on_demand.clone() {
+            return on_demand_handshake(tcp, on_demand, Arc::clone(&self.inner.config));
+        }
         let accept = self.accept(tcp);
-        Box::pin(async move {
-            let stream: TlsStream<TcpStream> = accept.await?;
-            if stream.get_ref().1.alpn_protocol() == Some(ACME_TLS_ALPN) {
-                // A CA validating a TLS-ALPN-01 challenge: the handshake was the answer,
-                // and no HTTP follows (RFC 8737 §3).
-                return Err(std::io::Error::other(AcmeValidationAnswered));
-            }
-            let protocol = protocol(&stream);
-            let client = stream
-                .get_ref()
-                .1
-                .peer_certificates()
-                .and_then(<[_]>::first)
-                .and_then(crate::certs::client_certificate);
-            Ok(Secured::new(Box::new(stream), protocol).client(client))
-        })
+        Box::pin(async move { secured(accept.await?) })
     }
 
     fn failure_reason(&self, error: &std::io::Error) -> &'static str {
         failure_reason(error)
     }
+}
+
+/// An on-demand listener's handshake: the ClientHello read first, then, for a name
+/// without a certificate (and not a CA's validation), the certificate obtained while the
+/// handshake waits; then the handshake, whose resolver finds it (or refuses with an
+/// alert, when none could be had).
+fn on_demand_handshake(
+    tcp: TcpStream,
+    on_demand: Arc<OnDemand>,
+    config: Arc<ServerConfig>,
+) -> HandshakeFuture {
+    Box::pin(async move {
+        let start =
+            tokio_rustls::LazyConfigAcceptor::new(rustls::server::Acceptor::default(), tcp).await?;
+        let hello = start.client_hello();
+        let validation = hello
+            .alpn()
+            .is_some_and(|mut offered| offered.any(|p| p == ACME_TLS_ALPN));
+        let name = hello.server_name().map(str::to_owned);
+        if !validation
+            && let Some(name) = name
+            && let Err(why) = on_demand.obtain(&name).await
+        {
+            tracing::debug!(sni = %name, reason = %why, "TLS handshake refused: no on-demand certificate");
+        }
+        secured(start.into_stream(config).await?)
+    })
+}
+
+/// What a finished handshake gives the server: the stream, the protocol ALPN chose, and
+/// the client's certificate. A TLS-ALPN-01 validation ends there.
+fn secured(stream: TlsStream<TcpStream>) -> std::io::Result<Secured> {
+    if stream.get_ref().1.alpn_protocol() == Some(ACME_TLS_ALPN) {
+        // A CA validating a TLS-ALPN-01 challenge: the handshake was the answer, and no
+        // HTTP follows (RFC 8737 §3).
+        return Err(std::io::Error::other(AcmeValidationAnswered));
+    }
+    let protocol = protocol(&stream);
+    let client = stream
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(<[_]>::first)
+        .and_then(crate::certs::client_certificate);
+    Ok(Secured::new(Box::new(stream), protocol).client(client))
 }
 
 /// The end of a TLS-ALPN-01 validation's connection: the handshake was the answer.

@@ -61,6 +61,10 @@ pub(crate) fn load_all(
             }
         };
     }
+    if settings.on_demand.is_some() {
+        // Each name's certificate is the on-demand state's, loaded and obtained there.
+        return Ok(Vec::new());
+    }
     if settings.certs().is_empty() {
         return Err(TlsError::NoCertificates);
     }
@@ -79,6 +83,11 @@ pub(crate) fn load_issued(
     provider: &CryptoProvider,
 ) -> Result<CertInfo, TlsError> {
     load(files, provider, unix_now()).map(|loaded| loaded.info)
+}
+
+/// Loads the certificate and key of `files`, checked as at start-up.
+pub(crate) fn load_files(files: &CertFiles, provider: &CryptoProvider) -> Result<Loaded, TlsError> {
+    load(files, provider, unix_now())
 }
 
 fn load(files: &CertFiles, provider: &CryptoProvider, now: i64) -> Result<Loaded, TlsError> {

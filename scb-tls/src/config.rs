@@ -60,7 +60,7 @@ pub(crate) fn server_config(
         Alpn::H2AndHttp1 => vec![b"h2".to_vec(), b"http/1.1".to_vec()],
         Alpn::Http1Only => vec![b"http/1.1".to_vec()],
     };
-    if settings.acme.is_some() {
+    if settings.acme.is_some() || settings.on_demand.is_some() {
         // Last, so that no ordinary client picks it; without it in the list rustls would
         // refuse a validation's handshake (no protocol in common).
         config

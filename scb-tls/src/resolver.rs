@@ -7,6 +7,7 @@ use rustls::SignatureScheme;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 
+use crate::acme::on_demand::OnDemand;
 use crate::acme::{ACME_TLS_ALPN, Challenges};
 use crate::certs::{CertInfo, Loaded};
 
@@ -21,13 +22,20 @@ pub(crate) struct Resolver {
     current: RwLock<Arc<CertSet>>,
     /// An ACME listener's pending TLS-ALPN-01 answers.
     challenges: Option<Arc<Challenges>>,
+    /// An on-demand listener's certificates, one per name.
+    on_demand: Option<Arc<OnDemand>>,
 }
 
 impl Resolver {
-    pub(crate) fn new(set: CertSet, challenges: Option<Arc<Challenges>>) -> Self {
+    pub(crate) fn new(
+        set: CertSet,
+        challenges: Option<Arc<Challenges>>,
+        on_demand: Option<Arc<OnDemand>>,
+    ) -> Self {
         Self {
             current: RwLock::new(Arc::new(set)),
             challenges,
+            on_demand,
         }
     }
 
@@ -53,6 +61,10 @@ impl ResolvesServerCert for Resolver {
         {
             // A validation: the challenge's certificate or nothing, never a real one.
             return challenges.alpn(hello.server_name()?);
+        }
+        if let Some(on_demand) = &self.on_demand {
+            // What the handshake obtained before it got here (or nothing: the alert).
+            return on_demand.certificate(hello.server_name()?);
         }
         let set = self.current.read().unwrap_or_else(PoisonError::into_inner);
         let chosen = set.choose(hello.server_name(), hello.signature_schemes());

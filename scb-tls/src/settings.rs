@@ -62,6 +62,7 @@ pub struct TlsSettings {
     pub(crate) session_cache: usize,
     pub(crate) client_auth: Option<ClientAuth>,
     pub(crate) acme: Option<crate::AcmeSettings>,
+    pub(crate) on_demand: Option<crate::acme::OnDemandSettings>,
     pub(crate) tickets: Option<SharedKeys>,
 }
 
@@ -126,6 +127,7 @@ impl TlsSettings {
             session_cache: SESSION_CACHE,
             client_auth: None,
             acme: None,
+            on_demand: None,
             tickets: None,
         }
     }
@@ -139,6 +141,22 @@ impl TlsSettings {
             acme: Some(acme),
             ..Self::new([])
         }
+    }
+
+    /// Settings for a listener whose certificates are obtained on demand, one per name
+    /// clients ask for and the `ask` URL allows (see [`crate::acme::on_demand`]).
+    /// Certificates issued before are loaded from the state directory; a handshake for a
+    /// new name waits for its certificate.
+    pub fn on_demand(settings: crate::acme::OnDemandSettings) -> Self {
+        Self {
+            on_demand: Some(settings),
+            ..Self::new([])
+        }
+    }
+
+    /// The on-demand settings, for an on-demand listener.
+    pub fn on_demand_settings(&self) -> Option<&crate::acme::OnDemandSettings> {
+        self.on_demand.as_ref()
     }
 
     /// The ACME settings, for a listener whose certificate ACME obtains.

@@ -314,6 +314,32 @@ pub(crate) struct TlsConfig {
     pub(crate) client_auth: Option<Spanned<String>>,
     /// Certificates from an ACME CA instead of files.
     pub(crate) acme: Option<Spanned<AcmeConfig>>,
+    /// A certificate per name clients ask for, obtained when first asked if the `ask`
+    /// URL allows the name.
+    pub(crate) on_demand: Option<Spanned<OnDemandConfig>>,
+}
+
+/// `tls = { on_demand = { ask = "http://127.0.0.1:5555/allowed", email = "..." } }`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct OnDemandConfig {
+    /// Asked `?domain=NAME` before a name is ordered; 200 allows it.
+    pub(crate) ask: Spanned<String>,
+    pub(crate) email: Option<Spanned<String>>,
+    pub(crate) directory: Option<Spanned<String>>,
+    pub(crate) ca_root: Option<Spanned<std::path::PathBuf>>,
+    /// Required without `[cluster]`.
+    pub(crate) state_dir: Option<Spanned<std::path::PathBuf>>,
+    /// `tls-alpn-01` (absent) or `http-01`.
+    pub(crate) challenge: Option<Spanned<String>>,
+    /// How long a handshake waits for its certificate; absent means 8s.
+    pub(crate) wait: Option<Spanned<HumanDuration>>,
+    /// New names ordered per hour; absent means 10.
+    pub(crate) per_hour: Option<Spanned<u32>>,
+    /// Names held at most; absent means 10,000.
+    pub(crate) max_names: Option<Spanned<usize>>,
+    /// Longest wait for one answer of the CA; absent means 30s.
+    pub(crate) timeout: Option<Spanned<HumanDuration>>,
 }
 
 /// `tls = { acme = { domains, email, directory, ca_root, state_dir, challenge, dns, retry,
@@ -330,7 +356,6 @@ pub(crate) struct AcmeConfig {
     pub(crate) directory: Option<Spanned<String>>,
     /// Extra roots (PEM) for the directory's own TLS, for a private CA.
     pub(crate) ca_root: Option<Spanned<std::path::PathBuf>>,
-    /// Where the account key and the certificate are kept.
     /// Where the account and certificates are kept (with `[cluster]`, a local copy of
     /// what Redis keeps); required without `[cluster]`, else absent means a directory
     /// under the system's temporary one.
@@ -985,6 +1010,15 @@ impl Config {
                 }
                 if let Some(dns) = &mut acme.dns {
                     resolve(dns.get_mut().rfc2136.get_mut().tsig_secret_file.get_mut());
+                }
+            }
+            if let Some(on_demand) = &mut tls.on_demand {
+                let on_demand = on_demand.get_mut();
+                if let Some(dir) = on_demand.state_dir.as_mut() {
+                    resolve(dir.get_mut());
+                }
+                if let Some(root) = &mut on_demand.ca_root {
+                    resolve(root.get_mut());
                 }
             }
             for cert in &mut tls.certs {

@@ -139,7 +139,10 @@ pub(super) fn listeners(
                 }
                 let mut acceptor = tls_acceptor(config_tls, tickets, cluster)
                     .map_err(|e| e.within(&format!("listen[{i}]")))?;
-                if acceptor.settings().acme_settings().is_some() {
+                if acceptor.settings().on_demand_settings().is_some() {
+                    // Its renewals, and the HTTP-01 answers of its orders.
+                    https.acme.push(acceptor.clone());
+                } else if acceptor.settings().acme_settings().is_some() {
                     // Two listeners of one certificate (IPv4 and IPv6, say) share its
                     // acceptor: one renewal task, one set of files.
                     // Same files: the same state directory and first name.
@@ -281,18 +284,33 @@ fn tls_acceptor(
         let c = cert.get_ref();
         files.push(scb_tls::CertFiles::new(c.cert.clone(), c.key.clone()));
     }
-    let mut settings = match &tls.acme {
-        Some(acme) if !files.is_empty() => {
+    let mut settings = match (&tls.acme, &tls.on_demand) {
+        (Some(acme), _) if !files.is_empty() => {
             return Err(Located::at(
                 acme,
                 "tls.acme",
                 "certificates come from files or from ACME, not both",
             ));
         }
-        Some(acme) => scb_tls::TlsSettings::acme(acme_settings(acme, cluster)?),
-        None => scb_tls::TlsSettings::new(files),
+        (_, Some(on_demand)) if !files.is_empty() || tls.acme.is_some() => {
+            return Err(Located::at(
+                on_demand,
+                "tls.on_demand",
+                "an on-demand listener gets every certificate on demand: leave out `cert`, \
+                 `certs` and `acme`",
+            ));
+        }
+        (Some(acme), None) => scb_tls::TlsSettings::acme(acme_settings(acme, cluster)?),
+        (None, Some(on_demand)) => {
+            scb_tls::TlsSettings::on_demand(on_demand_settings(on_demand, cluster)?)
+        }
+        (None, None) => scb_tls::TlsSettings::new(files),
+        (Some(_), Some(_)) => unreachable!("refused above"),
     };
-    if settings.certs().is_empty() && settings.acme_settings().is_none() {
+    if settings.certs().is_empty()
+        && settings.acme_settings().is_none()
+        && settings.on_demand_settings().is_none()
+    {
         return Err(Located::at(
             config,
             "tls",
@@ -444,6 +462,115 @@ fn acme_settings(
     }
     if let Some(timeout) = &acme.timeout {
         settings = settings.timeout(timeout.get_ref().0);
+    }
+    Ok(settings)
+}
+
+/// A listener's `on_demand` table, checked: an `http` or `https` ask URL, where to keep
+/// the certificates, and the ACME settings orders are made with.
+fn on_demand_settings(
+    config: &Spanned<crate::config::OnDemandConfig>,
+    cluster: Option<&scb_core::cluster::Cluster>,
+) -> Result<scb_tls::acme::OnDemandSettings, Located> {
+    let c = config.get_ref();
+    let ask = c.ask.get_ref();
+    let scheme = ask
+        .parse::<http::Uri>()
+        .ok()
+        .filter(|u| u.host().is_some())
+        .and_then(|u| u.scheme_str().map(str::to_owned));
+    if !matches!(scheme.as_deref(), Some("http" | "https")) {
+        return Err(Located::at(
+            &c.ask,
+            "tls.on_demand.ask",
+            "is not an http:// or https:// URL",
+        ));
+    }
+    let state_dir = match (&c.state_dir, cluster) {
+        (Some(dir), _) => dir.get_ref().clone(),
+        (None, Some(_)) => std::env::temp_dir().join("scb-acme"),
+        (None, None) => {
+            return Err(Located::at(
+                config,
+                "tls.on_demand.state_dir",
+                "where the account and certificates are kept: give a directory, or a \
+                 [cluster] to keep them in Redis",
+            ));
+        }
+    };
+    let mut acme = scb_tls::AcmeSettings::new(Vec::<String>::new(), state_dir);
+    if let Some(cluster) = cluster {
+        acme = acme.cluster(cluster.clone());
+    }
+    if let Some(email) = &c.email {
+        if !email.get_ref().contains('@') {
+            return Err(Located::at(
+                email,
+                "tls.on_demand.email",
+                "is not an email address",
+            ));
+        }
+        acme = acme.email(email.get_ref().clone());
+    }
+    if let Some(directory) = &c.directory {
+        let url = directory.get_ref();
+        if url
+            .parse::<http::Uri>()
+            .ok()
+            .and_then(|u| u.scheme_str().map(str::to_owned))
+            != Some("https".to_owned())
+        {
+            return Err(Located::at(
+                directory,
+                "tls.on_demand.directory",
+                "is not an https:// URL",
+            ));
+        }
+        acme = acme.directory(url.clone());
+    }
+    if let Some(root) = &c.ca_root {
+        acme = acme.ca_root(root.get_ref().clone());
+    }
+    if let Some(challenge) = &c.challenge {
+        acme = acme.challenge(match challenge.get_ref().as_str() {
+            "tls-alpn-01" => scb_tls::AcmeChallenge::TlsAlpn01,
+            "http-01" => scb_tls::AcmeChallenge::Http01,
+            _ => {
+                return Err(Located::at(
+                    challenge,
+                    "tls.on_demand.challenge",
+                    "expected \"tls-alpn-01\" or \"http-01\" (a name asked for on demand \
+                     is not in a zone scb updates)",
+                ));
+            }
+        });
+    }
+    if let Some(timeout) = &c.timeout {
+        acme = acme.timeout(timeout.get_ref().0);
+    }
+    let mut settings = scb_tls::acme::OnDemandSettings::new(ask.clone(), "").acme(acme);
+    if let Some(wait) = &c.wait {
+        if wait.get_ref().0.is_zero() {
+            return Err(Located::at(
+                wait,
+                "tls.on_demand.wait",
+                "must be more than 0s",
+            ));
+        }
+        settings = settings.wait(wait.get_ref().0);
+    }
+    if let Some(per_hour) = &c.per_hour {
+        settings = settings.per_hour(*per_hour.get_ref());
+    }
+    if let Some(max) = &c.max_names {
+        if *max.get_ref() == 0 {
+            return Err(Located::at(
+                max,
+                "tls.on_demand.max_names",
+                "must be at least 1",
+            ));
+        }
+        settings = settings.max_names(*max.get_ref());
     }
     Ok(settings)
 }

@@ -1638,3 +1638,53 @@ fn dns_01_errors_name_their_key() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn an_on_demand_listener_is_planned_and_its_bad_values_are_refused_where_they_are() {
+    let listen = |table: &str| {
+        format!("[[listen]]\naddr = \"127.0.0.1:8443\"\ntls = {{ on_demand = {{ {table} }} }}\n")
+    };
+    let planned = plan(&listen(
+        "ask = \"http://127.0.0.1:5555/allowed\", email = \"ops@example.com\", \
+         state_dir = \"/tmp/scb-plan-on-demand\", per_hour = 5, wait = \"5s\"",
+    ));
+    let acceptor = &planned.https.acme[0];
+    let settings = acceptor.settings().on_demand_settings().unwrap();
+    assert_eq!(settings.ask_url(), "http://127.0.0.1:5555/allowed");
+    // The issue's form under [cluster]: no state_dir.
+    plan(&format!(
+        "[cluster]\nredis = \"redis://127.0.0.1:6390/0\"\n{}",
+        listen("ask = \"http://127.0.0.1:5555/allowed\", email = \"ops@example.com\"")
+    ));
+    let cases = [
+        (
+            listen("ask = \"ftp://x/allowed\", state_dir = \"/tmp/x\""),
+            "scb.toml:3:29: listen[0].tls.on_demand.ask: is not an http:// or https:// URL",
+        ),
+        (
+            listen("ask = \"http://127.0.0.1:1/\""),
+            "listen[0].tls.on_demand.state_dir: where the account and certificates are kept",
+        ),
+        (
+            listen("ask = \"http://127.0.0.1:1/\", state_dir = \"/tmp/x\", challenge = \"dns-01\""),
+            "listen[0].tls.on_demand.challenge: expected \"tls-alpn-01\" or \"http-01\"",
+        ),
+        (
+            listen("ask = \"http://127.0.0.1:1/\", state_dir = \"/tmp/x\", wait = \"0s\""),
+            "listen[0].tls.on_demand.wait: must be more than 0s",
+        ),
+        (
+            "[[listen]]\naddr = \"127.0.0.1:8443\"\ntls = { cert = \"a.pem\", key = \"a.key\", \
+             on_demand = { ask = \"http://x/\", state_dir = \"/tmp/x\" } }\n"
+                .to_owned(),
+            "listen[0].tls.on_demand: an on-demand listener gets every certificate on demand",
+        ),
+    ];
+    for (source, expected) in cases {
+        let got = error(&source);
+        assert!(
+            got.contains(expected),
+            "{source}\n got: {got}\nwant: {expected}"
+        );
+    }
+}

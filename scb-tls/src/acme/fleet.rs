@@ -292,6 +292,90 @@ async fn share(
     lease.release().await;
 }
 
+/// One name's certificate for an on-demand listener in a fleet, into the state directory:
+/// the fleet's if it has a usable one, else ordered by this instance under the name's
+/// lease (and stored for the others), else, when another instance holds the lease, the
+/// one it stores (waited for, a minute at most). Without Redis, ordered alone.
+pub(crate) async fn order_one(
+    cluster: &Cluster,
+    settings: &AcmeSettings,
+    challenges: &Arc<Challenges>,
+) -> Result<(), AcmeError> {
+    let name = &settings.domains[0];
+    let cert_key = format!("acme:cert:{name}");
+    let lock = format!("lock:acme:{name}");
+    let take = |stored: &Stored| -> bool {
+        let (Some(chain), Some(key)) = (&stored.chain, &stored.key) else {
+            return false;
+        };
+        settings
+            .store()
+            .write_certificate(chain, key)
+            .and_then(|()| installable(settings))
+            .is_ok()
+    };
+    let deadline = Instant::now() + LEASE;
+    loop {
+        match read(cluster, &cert_key).await {
+            Ok(stored) if take(&stored) => return Ok(()),
+            Ok(_) => {}
+            Err(_) => {
+                // Redis away: as a lone instance.
+                let _lock = settings.store().lock()?;
+                issue::obtain(settings, challenges).await?;
+                return installable(settings);
+            }
+        }
+        match cluster.acquire(&lock, LEASE).await {
+            Ok(Some(lease)) => {
+                account_from_fleet(cluster, settings).await;
+                let publish = AbortOnDrop(tokio::spawn(publish_answers(
+                    cluster.clone(),
+                    Arc::clone(challenges),
+                )));
+                challenges.set_ordering(true);
+                let outcome = lease.guard(issue::obtain(settings, challenges)).await;
+                challenges.set_ordering(false);
+                drop(publish);
+                let _ = cluster.del("acme", ANSWERS).await;
+                let outcome = match outcome {
+                    Ok(result) => result.and_then(|()| installable(settings)),
+                    Err(lost) => Err(AcmeError::Other(lost.to_string())),
+                };
+                if outcome.is_ok() {
+                    let store = settings.store();
+                    if let (Some(chain), Ok(key)) = (
+                        read_chain(&store),
+                        std::fs::read_to_string(store.files().key),
+                    ) {
+                        let _ = lease
+                            .hset_fenced(
+                                &cert_key,
+                                vec![
+                                    ("chain".into(), chain.into_bytes()),
+                                    ("key".into(), key.into_bytes()),
+                                ],
+                            )
+                            .await;
+                    }
+                    account_to_fleet(cluster, &lease, settings).await;
+                }
+                lease.release().await;
+                return outcome;
+            }
+            Ok(None) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            Ok(None) => {
+                return Err(AcmeError::Other(
+                    "another instance of the fleet held the order for a minute".into(),
+                ));
+            }
+            Err(_) => tokio::time::sleep(Duration::from_secs(1)).await,
+        }
+    }
+}
+
 /// Orders without the fleet (Redis unreachable): under the state directory's lock, as a
 /// lone instance does.
 async fn alone(

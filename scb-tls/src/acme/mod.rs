@@ -44,6 +44,7 @@ mod dns01;
 mod fleet;
 mod http01;
 mod issue;
+pub mod on_demand;
 mod store;
 
 use std::path::{Path, PathBuf};
@@ -53,6 +54,7 @@ use std::time::{Duration, SystemTime};
 pub(crate) use challenge::Challenges;
 pub use dns01::{Dns01, Dns01Error, DnsTransport, Rfc2136, TsigAlgorithm, TsigKey};
 pub use http01::{Http01, Http01Layer};
+pub use on_demand::{OnDemandRefused, OnDemandSettings};
 pub(crate) use store::Store;
 
 use crate::TlsAcceptor;
