@@ -55,6 +55,35 @@ fn the_container_and_kubernetes_configs_pass_check() {
 }
 
 #[test]
+fn the_kubernetes_fleet_config_passes_check_and_keeps_its_secrets_in_the_environment() {
+    let yaml = std::fs::read_to_string(dist("kubernetes/fleet.yaml")).unwrap();
+    let config = configmap_toml(&yaml);
+    // The Redis password comes from the Secret through the environment, never the file.
+    assert!(config.contains("redis://:${REDIS_PASSWORD}@"), "{config}");
+    assert!(yaml.contains("--requirepass"));
+    let key = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("dist-tsig.key");
+    std::fs::write(
+        &key,
+        "key \"scb\" {\n  algorithm hmac-sha256;\n  secret \"c2VjcmV0c2VjcmV0c2VjcmV0\";\n};\n",
+    )
+    .unwrap();
+    let config = checkable(&config).replace("/etc/scb-secret/tsig.key", &key.display().to_string());
+    let file = support::config_file(&config);
+    let out = support::scb()
+        .env("REDIS_PASSWORD", "not-the-real-one")
+        .arg("check")
+        .arg("--config")
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
 fn kubernetes_waits_for_the_drain_delay_and_the_grace_period() {
     let yaml = std::fs::read_to_string(dist("kubernetes/scb.yaml")).unwrap();
     let config = configmap_toml(&yaml);
