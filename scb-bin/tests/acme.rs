@@ -863,3 +863,93 @@ fn on_demand_certificates_are_asked_for_ordered_while_the_handshake_waits_and_re
     assert_eq!(log.matches("Issued certificate").count(), 2, "{log}");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A fleet instance's config: an ACME listener on `127.0.0.N:tls_port`, with `[cluster]`
+/// on `redis_port` when given.
+fn fleet_config(
+    n: u8,
+    tls_port: u16,
+    pebble: &Pebble,
+    state: &Path,
+    redis_port: Option<u16>,
+) -> String {
+    let (directory, ca_root) = pebble.ca();
+    let cluster = redis_port.map_or(String::new(), |port| {
+        format!("[cluster]\nredis = \"redis://127.0.0.1:{port}/0\"\nkey_prefix = \"faults:\"\n")
+    });
+    format!(
+        "[server]\nworkers = 1\n{cluster}\
+         [[listen]]\naddr = \"127.0.0.{n}:{tls_port}\"\n\
+         tls = {{ acme = {{ domains = [\"localhost\"], email = \"ops@example.com\", \
+         directory = \"{directory}\", ca_root = {ca_root:?}, state_dir = {state:?}, \
+         retry = \"1s\" }} }}\n\
+         [[route]]\npath = \"/\"\nrespond = {{ body = \"hello\" }}\n"
+    )
+}
+
+#[test]
+fn redis_down_at_start_orders_alone_then_fills_redis_and_a_reload_that_adds_the_cluster_takes_it_up()
+ {
+    let dir = temp_dir("fleet-faults");
+    let tls_port = free_port();
+    let Some(pebble) = Pebble::start(&dir, tls_port, free_port(), 3600) else {
+        return;
+    };
+    let redis_port = free_port();
+    // Redis is not there yet: the instance, which has no certificate, orders alone, says
+    // so, and serves.
+    let mut first = Server::start(&fleet_config(
+        1,
+        tls_port,
+        &pebble,
+        &dir.join("state-1"),
+        Some(redis_port),
+    ));
+    first.wait_for_line(|l| l.contains("ordering alone"));
+    first.wait_for_line(issued);
+    // Redis comes (empty): the instance's own certificate goes there.
+    let Some(redis) = support::redis::Redis::on(redis_port) else {
+        return;
+    };
+    first.wait_for_line(|l| l.contains("this instance's certificate stored for the fleet"));
+    // An instance without [cluster] and without a certificate (its own orders fail: the
+    // CA validates on the first instance); a reload that adds [cluster] makes it serve the
+    // fleet's, ordering nothing more.
+    let mut second = Server::start(&fleet_config(
+        2,
+        tls_port,
+        &pebble,
+        &dir.join("state-2"),
+        None,
+    ));
+    second.wait_for_line(|l| l.contains("ACME: could not obtain a certificate"));
+    second.rewrite_config(&fleet_config(
+        2,
+        tls_port,
+        &pebble,
+        &dir.join("state-2"),
+        Some(redis_port),
+    ));
+    second.signal(rustix::process::Signal::HUP);
+    second.wait_for_line(|l| l.contains("ACME: serving the fleet's certificate"));
+    let trusting = client(&[&pebble.issuing_root()]);
+    let served: Vec<Vec<u8>> = [1u8, 2]
+        .iter()
+        .map(|n| {
+            let addr = SocketAddr::from(([127, 0, 0, *n], tls_port));
+            let mut tls = connect(addr, "localhost", &trusting).unwrap();
+            assert_eq!(body(&mut tls, "/"), "hello");
+            peer_der(&tls)
+        })
+        .collect();
+    assert_eq!(served[0], served[1], "one certificate for the fleet");
+    assert_eq!(
+        std::fs::read_to_string(&pebble.log)
+            .unwrap()
+            .matches("Issued certificate")
+            .count(),
+        1
+    );
+    drop((first, second, redis));
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -120,7 +120,14 @@ pub(crate) async fn run(
                 scheduled = Some(due);
                 tracing::info!(domains = %names, renew_in_secs = wait.as_secs(), "ACME: certificate valid; renewal scheduled (fleet)");
             }
-            tokio::time::sleep(wait.min(SHARED_POLL)).await;
+            // After an outage, look again soon: the fleet's state is taken up (or filled)
+            // as soon as Redis answers.
+            let poll = if unreachable_since.is_some() {
+                WAITING_POLL
+            } else {
+                SHARED_POLL
+            };
+            tokio::time::sleep(wait.min(poll)).await;
             continue;
         }
         if let Ok(stored) = &stored
