@@ -153,14 +153,18 @@ struct Shared {
     name: String,
     allowances: Allowances,
     batch: u32,
-    /// How long a batch of tokens stays good: the time it stands for at the rate, at
-    /// most a second.
+    /// How long a batch of tokens stays good: a second. Tokens come out of the shared
+    /// bucket when taken, so holding them does not let the fleet admit more; the bound
+    /// only keeps an instance from spending a slow limit's tokens long after (at high
+    /// rates the time a batch stands for is nanoseconds, and would void every batch).
     valid: Duration,
 }
 
 /// What a request meets.
 enum Decision {
     Admit,
+    /// Admitted; the next batch is to be asked for in the background.
+    AdmitAndRefill(TakeFuture),
     Refuse(Duration),
     Ask(TakeFuture),
 }
@@ -173,15 +177,34 @@ impl Limits {
                 Err(wait) => Decision::Refuse(wait),
             };
         };
-        match shared.allowances.spend(key, self.local.now()) {
-            Spend::Admit => Decision::Admit,
-            Spend::Refuse(wait) => Decision::Refuse(wait),
-            Spend::Ask => Decision::Ask(shared.buckets.take(
+        let take = || {
+            shared.buckets.take(
                 format!("{}:{}", shared.name, self.local.key_text(req)),
                 Duration::from_nanos(self.local.interval),
                 Duration::from_nanos(self.local.tolerance),
                 shared.batch,
-            )),
+            )
+        };
+        match shared.allowances.spend(key, self.local.now(), shared.batch) {
+            Spend::Admit => Decision::Admit,
+            Spend::AdmitAndRefill => Decision::AdmitAndRefill(take()),
+            Spend::Refuse(wait) => Decision::Refuse(wait),
+            Spend::Ask => Decision::Ask(take()),
+        }
+    }
+
+    /// Records a background refill's answer for `key`.
+    fn after_refill(&self, key: u64, answer: Result<Taken, SharedUnavailable>) {
+        let Some(shared) = &self.shared else {
+            return;
+        };
+        match answer {
+            Ok(taken) => {
+                shared
+                    .allowances
+                    .record(key, self.local.now(), taken, shared.valid, false);
+            }
+            Err(SharedUnavailable) => shared.allowances.refill_failed(key),
         }
     }
 
@@ -197,7 +220,7 @@ impl Limits {
         };
         shared
             .allowances
-            .record(key, self.local.now(), taken, shared.valid);
+            .record(key, self.local.now(), taken, shared.valid, true);
         if taken.granted > 0 {
             Ok(())
         } else {
@@ -266,8 +289,7 @@ impl RateLimitLayer {
                 name: name.clone(),
                 allowances: Allowances::new(local.per_shard),
                 batch,
-                valid: Duration::from_nanos(local.interval.saturating_mul(u64::from(batch)))
-                    .min(Duration::from_secs(1)),
+                valid: Duration::from_secs(1),
             }
         });
         self.limits = Arc::new(Limits { local, shared });
@@ -351,6 +373,14 @@ where
             Decision::Admit => ResponseFuture::decided(crate::admission::ResponseFuture::admitted(
                 self.inner.call(req),
             )),
+            Decision::AdmitAndRefill(take) => {
+                let limits = Arc::clone(&self.limits);
+                // Its own task: the request does not wait for it.
+                tokio::spawn(async move { limits.after_refill(key, take.await) });
+                ResponseFuture::decided(crate::admission::ResponseFuture::admitted(
+                    self.inner.call(req),
+                ))
+            }
             Decision::Refuse(wait) => {
                 ResponseFuture::decided(crate::admission::ResponseFuture::refused(refusal(wait)))
             }
