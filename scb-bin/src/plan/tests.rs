@@ -1688,3 +1688,47 @@ fn an_on_demand_listener_is_planned_and_its_bad_values_are_refused_where_they_ar
         );
     }
 }
+
+#[test]
+fn the_fleet_schema_from_the_issue_is_accepted_as_written() {
+    let dir = std::env::temp_dir().join(format!("scb-plan-fleet-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let key = dir.join("tsig.key");
+    std::fs::write(
+        &key,
+        "key \"scb\" {\n\talgorithm hmac-sha256;\n\tsecret \"c2VjcmV0\";\n};\n",
+    )
+    .unwrap();
+    // As the issue writes it, but for the secret file's path (which must exist here).
+    let source = r#"
+[cluster]
+redis = "redis://10.0.0.5:6379/0"        # absent: everything stays local, as today
+key_prefix = "scb:"
+
+[[listen]]
+addr = "0.0.0.0:443"
+tls = { acme = { domains = ["*.example.com", "example.com"], email = "ops@example.com",
+                 challenge = "dns-01", dns = { rfc2136 = { server = "10.0.0.53:53", zone = "example.com.",
+                 tsig_key = "scb", tsig_secret_file = "TSIG", tsig_algorithm = "hmac-sha256" } } } }
+
+[[listen]]
+addr = "0.0.0.0:8443"
+tls = { on_demand = { ask = "http://127.0.0.1:5555/allowed", email = "ops@example.com" } }
+
+[[route]]
+prefix = "/api/"
+rate_limit = { key = "client_ip", rate = "10/s", burst = 20, shared = true }
+proxy = { upstreams = ["127.0.0.1:8081"] }
+"#
+    .replace("TSIG", &key.display().to_string());
+    let planned = plan(&source);
+    let cluster = planned.cluster.as_ref().expect("[cluster]");
+    assert_eq!(cluster.prefix(), "scb:");
+    assert_eq!(cluster.shown(), "10.0.0.5:6379");
+    let (acme, on_demand) = (&planned.https.acme[0], &planned.https.acme[1]);
+    let settings = acme.settings().acme_settings().unwrap();
+    assert_eq!(settings.domains(), ["*.example.com", "example.com"]);
+    assert!(on_demand.settings().on_demand_settings().is_some());
+    assert!(planned.routes()[0].guards.rate_limit.is_some());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
