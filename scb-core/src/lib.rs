@@ -61,6 +61,7 @@ pub mod rewrite;
 pub mod router;
 pub mod server;
 pub mod template;
+pub mod trace_context;
 pub mod virtual_hosts;
 
 pub use body::{Body, FileRegion, FileStamp};
