@@ -839,6 +839,8 @@ pub(crate) struct FastCgiConfig {
     pub(crate) max_response_head: Option<Spanned<ByteSize>>,
     /// `FCGI_KEEP_CONN`; absent means false (each kept connection holds a php-fpm child).
     pub(crate) keep_conn: Option<bool>,
+    /// How long a worker keeps a script lookup; absent means 1 s, `"0s"` looks every time.
+    pub(crate) script_cache: Option<HumanDuration>,
     pub(crate) passive: Option<PassiveConfig>,
 }
 

@@ -1079,7 +1079,7 @@ fn a_fastcgi_route_is_planned_and_its_bad_values_are_refused_where_they_are() {
     let route = |fastcgi: &str| format!("{LISTEN}[[route]]\nprefix = \"/\"\nfastcgi = {fastcgi}\n");
     let planned = plan(&route(&format!(
         "{{ upstreams = [\"unix:/run/php/php8.2-fpm.sock\", \"127.0.0.1:9000\"], root = {root:?}, \
-         index = \"index.php\", extensions = [\".php\", \".phtml\"], max_idle = 2 }}"
+         index = \"index.php\", extensions = [\".php\", \".phtml\"], max_idle = 2, script_cache = \"0s\" }}"
     )));
     let Handler::FastCgi { fastcgi, .. } = &planned.routes()[0].handler else {
         panic!("not fastcgi: {:?}", planned.routes()[0].handler);

@@ -36,7 +36,8 @@ const MAX_LOGGED: usize = 2048;
 #[derive(Clone, Debug)]
 pub(crate) struct LogAs {
     pub(crate) id: Option<Id>,
-    pub(crate) upstream: String,
+    /// Formatted only when there is something to log.
+    pub(crate) upstream: crate::Upstream,
 }
 
 impl LogAs {

@@ -53,6 +53,7 @@
 //!   `max_idle_per_upstream` times scb's workers below php-fpm's `pm.max_children`.
 
 mod exchange;
+mod lookups;
 mod params;
 mod record;
 mod script;
@@ -84,6 +85,7 @@ use crate::service::{ClientIp, ReverseProxy};
 use crate::upstream::InFlight;
 use crate::{Balance, BuildError, PassiveHealth, ReverseProxyBuilder, TrustedProxies, Upstream};
 use exchange::{Head, LogAs, Start};
+use lookups::Lookups;
 use script::Scripts;
 
 /// Runs scripts beneath a root through FastCGI servers. See the [module](self).
@@ -94,6 +96,8 @@ use script::Scripts;
 pub struct FastCgi {
     proxy: ReverseProxy,
     app: Arc<App>,
+    /// This worker's recent script lookups.
+    lookups: Arc<Lookups>,
     /// The timer that closes this pool's expired idle connections, started by the first
     /// request (it needs the runtime).
     sweeper: Arc<OnceLock<tokio::task::AbortHandle>>,
@@ -107,6 +111,7 @@ struct App {
     root: String,
     keep_conn: bool,
     max_unsized_body: usize,
+    script_cache: Duration,
 }
 
 impl fmt::Debug for FastCgi {
@@ -148,6 +153,7 @@ impl FastCgi {
             extensions: vec![".php".into()],
             keep_conn: false,
             max_unsized_body: 1024 * 1024,
+            script_cache: Duration::from_secs(1),
         }
     }
 
@@ -158,6 +164,7 @@ impl FastCgi {
         Self {
             proxy: self.proxy.with_own_pool(),
             app: Arc::clone(&self.app),
+            lookups: Arc::new(Lookups::new(self.app.script_cache)),
             sweeper: Arc::default(),
         }
     }
@@ -222,7 +229,7 @@ impl FastCgi {
         B::Error: Into<BoxError>,
     {
         self.start_sweeper();
-        let Some(script) = self.app.scripts.find(req.uri().path()) else {
+        let Some(script) = self.lookups.find(&self.app.scripts, req.uri().path()) else {
             return scb_core::respond::reason(StatusCode::NOT_FOUND);
         };
         let settings = self.proxy.settings();
@@ -360,7 +367,7 @@ impl FastCgi {
             let limit = deadline.min(sent + settings.response_timeout);
             let log = LogAs {
                 id: id.cloned(),
-                upstream: state.upstream.to_string(),
+                upstream: state.upstream.clone(),
             };
             let keep = self.app.keep_conn;
             let answer = tokio::time::timeout_at(limit, async {
@@ -541,6 +548,7 @@ pub struct FastCgiBuilder {
     extensions: Vec<String>,
     keep_conn: bool,
     max_unsized_body: usize,
+    script_cache: Duration,
 }
 
 /// Builder methods handed to the proxy builder underneath.
@@ -581,6 +589,15 @@ impl FastCgiBuilder {
     /// over it the client gets 411 Length Required. Defaults to 1 MiB.
     pub fn max_unsized_body(mut self, bytes: usize) -> Self {
         self.max_unsized_body = bytes;
+        self
+    }
+
+    /// How long a worker takes a script it found (or did not find) beneath the root as
+    /// found, before looking again: a script added or deleted shows within this time.
+    /// `Duration::ZERO` looks on every request. Defaults to 1 s (nginx keeps a lookup
+    /// for `open_file_cache_valid`, 60 s, when its cache is on).
+    pub fn script_cache(mut self, valid: Duration) -> Self {
+        self.script_cache = valid;
         self
     }
 
@@ -662,7 +679,9 @@ impl FastCgiBuilder {
                 root,
                 keep_conn: self.keep_conn,
                 max_unsized_body: self.max_unsized_body,
+                script_cache: self.script_cache,
             }),
+            lookups: Arc::new(Lookups::new(self.script_cache)),
             sweeper: Arc::default(),
         })
     }

@@ -72,6 +72,13 @@ pub(crate) struct Params {
 }
 
 impl Params {
+    /// No pairs yet, with room for `bytes` of them.
+    pub(crate) fn with_capacity(bytes: usize) -> Self {
+        Self {
+            content: Vec::with_capacity(bytes),
+        }
+    }
+
     /// Adds one pair. Lengths under 128 take a byte, longer ones four.
     pub(crate) fn add(&mut self, name: &[u8], value: &[u8]) {
         length(&mut self.content, name.len());

@@ -81,8 +81,9 @@ impl Scripts {
 
     /// Whether `name` (a path) ends in one of the script extensions.
     pub(crate) fn is_script(&self, name: &str) -> bool {
-        let lower = name.to_ascii_lowercase();
-        self.extensions.iter().any(|e| lower.ends_with(e.as_str()))
+        self.extensions
+            .iter()
+            .any(|e| ends_with_ignore_case(name, e))
     }
 
     /// The script extensions, lower case, each with its dot.
@@ -137,12 +138,11 @@ impl Scripts {
     /// Where the script part of `path` ends: after the first segment ending in a script
     /// extension, followed by `/` or the end.
     fn split(&self, path: &str) -> Option<usize> {
-        let lower = path.to_ascii_lowercase();
         let mut end = 0;
-        for segment in lower.split_inclusive('/') {
+        for segment in path.split_inclusive('/') {
             end += segment.len();
             let name = segment.strip_suffix('/').unwrap_or(segment);
-            if name.len() > 1 && self.extensions.iter().any(|e| name.ends_with(e.as_str())) {
+            if name.len() > 1 && self.is_script(name) {
                 return Some(end - (segment.len() - name.len()));
             }
         }
@@ -184,8 +184,14 @@ impl Scripts {
     }
 }
 
+/// Whether `name` ends in `suffix` (lower case) in any case, without lowering `name`.
+fn ends_with_ignore_case(name: &str, suffix: &str) -> bool {
+    name.len() >= suffix.len()
+        && name.as_bytes()[name.len() - suffix.len()..].eq_ignore_ascii_case(suffix.as_bytes())
+}
+
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
     fn root() -> (tempdir::Dir, Scripts) {
@@ -207,11 +213,11 @@ mod tests {
     }
 
     /// A directory removed when dropped (and the file beside it the tests make).
-    mod tempdir {
-        pub(super) struct Dir(std::path::PathBuf);
+    pub(in crate::fastcgi) mod tempdir {
+        pub(in crate::fastcgi) struct Dir(std::path::PathBuf);
 
         impl Dir {
-            pub(super) fn new() -> Self {
+            pub(in crate::fastcgi) fn new() -> Self {
                 let path = std::env::temp_dir().join(format!(
                     "scb-fastcgi-{}-{}",
                     std::process::id(),
@@ -221,7 +227,7 @@ mod tests {
                 Self(path)
             }
 
-            pub(super) fn path(&self) -> &std::path::Path {
+            pub(in crate::fastcgi) fn path(&self) -> &std::path::Path {
                 &self.0
             }
         }

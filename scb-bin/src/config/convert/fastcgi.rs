@@ -84,6 +84,9 @@ impl TryFrom<&FastCgiConfig> for FastCgiBuilder {
         if let Some(keep) = config.keep_conn {
             b = b.keep_conn(keep);
         }
+        if let Some(HumanDuration(valid)) = config.script_cache {
+            b = b.script_cache(valid);
+        }
         if let Some(passive) = &config.passive {
             b = b.passive_health(
                 scb_proxy::PassiveHealth::try_from(passive).map_err(|e| e.within("passive"))?,
