@@ -29,9 +29,9 @@ async fn connect_unix(path: &std::path::Path) -> io::Result<UnixStream> {
     use socket2::{Domain, SockAddr, Socket, Type};
     let socket = Socket::new(Domain::UNIX, Type::STREAM.nonblocking().cloexec(), None)?;
     socket.connect(&SockAddr::unix(path)?)?;
-    UnixStream::from_std(std::os::unix::net::UnixStream::from(std::os::fd::OwnedFd::from(
-        socket,
-    )))
+    UnixStream::from_std(std::os::unix::net::UnixStream::from(
+        std::os::fd::OwnedFd::from(socket),
+    ))
 }
 
 #[cfg(not(target_os = "linux"))]
