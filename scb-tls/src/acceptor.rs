@@ -12,7 +12,7 @@ use tokio_rustls::server::TlsStream;
 
 use crate::acme::on_demand::OnDemand;
 use crate::acme::{ACME_TLS_ALPN, Challenges};
-use crate::certs::{self, CertInfo};
+use crate::certs::CertInfo;
 use crate::config;
 use crate::error::TlsError;
 use crate::resolver::{CertSet, Resolver};
@@ -61,7 +61,7 @@ impl TlsAcceptor {
     /// certificate, a certificate expired or not yet valid.
     pub fn new(settings: TlsSettings) -> Result<Self, TlsError> {
         let provider = Arc::new(crate::provider::provider());
-        let set = CertSet::new(certs::load_all(&settings, &provider)?);
+        let set = CertSet::new(settings.load_certs(&provider)?);
         let challenges = (settings.acme.is_some() || settings.on_demand.is_some())
             .then(|| Arc::new(Challenges::default()));
         let on_demand = settings
@@ -133,7 +133,10 @@ impl TlsAcceptor {
             .reloading
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        let loaded = certs::load_all(&self.inner.settings, self.inner.config.crypto_provider())?;
+        let loaded = self
+            .inner
+            .settings
+            .load_certs(self.inner.config.crypto_provider())?;
         self.inner.resolver.replace(CertSet::new(loaded));
         Ok(())
     }

@@ -15,7 +15,28 @@ use scb_core::date::from_unix_secs;
 
 use crate::der;
 use crate::error::TlsError;
-use crate::settings::{CertFiles, TlsSettings};
+
+/// One certificate: a PEM file with the chain (leaf first, then intermediates) and a PEM
+/// file with its private key. Both may be the same file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CertFiles {
+    /// The certificate chain, PEM `CERTIFICATE` sections, leaf first.
+    pub cert: PathBuf,
+    /// The private key: PEM `PRIVATE KEY` (PKCS#8), `EC PRIVATE KEY` (SEC1) or
+    /// `RSA PRIVATE KEY` (PKCS#1); RSA, ECDSA (P-256, P-384) or Ed25519.
+    pub key: PathBuf,
+}
+
+impl CertFiles {
+    /// The certificate chain at `cert`, its key at `key`.
+    pub fn new(cert: impl Into<PathBuf>, key: impl Into<PathBuf>) -> Self {
+        Self {
+            cert: cert.into(),
+            key: key.into(),
+        }
+    }
+}
 
 /// What one loaded certificate covers.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -38,41 +59,6 @@ pub struct CertInfo {
 pub(crate) struct Loaded {
     pub(crate) key: Arc<CertifiedKey>,
     pub(crate) info: CertInfo,
-}
-
-/// Loads every certificate of `settings`, in order; fails on the first bad one.
-pub(crate) fn load_all(
-    settings: &TlsSettings,
-    provider: &CryptoProvider,
-) -> Result<Vec<Loaded>, TlsError> {
-    let now = unix_now();
-    if let Some(acme) = &settings.acme {
-        // What ACME stored, if it still loads: an expired, broken or missing certificate is
-        // the same as none (the renewal task orders one), never an error at start-up.
-        let store = acme.store();
-        if !store.has_certificate() {
-            return Ok(Vec::new());
-        }
-        return match load(&store.files(), provider, now) {
-            Ok(loaded) => Ok(vec![loaded]),
-            Err(e) => {
-                tracing::warn!(error = %e, "ACME: the stored certificate is not usable; a new one will be ordered");
-                Ok(Vec::new())
-            }
-        };
-    }
-    if settings.on_demand.is_some() {
-        // Each name's certificate is the on-demand state's, loaded and obtained there.
-        return Ok(Vec::new());
-    }
-    if settings.certs().is_empty() {
-        return Err(TlsError::NoCertificates);
-    }
-    settings
-        .certs()
-        .iter()
-        .map(|files| load(files, provider, now))
-        .collect()
 }
 
 /// Loads what ACME just stored, strictly: unlike at start-up, a certificate that does not

@@ -97,7 +97,7 @@ impl TlsSettings {
     /// a certificate expired or not yet valid.
     pub fn check(&self) -> Result<Vec<CertInfo>, TlsError> {
         let provider = provider();
-        let loaded = certs::load_all(self, &provider)?;
+        let loaded = self.load_certs(&provider)?;
         client_verifier(self, Arc::new(provider))?;
         Ok(loaded.into_iter().map(|cert| cert.info).collect())
     }

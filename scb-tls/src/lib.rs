@@ -100,9 +100,9 @@ pub mod tickets;
 
 pub use acceptor::{TlsAcceptor, protocol};
 pub use acme::{AcmeChallenge, AcmeError, AcmeSettings, Http01Layer};
-pub use certs::CertInfo;
+pub use certs::{CertFiles, CertInfo};
 pub use error::TlsError;
-pub use settings::{Alpn, CertFiles, ClientAuth, TlsSettings};
+pub use settings::{Alpn, ClientAuth, TlsSettings};
 pub use tickets::TicketKeys;
 
 /// The rustls this crate uses, for code that needs its types (e.g. a `ServerConfig` for

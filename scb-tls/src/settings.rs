@@ -2,27 +2,10 @@
 
 use std::path::{Path, PathBuf};
 
-/// One certificate: a PEM file with the chain (leaf first, then intermediates) and a PEM
-/// file with its private key. Both may be the same file.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct CertFiles {
-    /// The certificate chain, PEM `CERTIFICATE` sections, leaf first.
-    pub cert: PathBuf,
-    /// The private key: PEM `PRIVATE KEY` (PKCS#8), `EC PRIVATE KEY` (SEC1) or
-    /// `RSA PRIVATE KEY` (PKCS#1); RSA, ECDSA (P-256, P-384) or Ed25519.
-    pub key: PathBuf,
-}
+use rustls::crypto::CryptoProvider;
 
-impl CertFiles {
-    /// The certificate chain at `cert`, its key at `key`.
-    pub fn new(cert: impl Into<PathBuf>, key: impl Into<PathBuf>) -> Self {
-        Self {
-            cert: cert.into(),
-            key: key.into(),
-        }
-    }
-}
+use crate::TlsError;
+use crate::certs::{self, CertFiles, Loaded};
 
 /// The application protocols offered in ALPN.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -117,6 +100,36 @@ impl ClientAuth {
 }
 
 impl TlsSettings {
+    /// Loads every certificate of these settings, in order; fails on the first bad one.
+    pub(crate) fn load_certs(&self, provider: &CryptoProvider) -> Result<Vec<Loaded>, TlsError> {
+        if let Some(acme) = &self.acme {
+            // What ACME stored, if it still loads: an expired, broken or missing certificate
+            // is the same as none (the renewal task orders one), never an error at start-up.
+            let store = acme.store();
+            if !store.has_certificate() {
+                return Ok(Vec::new());
+            }
+            return match certs::load_files(&store.files(), provider) {
+                Ok(loaded) => Ok(vec![loaded]),
+                Err(e) => {
+                    tracing::warn!(error = %e, "ACME: the stored certificate is not usable; a new one will be ordered");
+                    Ok(Vec::new())
+                }
+            };
+        }
+        if self.on_demand.is_some() {
+            // Each name's certificate is the on-demand state's, loaded and obtained there.
+            return Ok(Vec::new());
+        }
+        if self.certs.is_empty() {
+            return Err(TlsError::NoCertificates);
+        }
+        self.certs
+            .iter()
+            .map(|files| certs::load_files(files, provider))
+            .collect()
+    }
+
     /// Settings serving `certs` (more can be added with [`cert`](Self::cert)); the first is
     /// the default certificate. Loading fails with [`TlsError::NoCertificates`](crate::TlsError::NoCertificates) if there
     /// is none.
