@@ -1,6 +1,6 @@
 //! What the server knows about a request's connection and worker, as plain values: the
-//! request extensions [`ConnectInfo`] and [`ClientCertificate`], and the [`WorkerInfo`]
-//! a worker's `make_service` is given.
+//! request extensions [`ConnectInfo`], [`TlsInfo`] and [`ClientCertificate`], and the
+//! [`WorkerInfo`] a worker's `make_service` is given.
 //!
 //! They live here, not in [`server`](crate::server), so that the layers that read them
 //! (access log, client address, allow and deny, rate limits, the proxy's
@@ -37,6 +37,28 @@ impl ConnectInfo {
     /// TCP listener has.
     pub const UNIX_LOCAL: SocketAddr =
         SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), 0);
+}
+
+/// The TLS session of a secured connection: the protocol version and cipher suite its
+/// handshake agreed on, by the names rustls and IANA give them (`TLSv1.3`,
+/// `TLS13_AES_128_GCM_SHA256`). In the extensions of every request of the connection,
+/// beside [`ConnectInfo`], when the [`Handshake`](crate::server::Handshake) told it; plain
+/// connections have none (nothing is inserted: an extension costs the map a slot).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct TlsInfo {
+    /// The protocol version: `TLSv1.2` or `TLSv1.3`.
+    pub version: &'static str,
+    /// The cipher suite, e.g. `TLS13_AES_128_GCM_SHA256`; `None` where the TLS stack does
+    /// not tell it (HTTP/3: quinn keeps its session's suite to itself).
+    pub cipher: Option<&'static str>,
+}
+
+impl TlsInfo {
+    /// A session of `version` with `cipher`.
+    pub const fn new(version: &'static str, cipher: Option<&'static str>) -> Self {
+        Self { version, cipher }
+    }
 }
 
 /// The certificate a client presented on a listener that asks for one (mutual TLS),

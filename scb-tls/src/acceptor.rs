@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use rustls::ServerConfig;
-use scb_core::server::{Handshake, HandshakeFuture, Protocol, Secured};
+use scb_core::server::{Handshake, HandshakeFuture, Protocol, Secured, TlsInfo};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio_rustls::Accept;
@@ -227,13 +227,33 @@ fn secured(stream: TlsStream<TcpStream>) -> std::io::Result<Secured> {
         return Err(std::io::Error::other(AcmeValidationAnswered));
     }
     let protocol = protocol(&stream);
-    let client = stream
-        .get_ref()
-        .1
+    let session = stream.get_ref().1;
+    let client = session
         .peer_certificates()
         .and_then(<[_]>::first)
         .and_then(crate::certs::client_certificate);
-    Ok(Secured::new(Box::new(stream), protocol).client(client))
+    let tls = tls_info(session);
+    let mut secured = Secured::new(Box::new(stream), protocol).client(client);
+    if let Some(tls) = tls {
+        secured = secured.tls(tls);
+    }
+    Ok(secured)
+}
+
+/// The version and cipher suite a finished handshake agreed on, by the names log readers
+/// know: the version as OpenSSL and nginx write it (`TLSv1.3`), the suite by its IANA
+/// name (`TLS13_AES_128_GCM_SHA256`, rustls' name for it).
+fn tls_info(session: &rustls::ServerConnection) -> Option<TlsInfo> {
+    let version = match session.protocol_version()? {
+        rustls::ProtocolVersion::TLSv1_3 => "TLSv1.3",
+        rustls::ProtocolVersion::TLSv1_2 => "TLSv1.2",
+        // rustls speaks no other; the enum has more for what peers may send.
+        other => other.as_str().unwrap_or("unknown"),
+    };
+    let cipher = session
+        .negotiated_cipher_suite()
+        .and_then(|suite| suite.suite().as_str());
+    Some(TlsInfo::new(version, cipher))
 }
 
 /// The end of a TLS-ALPN-01 validation's connection: the handshake was the answer.

@@ -25,7 +25,7 @@ use http::{Request, Response, StatusCode, Version};
 use http_body_util::{BodyExt as _, Empty};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use scb_core::Body;
-use scb_core::server::{ConnectInfo, Limits, Server, ServerHandle};
+use scb_core::server::{ConnectInfo, Limits, Server, ServerHandle, TlsInfo};
 use scb_tls::{TlsAcceptor, TlsSettings};
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
 use tokio::net::TcpStream;
@@ -93,7 +93,8 @@ impl TestServer {
 }
 
 /// `/slow/<n>` answers `slow <n>` after [`SLOW`], counting itself in `load`; anything else
-/// answers with what the server told it: `secure=<ConnectInfo.secure> version=<version>`.
+/// answers with what the server told it: `secure=<ConnectInfo.secure> version=<version>
+/// tls=<TlsInfo.version>/<TlsInfo.cipher>` (`tls=none` without `TlsInfo`).
 fn service(
     load: Arc<Load>,
 ) -> impl tower::Service<
@@ -117,7 +118,11 @@ fn service(
                     Some(info) => info.secure.to_string(),
                     None => "no ConnectInfo".to_owned(),
                 };
-                format!("secure={secure} version={:?}", req.version())
+                let tls = match req.extensions().get::<TlsInfo>() {
+                    Some(tls) => format!("{}/{}", tls.version, tls.cipher.unwrap_or("-")),
+                    None => "none".to_owned(),
+                };
+                format!("secure={secure} version={:?} tls={tls}", req.version())
             };
             Ok::<_, Infallible>(Response::new(Body::from(text)))
         }
@@ -422,19 +427,36 @@ fn h2_over_tls_is_served_and_marked_secure() {
     let server = TestServer::start(Limits::default());
     client_runtime().block_on(async {
         // The client offers h2 and http/1.1, as browsers do: ALPN picks h2.
+        // The session as the client saw it: what every request of it carries.
+        let suite = |tls: &scb_tls::tokio_rustls::client::TlsStream<TcpStream>| {
+            let suite = tls.get_ref().1.negotiated_cipher_suite().unwrap().suite();
+            suite.as_str().unwrap().to_owned()
+        };
         let config = server.pki.client().build();
         let tls = connect(server.tls, &config, "a.test").await.unwrap();
         assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+        let cipher = suite(&tls);
+        assert!(cipher.starts_with("TLS13_"), "{cipher}");
         let h2 = h2_client(tls).await;
         let (status, version, body) = get(&h2, "https://a.test/").await;
         assert_eq!(status, StatusCode::OK);
         assert_eq!(version, Version::HTTP_2);
-        assert_eq!(body, "secure=true version=HTTP/2.0");
+        assert_eq!(
+            body,
+            format!("secure=true version=HTTP/2.0 tls=TLSv1.3/{cipher}")
+        );
 
-        // Same listener, a client that speaks only HTTP/1.1.
-        let config = server.pki.client().alpn(&[b"http/1.1"]).build();
+        // Same listener, a client that speaks only HTTP/1.1, and only TLS 1.2.
+        let config = server
+            .pki
+            .client()
+            .tls12_only()
+            .alpn(&[b"http/1.1"])
+            .build();
         let tls = connect(server.tls, &config, "a.test").await.unwrap();
         assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"http/1.1"[..]));
+        let cipher = suite(&tls);
+        assert!(cipher.starts_with("TLS_ECDHE_"), "{cipher}");
         let (mut h1, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
             .await
             .unwrap();
@@ -447,14 +469,17 @@ fn h2_over_tls_is_served_and_marked_secure() {
         assert_eq!(res.status(), StatusCode::OK);
         assert_eq!(res.version(), Version::HTTP_11);
         let body = res.into_body().collect().await.unwrap().to_bytes();
-        assert_eq!(&body[..], b"secure=true version=HTTP/1.1");
+        assert_eq!(
+            body,
+            format!("secure=true version=HTTP/1.1 tls=TLSv1.2/{cipher}")
+        );
 
         // The plain listener of the same server: h2c, and not secure.
         let h2c = h2c_client(server.plain).await;
         let (status, version, body) = get(&h2c, "http://t/").await;
         assert_eq!(status, StatusCode::OK);
         assert_eq!(version, Version::HTTP_2);
-        assert_eq!(body, "secure=false version=HTTP/2.0");
+        assert_eq!(body, "secure=false version=HTTP/2.0 tls=none");
     });
     server.stop();
 }
@@ -613,7 +638,7 @@ fn rapid_reset_storm_does_not_stop_other_connections() {
             while gets < BYSTANDER_GETS || !over.load(Ordering::SeqCst) {
                 let (status, _, body) = get(&bystander, "http://t/").await;
                 assert_eq!(status, StatusCode::OK, "bystander request {gets}");
-                assert_eq!(body, "secure=false version=HTTP/2.0");
+                assert_eq!(body, "secure=false version=HTTP/2.0 tls=none");
                 gets += 1;
             }
             gets

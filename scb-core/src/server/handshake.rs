@@ -42,15 +42,19 @@ pub struct Secured {
     /// The client's verified certificate, when the listener asks for one and the client
     /// gave it: every request of the connection carries it.
     pub client: Option<super::ClientCertificate>,
+    /// The session's version and cipher suite: every request of the connection carries
+    /// them.
+    pub tls: Option<super::TlsInfo>,
 }
 
 impl Secured {
-    /// `io`, speaking `protocol`, with no client certificate.
+    /// `io`, speaking `protocol`, with no client certificate and no session facts.
     pub fn new(io: Box<dyn SecureIo>, protocol: Protocol) -> Self {
         Self {
             io,
             protocol,
             client: None,
+            tls: None,
         }
     }
 
@@ -60,6 +64,13 @@ impl Secured {
         self.client = client;
         self
     }
+
+    /// The session's version and cipher suite, for the access log.
+    #[must_use]
+    pub fn tls(mut self, tls: super::TlsInfo) -> Self {
+        self.tls = Some(tls);
+        self
+    }
 }
 
 impl fmt::Debug for Secured {
@@ -67,6 +78,7 @@ impl fmt::Debug for Secured {
         f.debug_struct("Secured")
             .field("protocol", &self.protocol)
             .field("client", &self.client)
+            .field("tls", &self.tls)
             .finish_non_exhaustive()
     }
 }

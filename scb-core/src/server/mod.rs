@@ -51,7 +51,7 @@ use bytes::Bytes;
 use http::{HeaderName, Request, Response};
 use tower::Service;
 
-pub use crate::connection::{ClientCertificate, ConnectInfo, WorkerInfo};
+pub use crate::connection::{ClientCertificate, ConnectInfo, TlsInfo, WorkerInfo};
 pub use conn::BodyError;
 pub use handshake::{Handshake, HandshakeFuture, Protocol, SecureIo, Secured};
 pub use limits::Limits;

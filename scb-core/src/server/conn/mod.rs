@@ -27,7 +27,7 @@ use tower::Service;
 
 use super::io;
 use super::shutdown::Trigger;
-use super::{ClientCertificate, ConnectInfo, Handshake, Limits, Protocol};
+use super::{ClientCertificate, ConnectInfo, Handshake, Limits, Protocol, TlsInfo};
 use crate::{Body, BoxError};
 
 /// Who a connection is with: what every request of it carries in its extensions.
@@ -35,17 +35,27 @@ use crate::{Body, BoxError};
 pub(crate) struct Peer {
     pub(crate) info: ConnectInfo,
     pub(crate) cert: Option<ClientCertificate>,
+    pub(crate) tls: Option<TlsInfo>,
 }
 
 impl Peer {
     pub(crate) fn plain(info: ConnectInfo) -> Self {
-        Self { info, cert: None }
+        Self {
+            info,
+            cert: None,
+            tls: None,
+        }
     }
 
-    /// Puts the connection's facts into a request's extensions.
+    /// Puts the connection's facts into a request's extensions: what a plain connection
+    /// lacks is not inserted at all (each insert takes a slot of the map, which grows past
+    /// three).
     pub(crate) fn stamp<B>(&self, req: &mut Request<B>) {
         let extensions = req.extensions_mut();
         extensions.insert(self.info);
+        if let Some(tls) = self.tls {
+            extensions.insert(tls);
+        }
         if let Some(cert) = &self.cert {
             extensions.insert(cert.clone());
         }
@@ -197,6 +207,7 @@ pub(crate) async fn serve_secure<S, B>(
             secure: true,
         },
         cert: secured.client,
+        tls: secured.tls,
     };
     match secured.protocol {
         Protocol::Http2 => hyper::serve_h2(secured.io, peer, svc, &ctx).await,

@@ -26,7 +26,7 @@ use tokio::time::Instant;
 use tower::Service;
 
 use super::{ConnCtx, Peer, call_service, error_response};
-use crate::connection::ConnectInfo;
+use crate::connection::{ConnectInfo, TlsInfo};
 use crate::{Body, BoxError};
 
 type QuicConnection = h3_quinn::Connection;
@@ -74,6 +74,8 @@ pub(crate) async fn serve_quic<S, B>(
         local,
         secure: true,
     });
+    // QUIC runs TLS 1.3 only (RFC 9001 §4.2); quinn does not tell the suite.
+    peer.tls = Some(TlsInfo::new("TLSv1.3", None));
     if let Some(parse) = certificate {
         peer.cert = conn
             .peer_identity()
