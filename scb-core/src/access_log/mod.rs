@@ -11,9 +11,16 @@
 //! Records go to one of two places:
 //!
 //! - an [`AccessLogWriter`] ([`AccessLogLayer::writer`]): a thread of its own writing
-//!   lines in the combined log format or as JSON, to stderr or a file, reopened for
-//!   logrotate, fed through a bounded queue that never blocks a worker (a full queue
-//!   drops and counts). This is what `scb` uses.
+//!   lines in the combined log format, as JSON, or as an [`AccessLogTemplate`] says, to
+//!   stderr or a file, reopened for logrotate, fed through a bounded queue that never
+//!   blocks a worker (a full queue drops and counts). This is what `scb` uses.
+//!
+//!   A template may name more than the two formats write: any request or response
+//!   field, the TLS version and cipher ([`TlsInfo`], which the server inserts), the
+//!   upstream's status and time (noted by scb-proxy), the trace id (a
+//!   [`TraceContext`] a layer outside this one inserted). Each is captured only when the
+//!   writer's template names it: the request's fields are copied into the record's one
+//!   allocation, the response's when its head is ready.
 //! - `tracing` events (the default, [`AccessLogLayer::new`]) at level `INFO`, target
 //!   [`TARGET`] (`scb::access`), for a service that already routes its logs through a
 //!   subscriber; fields `request_id`, `client`, `host`, `method`, `path`, `protocol`,
@@ -62,6 +69,7 @@
 
 mod notes;
 mod record;
+mod template;
 mod writer;
 
 use std::fmt;
@@ -80,12 +88,19 @@ use tower::{Layer, Service};
 
 pub use notes::AccessNotes;
 pub use record::AccessLogFormat;
+pub use template::{AccessLogTemplate, AccessLogTemplateError};
 pub use writer::AccessLogWriter;
 
 use crate::client_ip::{TrustedProxies, client_ip};
-use crate::connection::ConnectInfo;
+use crate::connection::{ConnectInfo, TlsInfo};
 use crate::request_id::Id;
+use crate::trace_context::TraceContext;
 use record::{Record, Text};
+
+/// The room a record reserves for each response field a template names: a guess that
+/// holds the usual ones (`Content-Type`, `Cache-Control`, an `ETag`), so that capturing
+/// them grows the record's one allocation only for a long value.
+const RESPONSE_FIELD_ROOM: usize = 2 + 48;
 
 /// The `tracing` target of access-log events: `scb::access`.
 ///
@@ -237,7 +252,16 @@ where
                 .get(header::HOST)
                 .map(http::HeaderValue::as_bytes)
                 .or_else(|| uri.authority().map(|a| a.as_str().as_bytes()));
-            let notes = AccessNotes::new(Record::new(
+            // What a template names beyond the named formats' fields; nothing for those.
+            let template = settings
+                .writer
+                .as_ref()
+                .and_then(|writer| writer.format().template());
+            let room = template.map_or(0, |t| {
+                record::fields_len(headers, t.request_headers())
+                    + t.response_headers().len() * RESPONSE_FIELD_ROOM
+            });
+            let mut record = Record::new(
                 SystemTime::now(),
                 client,
                 req.method().clone(),
@@ -255,7 +279,21 @@ where
                         .get(header::REFERER)
                         .map(http::HeaderValue::as_bytes),
                 ],
-            ));
+                room,
+            );
+            if let Some(template) = template {
+                record.push_fields(headers, template.request_headers());
+                if template.wants_tls() {
+                    record.tls = req.extensions().get::<TlsInfo>().copied();
+                }
+                if template.wants_trace() {
+                    record.trace_id = req
+                        .extensions()
+                        .get::<TraceContext>()
+                        .map(TraceContext::trace_id);
+                }
+            }
+            let notes = AccessNotes::new(record);
             Pending {
                 start: Instant::now(),
                 sink: settings.writer.clone(),
@@ -285,14 +323,22 @@ struct Pending {
 }
 
 impl Pending {
-    fn finish(self, status: Option<StatusCode>, bytes: u64) {
+    /// Finishes the record with the response's head (`None` when the service failed).
+    fn finish(self, head: Option<(StatusCode, &http::HeaderMap)>, bytes: u64) {
         let Self { start, sink, notes } = self;
         let Some(mut record) = notes.take() else {
             return;
         };
-        record.status = status;
+        record.status = head.map(|(status, _)| status);
         record.bytes = bytes;
         record.duration = start.elapsed();
+        if let (Some((_, headers)), Some(template)) = (
+            head,
+            sink.as_ref().and_then(|writer| writer.format().template()),
+        ) && !template.response_headers().is_empty()
+        {
+            record.push_fields(headers, template.response_headers());
+        }
         match sink {
             Some(writer) => writer.send(record),
             None => emit(&record),
@@ -353,7 +399,7 @@ where
         if let Some(entry) = this.entry.take() {
             match &result {
                 Ok(res) => entry.finish(
-                    Some(res.status()),
+                    Some((res.status(), res.headers())),
                     res.body().size_hint().exact().unwrap_or(0),
                 ),
                 Err(_) => entry.finish(None, 0),
@@ -625,11 +671,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_writer_gets_every_field_with_route_client_and_upstream() {
-        let path = std::env::temp_dir().join(format!(
-            "scb-access-layer-{}-{}.log",
-            std::process::id(),
-            fastrand::u64(..)
-        ));
+        let path = temp_log("layer");
         let writer = AccessLogWriter::file(&path, AccessLogFormat::Json).unwrap();
         let log = writer.clone();
         // As scb-proxy does: the upstream noted in the request's notes.
@@ -684,6 +726,86 @@ mod tests {
         ] {
             assert!(line.contains(field), "{field} in {line}");
         }
+    }
+
+    fn temp_log(name: &str) -> std::path::PathBuf {
+        std::env::temp_dir().join(format!(
+            "scb-access-{name}-{}-{}.log",
+            std::process::id(),
+            fastrand::u64(..)
+        ))
+    }
+
+    #[tokio::test]
+    async fn a_template_gets_fields_tls_trace_and_the_upstream_s_answer() {
+        let path = temp_log("template");
+        let template = AccessLogTemplate::parse(
+            "{header.x-a} {header.x-none} {resp_header.x-b} {tls_version} {tls_cipher} \
+             {upstream} {upstream_status} {upstream_time_ms} {trace_id} \"{user_agent}\"",
+        )
+        .unwrap();
+        let writer = AccessLogWriter::file(&path, template.into()).unwrap();
+        let log = writer.clone();
+        let proxied = service_fn(|req: Request<Body>| async move {
+            if let Some(notes) = req.extensions().get::<AccessNotes>() {
+                notes.upstream_response(
+                    &"127.0.0.1:8081".parse().unwrap(),
+                    StatusCode::CREATED,
+                    std::time::Duration::from_micros(1500),
+                );
+            }
+            let mut res = Response::new(Body::empty());
+            res.headers_mut()
+                .append("x-b", http::HeaderValue::from_static("one"));
+            res.headers_mut()
+                .append("x-b", http::HeaderValue::from_static("two"));
+            Ok::<_, Infallible>(res)
+        });
+        let svc = AccessLogLayer::new().writer(writer).layer(proxied);
+        let mut req = Request::get("/")
+            .header("x-a", "a\"b")
+            .header("user-agent", "ua")
+            .body(Body::empty())
+            .unwrap();
+        req.extensions_mut()
+            .insert(TlsInfo::new("TLSv1.3", Some("TLS13_AES_256_GCM_SHA384")));
+        req.extensions_mut().insert(
+            TraceContext::parse(
+                "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+                None,
+            )
+            .unwrap(),
+        );
+        svc.oneshot(req).await.unwrap();
+        assert!(log.close(std::time::Duration::from_secs(10)));
+        let line = std::fs::read_to_string(&path).unwrap();
+        let _ = std::fs::remove_file(&path);
+        assert_eq!(
+            line,
+            "a\\\"b - one, two TLSv1.3 TLS13_AES_256_GCM_SHA384 127.0.0.1:8081 201 1.500 \
+             0af7651916cd43dd8448eb211c80319c \"ua\"\n"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_named_formats_capture_nothing_more() {
+        let path = temp_log("named");
+        let writer = AccessLogWriter::file(&path, AccessLogFormat::Json).unwrap();
+        let mut svc = AccessLogLayer::new()
+            .writer(writer.clone())
+            .layer(Respond::new(StatusCode::OK));
+        let mut req = Request::new(Body::empty());
+        req.extensions_mut()
+            .insert(TlsInfo::new("TLSv1.3", Some("TLS13_AES_256_GCM_SHA384")));
+        let fut = svc.call(req);
+        let record = fut.entry.as_ref().unwrap().notes.take().unwrap();
+        assert_eq!(
+            (record.tls, record.trace_id, record.field(0)),
+            (None, None, None)
+        );
+        drop(fut);
+        writer.close(std::time::Duration::from_secs(10));
+        let _ = std::fs::remove_file(&path);
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! One request as the access log writes it, and the two formats it is written in.
+//! One request as the access log writes it, and the formats it is written in.
 
 use std::fmt::Write as _;
 use std::net::IpAddr;
@@ -6,12 +6,14 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::uri::Authority;
-use http::{Method, StatusCode, Version};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Version};
 
+use super::template::{AccessLogTemplate, Piece, Var};
+use crate::connection::TlsInfo;
 use crate::date::{UtcTime, unix_secs};
 
 /// How access-log lines are written.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum AccessLogFormat {
     /// The combined log format of Apache and nginx, which log analysers read:
@@ -21,6 +23,26 @@ pub enum AccessLogFormat {
     /// One JSON object per line, with every field (request id, host, duration, route,
     /// upstream beside the combined ones).
     Json,
+    /// A line of the operator's own: see [`AccessLogTemplate`] for its variables and how
+    /// values are escaped. Request and response fields are captured only when it names
+    /// them.
+    Template(AccessLogTemplate),
+}
+
+impl AccessLogFormat {
+    /// The template, for a [`Template`](Self::Template) format.
+    pub fn template(&self) -> Option<&AccessLogTemplate> {
+        match self {
+            Self::Template(template) => Some(template),
+            Self::Combined | Self::Json => None,
+        }
+    }
+}
+
+impl From<AccessLogTemplate> for AccessLogFormat {
+    fn from(template: AccessLogTemplate) -> Self {
+        Self::Template(template)
+    }
 }
 
 /// The fields a client sent, copied out of the request: a `HeaderValue` or `Uri` kept
@@ -47,7 +69,14 @@ pub(crate) struct Record {
     pub(crate) duration: Duration,
     pub(crate) route: Option<Arc<str>>,
     pub(crate) upstream: Option<Authority>,
-    /// The [`Text`] fields back to back, in one allocation.
+    /// The status the upstream answered with, and how long it took to.
+    pub(crate) upstream_status: Option<StatusCode>,
+    pub(crate) upstream_time: Option<Duration>,
+    /// Filled only for a template that names them.
+    pub(crate) tls: Option<TlsInfo>,
+    pub(crate) trace_id: Option<[u8; 16]>,
+    /// The [`Text`] fields back to back, then the header fields a template names (see
+    /// [`push_fields`](Self::push_fields)), in one allocation.
     texts: Vec<u8>,
     /// Where each [`Text`] ends in `texts`, and whether it is there at all.
     ends: [(u16, bool); 5],
@@ -56,15 +85,18 @@ pub(crate) struct Record {
 impl Record {
     /// A record of a request whose head is known; status, bytes, duration and upstream
     /// come with the response. Each text is cut at 64 KiB (request heads are smaller).
+    /// `room` is reserved beyond the texts, for the header fields a template names
+    /// ([`fields_len`]).
     pub(crate) fn new(
         time: SystemTime,
         client: Option<IpAddr>,
         method: Method,
         version: Version,
         texts: [Option<&[u8]>; 5],
+        room: usize,
     ) -> Self {
-        let len = texts.iter().flatten().map(|t| t.len().min(0xffff)).sum();
-        let mut buf = Vec::with_capacity(len);
+        let len: usize = texts.iter().flatten().map(|t| t.len().min(0xffff)).sum();
+        let mut buf = Vec::with_capacity(len + room);
         let mut ends = [(0, false); 5];
         for (end, text) in ends.iter_mut().zip(texts) {
             if let Some(text) = text {
@@ -83,9 +115,67 @@ impl Record {
             duration: Duration::ZERO,
             route: None,
             upstream: None,
+            upstream_status: None,
+            upstream_time: None,
+            tls: None,
+            trace_id: None,
             texts: buf,
             ends,
         }
+    }
+
+    /// Appends the values of the fields `names` in `headers` (several joined with `, `,
+    /// each cut at [`MAX_FIELD`]), each behind its length: the request's at request
+    /// time, the response's with its head. [`field`](Self::field) finds them by index.
+    pub(crate) fn push_fields(&mut self, headers: &HeaderMap, names: &[HeaderName]) {
+        for name in names {
+            self.push_field(headers.get_all(name).iter().map(HeaderValue::as_bytes));
+        }
+    }
+
+    /// Appends one field's `values` (none: the message lacks it) behind their length.
+    pub(super) fn push_field<'v>(&mut self, values: impl IntoIterator<Item = &'v [u8]>) {
+        let mut values = values.into_iter();
+        let Some(first) = values.next() else {
+            self.texts.extend_from_slice(&ABSENT.to_le_bytes());
+            return;
+        };
+        let at = self.texts.len();
+        self.texts.extend_from_slice(&[0, 0]);
+        let mut room = MAX_FIELD;
+        let mut push = |bytes: &[u8]| {
+            let taken = bytes.len().min(room);
+            self.texts.extend_from_slice(&bytes[..taken]);
+            room -= taken;
+        };
+        push(first);
+        for value in values {
+            push(b", ");
+            push(value);
+        }
+        let len = u16::try_from(MAX_FIELD - room).unwrap_or(ABSENT - 1);
+        self.texts[at..at + 2].copy_from_slice(&len.to_le_bytes());
+    }
+
+    /// The `index`th field value [`push_fields`](Self::push_fields) appended, if the
+    /// message had the field.
+    pub(crate) fn field(&self, index: usize) -> Option<&[u8]> {
+        let mut rest = &self.texts[usize::from(self.ends[4].0)..];
+        for at in 0..=index {
+            let (len, tail) = rest.split_first_chunk::<2>()?;
+            let len = u16::from_le_bytes(*len);
+            let (value, tail) = if len == ABSENT {
+                (None, tail)
+            } else {
+                let (value, tail) = tail.split_at_checked(usize::from(len))?;
+                (Some(value), tail)
+            };
+            if at == index {
+                return value;
+            }
+            rest = tail;
+        }
+        None
     }
 
     /// One of the texts, if the request had it.
@@ -112,10 +202,77 @@ impl Record {
     }
 
     /// Appends the line, newline included, in `format`.
-    pub(crate) fn write(&self, format: AccessLogFormat, dates: &mut Dates, out: &mut String) {
+    pub(crate) fn write(&self, format: &AccessLogFormat, dates: &mut Dates, out: &mut String) {
         match format {
             AccessLogFormat::Combined => self.write_combined(dates, out),
             AccessLogFormat::Json => self.write_json(dates, out),
+            AccessLogFormat::Template(template) => self.write_template(template, dates, out),
+        }
+    }
+
+    fn write_template(&self, template: &AccessLogTemplate, dates: &mut Dates, out: &mut String) {
+        let json = template.is_json();
+        for piece in template.pieces() {
+            match piece {
+                Piece::Text(text) => out.push_str(text),
+                Piece::Value { var, in_string } => {
+                    let requested = template.request_headers().len();
+                    self.value(*var, requested, dates)
+                        .write(out, json, *in_string);
+                }
+            }
+        }
+        out.push('\n');
+    }
+
+    /// What `var` is for this request; `requested` is how many request fields come
+    /// before the response's.
+    fn value<'a>(&'a self, var: Var, requested: usize, dates: &'a mut Dates) -> Value<'a> {
+        let text = |t: Option<&'a [u8]>| t.map_or(Value::Missing, Value::Text);
+        let target = self.text(Text::Target);
+        let split = |t: &'a [u8]| {
+            let at = t.iter().position(|&b| b == b'?');
+            (&t[..at.unwrap_or(t.len())], at.map(|at| &t[at + 1..]))
+        };
+        match var {
+            Var::ClientIp => self.client.map_or(Value::Missing, Value::Ip),
+            Var::Time => Value::Plain(&dates.at(self.time).combined),
+            Var::TimeIso8601 => {
+                let millis = self
+                    .time
+                    .duration_since(UNIX_EPOCH)
+                    .unwrap_or_default()
+                    .subsec_millis();
+                Value::Iso(&dates.at(self.time).iso, millis)
+            }
+            Var::Method => Value::Text(self.method.as_str().as_bytes()),
+            Var::Path => text(target.map(|t| split(t).0)),
+            Var::Query => text(target.and_then(|t| split(t).1)),
+            Var::Target => text(target),
+            Var::Protocol => Value::Plain(self.protocol()),
+            Var::Status => self
+                .status
+                .map_or(Value::Missing, |s| Value::Number(u64::from(s.as_u16()))),
+            Var::Bytes => Value::Number(self.bytes),
+            Var::DurationMs => Value::Millis(self.duration),
+            Var::DurationUs => {
+                Value::Number(u64::try_from(self.duration.as_micros()).unwrap_or(u64::MAX))
+            }
+            Var::RequestId => text(self.text(Text::RequestId)),
+            Var::Host => text(self.text(Text::Host)),
+            Var::Route => text(self.route.as_deref().map(str::as_bytes)),
+            Var::Upstream => text(self.upstream.as_ref().map(|a| a.as_str().as_bytes())),
+            Var::Referer => text(self.text(Text::Referer)),
+            Var::UserAgent => text(self.text(Text::UserAgent)),
+            Var::Header(i) => text(self.field(i)),
+            Var::ResponseHeader(i) => text(self.field(requested + i)),
+            Var::TlsVersion => text(self.tls.map(|t| t.version.as_bytes())),
+            Var::TlsCipher => text(self.tls.and_then(|t| t.cipher).map(str::as_bytes)),
+            Var::UpstreamStatus => self
+                .upstream_status
+                .map_or(Value::Missing, |s| Value::Number(u64::from(s.as_u16()))),
+            Var::UpstreamTimeMs => self.upstream_time.map_or(Value::Missing, Value::Millis),
+            Var::TraceId => self.trace_id.as_ref().map_or(Value::Missing, Value::Hex),
         }
     }
 
@@ -200,6 +357,87 @@ impl Record {
             self.upstream.as_ref().map(|a| a.as_str().as_bytes()),
         );
         out.push_str("}\n");
+    }
+}
+
+/// How long a captured header value may be: its length is two bytes, and [`ABSENT`] is
+/// taken.
+const MAX_FIELD: usize = u16::MAX as usize - 1;
+
+/// The length that marks a field the message did not have.
+const ABSENT: u16 = u16::MAX;
+
+/// The room [`Record::push_fields`] takes for `names` in `headers`: what the record
+/// reserves so that the request's fields cost no allocation of their own.
+pub(crate) fn fields_len(headers: &HeaderMap, names: &[HeaderName]) -> usize {
+    names
+        .iter()
+        .map(|name| {
+            let joined: usize = headers
+                .get_all(name)
+                .iter()
+                .enumerate()
+                .map(|(i, v)| v.len() + if i == 0 { 0 } else { 2 })
+                .sum();
+            2 + joined.min(MAX_FIELD)
+        })
+        .sum()
+}
+
+/// One variable's value in a template, written as the template's style says.
+enum Value<'a> {
+    Missing,
+    Number(u64),
+    /// Milliseconds, to the microsecond: `1.234`.
+    Millis(Duration),
+    /// Bytes that may come from the client: escaped.
+    Text(&'a [u8]),
+    /// Text of scb's own that needs no escaping (dates, protocol names).
+    Plain(&'a str),
+    Ip(IpAddr),
+    /// The ISO 8601 date and time to the second, and the milliseconds.
+    Iso(&'a str, u32),
+    Hex(&'a [u8; 16]),
+}
+
+impl Value<'_> {
+    /// Appends the value: in a JSON template, outside a string, as a JSON value (a text
+    /// quoted, a missing one `null`); otherwise escaped for the style, `-` when missing.
+    fn write(self, out: &mut String, json: bool, in_string: bool) {
+        let bare = json && !in_string;
+        let quote = bare && !matches!(self, Self::Missing | Self::Number(_) | Self::Millis(_));
+        if quote {
+            out.push('"');
+        }
+        match self {
+            Self::Missing => out.push_str(if bare { "null" } else { "-" }),
+            Self::Number(n) => number(out, n),
+            Self::Millis(d) => {
+                let micros = u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+                number(out, micros / 1000);
+                let fraction = micros % 1000;
+                out.push('.');
+                for digit in [fraction / 100, fraction / 10 % 10, fraction % 10] {
+                    out.push(char::from(b'0' + digit as u8));
+                }
+            }
+            Self::Text(bytes) if json => json_text(out, bytes),
+            Self::Text(bytes) => quoted(out, bytes),
+            Self::Plain(text) => out.push_str(text),
+            Self::Ip(ip) => address(out, ip),
+            Self::Iso(date, millis) => {
+                out.push_str(date);
+                let _ = write!(out, ".{millis:03}Z");
+            }
+            Self::Hex(id) => {
+                for b in id {
+                    let _ = write!(out, "{b:02x}");
+                }
+            }
+        }
+        if quote {
+            out.push('"');
+        }
     }
 }
 
@@ -311,6 +549,33 @@ fn json_escaped(out: &mut String, value: &[u8]) {
     }
 }
 
+/// Inside a JSON string, as RFC 8259 says: `"` and `\` behind a backslash, control
+/// characters (and DEL) as `\u00XX`, valid UTF-8 as it is, and each run of bytes that is
+/// not UTF-8 as `\ufffd` (as `String::from_utf8_lossy` reads them).
+fn json_text(out: &mut String, value: &[u8]) {
+    for chunk in value.utf8_chunks() {
+        let mut text = chunk.valid();
+        while let Some(at) = text
+            .bytes()
+            .position(|b| b == b'"' || b == b'\\' || b < 0x20 || b == 0x7f)
+        {
+            out.push_str(&text[..at]);
+            match text.as_bytes()[at] {
+                b'"' => out.push_str("\\\""),
+                b'\\' => out.push_str("\\\\"),
+                b => {
+                    let _ = write!(out, "\\u{:04x}", u32::from(b));
+                }
+            }
+            text = &text[at + 1..];
+        }
+        out.push_str(text);
+        if !chunk.invalid().is_empty() {
+            out.push_str("\\ufffd");
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -329,6 +594,7 @@ mod tests {
                 Some(user_agent),
                 None,
             ],
+            0,
         );
         r.status = Some(StatusCode::OK);
         r.bytes = 12;
@@ -344,7 +610,7 @@ mod tests {
     #[test]
     fn combined_is_the_format_log_analysers_read() {
         let mut line = String::new();
-        record().write(AccessLogFormat::Combined, &mut Dates::default(), &mut line);
+        record().write(&AccessLogFormat::Combined, &mut Dates::default(), &mut line);
         assert_eq!(
             line,
             "203.0.113.9 - - [01/Dec/2026:21:49:32 +0000] \"GET /a?b=1 HTTP/1.1\" 200 12 \"-\" \"curl/8.0\"\n"
@@ -356,7 +622,7 @@ mod tests {
         let mut line = String::new();
         let mut r = record();
         r.upstream = Some("127.0.0.1:8081".parse().unwrap());
-        r.write(AccessLogFormat::Json, &mut Dates::default(), &mut line);
+        r.write(&AccessLogFormat::Json, &mut Dates::default(), &mut line);
         assert_eq!(
             line,
             "{\"timestamp\":\"2026-12-01T21:49:32.645Z\",\"request_id\":\"req-1\",\"client\":\"203.0.113.9\",\
@@ -364,6 +630,60 @@ mod tests {
              \"status\":200,\"bytes\":12,\"duration_us\":345,\"user_agent\":\"curl/8.0\",\"referer\":null,\
              \"route\":\"site\",\"upstream\":\"127.0.0.1:8081\"}\n"
         );
+    }
+
+    #[test]
+    fn fields_fill_the_room_reserved_for_them_and_are_found_by_index() {
+        let mut headers = HeaderMap::new();
+        headers.append("x-a", HeaderValue::from_static("1"));
+        headers.append("x-a", HeaderValue::from_static("2"));
+        headers.append("x-b", HeaderValue::from_static(""));
+        headers.append(
+            "x-c",
+            HeaderValue::from_bytes("\u{e9}t\u{e9}".as_bytes()).unwrap(),
+        );
+        let names: Vec<HeaderName> = ["x-a", "x-none", "x-b", "x-c"]
+            .into_iter()
+            .map(HeaderName::from_static)
+            .collect();
+        let room = fields_len(&headers, &names);
+        let mut r = Record::new(
+            UNIX_EPOCH,
+            None,
+            Method::GET,
+            Version::HTTP_11,
+            [None, Some(&b"host"[..]), Some(&b"/"[..]), None, None],
+            room,
+        );
+        let capacity = r.texts.capacity();
+        r.push_fields(&headers, &names);
+        // One allocation: the fields took exactly the room reserved.
+        assert_eq!((r.texts.capacity(), r.texts.len()), (capacity, capacity));
+        assert_eq!(r.field(0), Some(&b"1, 2"[..]));
+        assert_eq!(r.field(1), None);
+        assert_eq!(r.field(2), Some(&b""[..]));
+        assert_eq!(r.field(3), Some("\u{e9}t\u{e9}".as_bytes()));
+        // Past the last (a response's fields, when the service failed): none.
+        assert_eq!(r.field(4), None);
+        assert_eq!(r.text(Text::Host), Some(&b"host"[..]));
+    }
+
+    #[test]
+    fn a_field_longer_than_its_length_can_say_is_cut() {
+        let mut r = Record::new(
+            UNIX_EPOCH,
+            None,
+            Method::GET,
+            Version::HTTP_11,
+            [None; 5],
+            0,
+        );
+        let long = vec![b'a'; MAX_FIELD - 1];
+        r.push_field([&long[..], b"bcd"]);
+        r.push_field([&b"next"[..]]);
+        assert_eq!(r.field(0).unwrap().len(), MAX_FIELD);
+        assert!(r.field(0).unwrap().ends_with(b"a,"));
+        assert_eq!(r.field(1), Some(&b"next"[..]));
     }
 
     #[test]
@@ -387,13 +707,13 @@ mod tests {
         r.status = None;
         let mut dates = Dates::default();
         let mut combined = String::new();
-        r.write(AccessLogFormat::Combined, &mut dates, &mut combined);
+        r.write(&AccessLogFormat::Combined, &mut dates, &mut combined);
         assert!(
             combined.ends_with(" 0 12 \"-\" \"evil\\\" \\\"x\\\\\\xFF\\x09\"\n"),
             "{combined}"
         );
         let mut json = String::new();
-        r.write(AccessLogFormat::Json, &mut dates, &mut json);
+        r.write(&AccessLogFormat::Json, &mut dates, &mut json);
         assert!(
             json.contains("\"status\":null")
                 && json.contains("\"user_agent\":\"evil\\\" \\\"x\\\\\\u00ff\\u0009\""),

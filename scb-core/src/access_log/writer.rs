@@ -154,12 +154,13 @@ impl AccessLogWriter {
             woken: Condvar::new(),
         });
         let theirs = Arc::clone(&buffers);
+        let their_format = format.clone();
         let (ending, ended) = std::sync::mpsc::channel::<()>();
         std::thread::Builder::new()
             .name("scb-access-log".to_owned())
             .spawn(move || {
                 let _ending = ending;
-                write_loop(&theirs, output, format);
+                write_loop(&theirs, output, &their_format);
             })?;
         Ok(Self {
             shared: Arc::new(Shared {
@@ -172,8 +173,8 @@ impl AccessLogWriter {
     }
 
     /// The format lines are written in.
-    pub fn format(&self) -> AccessLogFormat {
-        self.shared.format
+    pub fn format(&self) -> &AccessLogFormat {
+        &self.shared.format
     }
 
     /// The file written to; `None` for stderr.
@@ -244,7 +245,7 @@ impl Drop for Shared {
     }
 }
 
-fn write_loop(buffers: &Buffers, mut output: Output, format: AccessLogFormat) {
+fn write_loop(buffers: &Buffers, mut output: Output, format: &AccessLogFormat) {
     let mut text = String::with_capacity(WRITE_AT + 4096);
     let mut dates = Dates::default();
     let mut taken = Vec::new();
@@ -346,6 +347,7 @@ mod tests {
             http::Method::GET,
             http::Version::HTTP_11,
             [None, None, Some(&b"/"[..]), None, None],
+            0,
         );
         r.status = Some(http::StatusCode::OK);
         r.bytes = n;
