@@ -147,8 +147,10 @@ impl ReverseProxy {
     }
 
     /// Sends `req` up; `tried_last` is set to each upstream tried, so that an error
-    /// answer can name the last; the upstream that answered is noted in `notes`. Also the
-    /// forward-auth check's way up, which needs the error as an error (to log it).
+    /// answer can name the last; the upstream that answered is noted in `notes`, with its
+    /// status and the time from the first try to its response head (connects and failed
+    /// tries count: the time the client waited on upstreams). Also the forward-auth
+    /// check's way up, which needs the error as an error (to log it).
     pub(crate) async fn forward<B>(
         &self,
         mut req: Request<B>,
@@ -260,7 +262,11 @@ impl ReverseProxy {
                 match tried.await {
                     H2Try::Done(Ok(response)) => {
                         if let Some(notes) = notes {
-                            notes.upstream(state.upstream.authority());
+                            notes.upstream_response(
+                                state.upstream.authority(),
+                                response.status(),
+                                started.elapsed(),
+                            );
                         }
                         return Ok(response);
                     }
@@ -312,12 +318,18 @@ impl ReverseProxy {
             match answer {
                 Err(_) => return Err(self.timed_out(state, limit == deadline, id)),
                 Ok(Ok(head)) => {
-                    state.metrics.response(sent.elapsed());
+                    // One clock read for the upstream's metric and the access log's time.
+                    let answered = tokio::time::Instant::now();
+                    state.metrics.response(answered - sent);
                     state.health.record_success(&state.metrics);
                     let response =
                         self.client_response(index, owner, connection, head, client_upgrade, id);
                     if let Some(notes) = notes {
-                        notes.upstream(state.upstream.authority());
+                        notes.upstream_response(
+                            state.upstream.authority(),
+                            response.status(),
+                            answered - started,
+                        );
                     }
                     return Ok(response);
                 }

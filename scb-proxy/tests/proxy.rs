@@ -1892,6 +1892,49 @@ async fn the_upstream_is_noted_for_the_access_log_above_and_nothing_is_added_wit
     );
 }
 
+/// The access log's `{upstream} {upstream_status} {upstream_time_ms}` after `proxy`
+/// answered one request.
+async fn upstream_fields(proxy: ReverseProxy) -> String {
+    let path = std::env::temp_dir().join(format!(
+        "scb-proxy-upstream-status-{}-{}.log",
+        std::process::id(),
+        fastrand::u64(..)
+    ));
+    let template = scb_core::access_log::AccessLogTemplate::parse(
+        "{status} {upstream} {upstream_status} {upstream_time_ms}",
+    )
+    .unwrap();
+    let writer = scb_core::access_log::AccessLogWriter::file(&path, template.into()).unwrap();
+    let logged = tower::ServiceBuilder::new()
+        .layer(scb_core::access_log::AccessLogLayer::new().writer(writer.clone()))
+        .service(proxy);
+    logged.oneshot(get("/")).await.unwrap();
+    assert!(writer.close(Duration::from_secs(10)));
+    let line = std::fs::read_to_string(&path).unwrap();
+    let _ = std::fs::remove_file(&path);
+    line
+}
+
+#[tokio::test]
+async fn the_upstream_s_status_and_time_are_noted_and_a_dash_when_none_answered() {
+    let up = HttpUpstream::spawn(|_req: Request<hyper::body::Incoming>| async move {
+        let mut res = Response::new(Body::from("gone"));
+        *res.status_mut() = StatusCode::GONE;
+        res
+    })
+    .await;
+    let line = upstream_fields(proxy_to(up.addr, |b| b)).await;
+    let fields: Vec<&str> = line.trim_end().split(' ').collect();
+    assert_eq!(fields[..3], ["410", &up.addr.to_string(), "410"], "{line}");
+    let ms: f64 = fields[3].parse().unwrap();
+    assert!((0.0..10_000.0).contains(&ms), "{line}");
+
+    // Refused: the upstream tried is named, but nothing answered.
+    let dead = closed_port();
+    let line = upstream_fields(proxy_to(dead, |b| b)).await;
+    assert_eq!(line, format!("502 {dead} - -\n"));
+}
+
 // ---------------------------------------------------------------------------------------
 // Unix domain socket upstreams
 // ---------------------------------------------------------------------------------------

@@ -288,16 +288,21 @@ impl FastCgi {
         let answer = self
             .exchange(&params, body, key, id.as_ref(), &mut tried)
             .await
-            .map(|res| head_length(res, &parts.method));
+            .map(|(res, time)| (head_length(res, &parts.method), time));
         if let (Some(notes), Some(index)) = (&notes, tried) {
-            notes.upstream(self.proxy.shared.upstreams[index].upstream.authority());
+            let upstream = self.proxy.shared.upstreams[index].upstream.authority();
+            match &answer {
+                Ok((res, time)) => notes.upstream_response(upstream, res.status(), *time),
+                Err(_) => notes.upstream(upstream),
+            }
         }
-        answer.unwrap_or_else(ProxyError::into_response)
+        answer.map_or_else(ProxyError::into_response, |(res, _)| res)
     }
 
     /// Sends the request to an upstream and reads its answer's head: a failed connect
     /// moves to the next upstream, as does a pooled connection found closed before
-    /// anything was written; nothing that reached an application is sent again.
+    /// anything was written; nothing that reached an application is sent again. The
+    /// answer comes with the time from the first try to its head (the access log's).
     async fn exchange(
         &self,
         params: &record::Params,
@@ -305,7 +310,7 @@ impl FastCgi {
         key: Option<u64>,
         id: Option<&Id>,
         tried_last: &mut Option<usize>,
-    ) -> Result<Response<Body>, ProxyError> {
+    ) -> Result<(Response<Body>, std::time::Duration), ProxyError> {
         let shared = &*self.proxy.shared;
         let settings = &shared.settings;
         let pool = &self.proxy.pool;
@@ -386,9 +391,10 @@ impl FastCgi {
                     });
                 }
                 Ok(Ok(head)) => {
-                    state.metrics.response(sent.elapsed());
+                    let answered = tokio::time::Instant::now();
+                    state.metrics.response(answered - sent);
                     state.health.record_success(&state.metrics);
-                    return Ok(self.response(index, head));
+                    return Ok((self.response(index, head), answered - started));
                 }
                 Ok(Err(SendError::Unsent(e))) if reused && !has_body => {
                     // A kept connection the application closed while idle: the try does

@@ -448,6 +448,48 @@ async fn a_dead_pool_is_502_and_https_upstreams_are_refused() {
     );
 }
 
+/// The access log's `{status} {upstream} {upstream_status} {upstream_time_ms}` for one
+/// `GET /index.php` through `fcgi`.
+async fn logged_upstream(fcgi: FastCgi) -> String {
+    let path = std::env::temp_dir().join(format!(
+        "scb-fastcgi-log-{}-{}.log",
+        std::process::id(),
+        fastrand::u64(..)
+    ));
+    let template = scb_core::access_log::AccessLogTemplate::parse(
+        "{status} {upstream} {upstream_status} {upstream_time_ms}",
+    )
+    .unwrap();
+    let writer = scb_core::access_log::AccessLogWriter::file(&path, template.into()).unwrap();
+    ServiceBuilder::new()
+        .layer(scb_core::access_log::AccessLogLayer::new().writer(writer.clone()))
+        .service(fcgi)
+        .oneshot(Request::get("/index.php").body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    assert!(writer.close(Duration::from_secs(10)));
+    let line = std::fs::read_to_string(&path).unwrap();
+    let _ = std::fs::remove_file(&path);
+    line
+}
+
+#[tokio::test]
+async fn the_application_s_status_and_time_are_noted_and_a_dash_when_none_answered() {
+    let root = Root::new();
+    let (addr, _seen) = app().await;
+    let line = logged_upstream(service(addr, &root).build().unwrap()).await;
+    let fields: Vec<&str> = line.trim_end().split(' ').collect();
+    assert_eq!(fields[..3], ["201", &addr.to_string(), "201"], "{line}");
+    let ms: f64 = fields[3].parse().unwrap();
+    assert!((0.0..10_000.0).contains(&ms), "{line}");
+
+    let closed = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let dead = closed.local_addr().unwrap();
+    drop(closed);
+    let line = logged_upstream(service(dead, &root).build().unwrap()).await;
+    assert_eq!(line, format!("502 {dead} - -\n"));
+}
+
 #[tokio::test]
 async fn idle_connections_are_closed_by_the_sweep_without_traffic() {
     let root = Root::new();
