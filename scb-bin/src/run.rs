@@ -282,7 +282,7 @@ impl Running {
         handed_over: Vec<std::net::TcpListener>,
         upgrade: bool,
     ) -> anyhow::Result<Self> {
-        let access = open_access_log(plan.access_log.as_ref(), None, access_format)?;
+        let access = open_access_log(plan.access_log.as_ref(), None, &access_format)?;
         // Bind everything before starting anything, so that an address in use stops the
         // process before a single request is served.
         // Sockets from systemd or the process being upgraded: the metrics listener's own,
@@ -481,7 +481,7 @@ impl Running {
         let access = open_access_log(
             plan.access_log.as_ref(),
             self.access.as_ref(),
-            self.access_format,
+            &self.access_format,
         )?;
         let make_app = app_maker(&plan, &app.local_addrs(), access.as_ref().map(|(_, w)| w))?;
         make_app().context("building the service stack")?;
@@ -600,13 +600,16 @@ fn app_maker(
 fn open_access_log(
     plan: Option<&AccessPlan>,
     running: Option<&(AccessPlan, AccessLogWriter)>,
-    default_format: AccessLogFormat,
+    default_format: &AccessLogFormat,
 ) -> anyhow::Result<Option<(AccessPlan, AccessLogWriter)>> {
     let Some(plan) = plan else { return Ok(None) };
     if let Some((same, writer)) = running.filter(|(p, _)| p == plan) {
         return Ok(Some((same.clone(), writer.clone())));
     }
-    let format = plan.format.unwrap_or(default_format);
+    let format = plan
+        .format
+        .clone()
+        .unwrap_or_else(|| default_format.clone());
     let writer = match &plan.path {
         Some(path) => AccessLogWriter::file(path, format)
             .with_context(|| format!("log.access.path: cannot open {}", path.display()))?,

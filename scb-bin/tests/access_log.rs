@@ -1,5 +1,6 @@
-//! The access log of the real binary: its fields and formats, logrotate's reopen, and a
-//! log consumer that stops reading, which must not stop the server.
+//! The access log of the real binary: its fields and formats (templates among them, with
+//! headers, TLS, the upstream's answer and hostile values), logrotate's reopen, and a log
+//! consumer that stops reading, which must not stop the server.
 
 mod support;
 
@@ -10,7 +11,7 @@ use std::process::Stdio;
 use std::time::Instant;
 
 use rustix::process::Signal;
-use support::{KeepAlive, Server, TIMEOUT, echo_upstream, get, metric, request};
+use support::{KeepAlive, Server, TIMEOUT, echo_upstream, get, metric, request, request_bytes};
 
 fn temp_dir(name: &str) -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
@@ -298,6 +299,135 @@ fn a_502_names_the_upstream_tried_and_the_warning_names_the_request() {
             && written[0].contains(r#""status":502"#),
         "{}",
         written[0]
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_template_writes_request_and_response_fields_the_upstream_s_answer_and_escapes_what_clients_send()
+ {
+    let dir = temp_dir("template");
+    let log = dir.join("access.log");
+    let upstream = echo_upstream();
+    let template = r#"{client_ip} "{method} {target}" {status} {route} "{header.x-a}" "{resp_header.x-cache}" {upstream} {upstream_status} {upstream_time_ms} {tls_version} {tls_cipher} {trace_id} "{header.user-agent}""#;
+    let config = format!(
+        "[server]\nworkers = 1\n\
+         [log]\naccess = {{ path = {log:?}, format = '{template}' }}\n\
+         [[listen]]\naddr = \"127.0.0.1:0\"\n\
+         [[route]]\nname = \"hello\"\npath = \"/hello\"\n\
+         respond = {{ body = \"hi\", headers = {{ \"x-cache\" = \"HIT\" }} }}\n\
+         [[route]]\nname = \"api\"\nprefix = \"/api/\"\nproxy = {{ upstreams = [\"{upstream}\"] }}\n",
+        log = log.display().to_string(),
+    );
+    let server = Server::start(&config);
+    let addr = server.addr();
+    // A field repeated, and a user agent that tries to close its quotes, add a field, and
+    // carries a byte past ASCII (obs-text, which HTTP allows) and a tab.
+    let res = request_bytes(
+        addr,
+        b"GET /hello?q=1 HTTP/1.1\r\nHost: t\r\nX-A: one\r\nX-A: two\r\n\
+          User-Agent: evil\" 200 \"forged\\\t\xff\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(res.status, 200);
+    // Control characters in a field never reach the log: the server refuses the head.
+    let refused = request_bytes(
+        addr,
+        b"GET /hello HTTP/1.1\r\nHost: t\r\nUser-Agent: a\x1b[31m\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(refused.status, 400);
+    assert_eq!(get(addr, "/api/users").status, 200);
+
+    let written = lines(&log, 2);
+    assert_eq!(
+        written[0],
+        r#"127.0.0.1 "GET /hello?q=1" 200 hello "one, two" "HIT" - - - - - - "evil\" 200 \"forged\\\x09\xFF""#
+    );
+    let proxied: Vec<&str> = written[1].split(' ').collect();
+    assert_eq!(
+        proxied[..8],
+        [
+            "127.0.0.1",
+            "\"GET",
+            "/api/users\"",
+            "200",
+            "api",
+            "\"-\"",
+            "\"-\"",
+            &upstream.to_string()
+        ],
+        "{}",
+        written[1]
+    );
+    assert_eq!(proxied[8], "200", "{}", written[1]);
+    let upstream_ms: f64 = proxied[9].parse().unwrap();
+    assert!(upstream_ms < 10_000.0, "{}", written[1]);
+    assert_eq!(proxied[10..], ["-", "-", "-", "\"-\""], "{}", written[1]);
+    assert_eq!(written.len(), 2, "{written:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_json_template_over_tls_logs_the_session_and_parses_whatever_the_client_sent() {
+    use std::io::{Read as _, Write as _};
+
+    let dir = temp_dir("template-tls");
+    let log = dir.join("access.log");
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
+        .unwrap()
+        .self_signed(&key)
+        .unwrap();
+    let (cert_path, key_path) = (dir.join("cert.pem"), dir.join("key.pem"));
+    std::fs::write(&cert_path, cert.pem()).unwrap();
+    std::fs::write(&key_path, key.serialize_pem()).unwrap();
+    let template = r#"{{"tls":"{tls_version}","cipher":{tls_cipher},"protocol":"{protocol}","status":{status},"ua":{header.user-agent},"missing":{header.x-none},"trace":{trace_id}}}"#;
+    let config = format!(
+        "[server]\nworkers = 1\n\
+         [log]\naccess = {{ path = {log:?}, format = '{template}' }}\n\
+         [[listen]]\naddr = \"127.0.0.1:0\"\n\
+         tls = {{ cert = {cert:?}, key = {key:?} }}\n\
+         [[route]]\npath = \"/hello\"\nrespond = {{ body = \"hi\" }}\n",
+        log = log.display().to_string(),
+        cert = cert_path.display().to_string(),
+        key = key_path.display().to_string(),
+    );
+    let server = Server::start(&config);
+    let client = support::tls::client(&[cert.der()]);
+    let mut tls = support::tls::connect(server.addr(), &client);
+    let agent: &[u8] = b"\"},\"status\":0,\"x\":{\"\\ \xc3\xa9 \xff";
+    tls.write_all(b"GET /hello HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nUser-Agent: ")
+        .unwrap();
+    tls.write_all(agent).unwrap();
+    tls.write_all(b"\r\n\r\n").unwrap();
+    let mut answer = Vec::new();
+    let _ = tls.read_to_end(&mut answer);
+    assert!(answer.starts_with(b"HTTP/1.1 200"), "{answer:?}");
+    let version = match tls.conn.protocol_version().unwrap() {
+        scb_tls::rustls::ProtocolVersion::TLSv1_3 => "TLSv1.3",
+        other => panic!("{other:?}"),
+    };
+    let cipher = tls
+        .conn
+        .negotiated_cipher_suite()
+        .unwrap()
+        .suite()
+        .as_str()
+        .unwrap();
+
+    let line = &lines(&log, 1)[0];
+    let value: serde_json::Value = serde_json::from_str(line).unwrap();
+    assert_eq!(
+        value,
+        serde_json::json!({
+            "tls": version,
+            "cipher": cipher,
+            "protocol": "HTTP/1.1",
+            "status": 200,
+            "ua": String::from_utf8_lossy(agent),
+            "missing": null,
+            "trace": null,
+        }),
+        "{line}"
     );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -217,17 +217,33 @@ pub(crate) enum AccessConfig {
 pub(crate) struct AccessTable {
     /// The file to append to; absent means stderr.
     pub(crate) path: Option<std::path::PathBuf>,
-    /// `combined` or `json`; absent means the `--log-format` of the process's own log
-    /// (`text`: combined, `json`: json).
+    /// `combined`, `json` or a template; absent means the `--log-format` of the
+    /// process's own log (`text`: combined, `json`: json).
     pub(crate) format: Option<Spanned<AccessFormat>>,
 }
 
-/// `[log] access.format`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
+/// `[log] access.format`: a named format, or a template (any text with a `{`).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum AccessFormat {
     Combined,
     Json,
+    /// Parsed when the plan is built, where its error gets the key.
+    Template(String),
+}
+
+impl<'de> Deserialize<'de> for AccessFormat {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        match text.as_str() {
+            "combined" => Ok(Self::Combined),
+            "json" => Ok(Self::Json),
+            _ if text.contains('{') => Ok(Self::Template(text)),
+            _ => Err(serde::de::Error::custom(format_args!(
+                "unknown format {text:?}: expected `combined`, `json` or a template with \
+                 {{variables}}"
+            ))),
+        }
+    }
 }
 
 impl<'de> Deserialize<'de> for AccessConfig {

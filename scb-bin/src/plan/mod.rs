@@ -9,7 +9,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use scb_core::access_log::AccessLogFormat;
+use scb_core::access_log::{AccessLogFormat, AccessLogTemplate};
 use scb_core::health::Readiness;
 use scb_core::router::PathMatch;
 use scb_core::server::{Limits, Server};
@@ -252,6 +252,7 @@ impl Plan {
         let listen = listen_addrs(config)?;
         let (server, https) = listeners(config, server, &tickets, cluster.as_ref())?;
         let metrics = metrics(config, &listen)?;
+        let access_log = access_plan(config)?;
         let trusted_proxies = match &config.server.trusted_proxies {
             None => scb_core::client_ip::TrustedProxies::default(),
             Some(entries) => {
@@ -285,16 +286,7 @@ impl Plan {
                 })
                 .collect(),
             files: Vec::new(),
-            access_log: match &config.log.access {
-                crate::config::AccessConfig::Off => None,
-                crate::config::AccessConfig::On(table) => Some(AccessPlan {
-                    path: table.path.clone(),
-                    format: table.format.as_ref().map(|f| match f.get_ref() {
-                        crate::config::AccessFormat::Combined => AccessLogFormat::Combined,
-                        crate::config::AccessFormat::Json => AccessLogFormat::Json,
-                    }),
-                }),
-            },
+            access_log,
             trusted_proxies,
             https,
             upgrade_socket: config.server.upgrade_socket.clone(),
@@ -308,6 +300,28 @@ impl Plan {
                 .map_or(Duration::ZERO, |d| d.0),
         })
     }
+}
+
+/// `[log] access`: where, and in which format; a template is parsed here, so that its
+/// error names the key and `scb check` refuses what `scb run` would.
+fn access_plan(config: &Config) -> Result<Option<AccessPlan>, Located> {
+    let crate::config::AccessConfig::On(table) = &config.log.access else {
+        return Ok(None);
+    };
+    let format = match &table.format {
+        None => None,
+        Some(format) => Some(match format.get_ref() {
+            crate::config::AccessFormat::Combined => AccessLogFormat::Combined,
+            crate::config::AccessFormat::Json => AccessLogFormat::Json,
+            crate::config::AccessFormat::Template(text) => AccessLogTemplate::parse(text)
+                .map_err(|e| Located::at(format, "log.access.format", e))?
+                .into(),
+        }),
+    };
+    Ok(Some(AccessPlan {
+        path: table.path.clone(),
+        format,
+    }))
 }
 
 /// `[cluster] ticket_rotation`: at least a minute (a ticket is good for one to two

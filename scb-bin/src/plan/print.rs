@@ -2,6 +2,7 @@
 
 use std::fmt::Write as _;
 
+use scb_core::access_log::AccessLogFormat;
 use scb_core::router::PathMatch;
 
 use super::{Plan, RoutePlan};
@@ -66,10 +67,19 @@ impl Plan {
                     .path
                     .as_ref()
                     .map_or_else(|| "stderr".to_owned(), |p| p.display().to_string());
-                let format = access.format.map_or_else(
-                    || "as --log-format".to_owned(),
-                    |f| format!("{f:?}").to_lowercase(),
-                );
+                let format = match &access.format {
+                    None => "as --log-format".to_owned(),
+                    Some(AccessLogFormat::Json) => "json".to_owned(),
+                    Some(AccessLogFormat::Template(template)) => {
+                        let style = if template.is_json() {
+                            "json"
+                        } else {
+                            "combined"
+                        };
+                        format!("template, {style} escaping: {template}")
+                    }
+                    Some(_) => "combined".to_owned(),
+                };
                 let _ = writeln!(out, "access log: {place} ({format})");
             }
         }

@@ -56,6 +56,44 @@ fn the_schema_from_the_issue_is_accepted_as_written() {
 }
 
 #[test]
+fn access_log_formats_are_named_or_templates() {
+    let format = |value: &str| {
+        plan(&format!(
+            "{LISTEN}[log]\naccess = {{ path = \"a.log\", format = {value} }}\n"
+        ))
+        .access_log
+        .unwrap()
+        .format
+    };
+    assert_eq!(format("\"combined\""), Some(AccessLogFormat::Combined));
+    assert_eq!(format("\"json\""), Some(AccessLogFormat::Json));
+    // The issue's own example.
+    let issue = r#"'{client_ip} - "{method} {path}" {status} {bytes} {duration_ms} {trace_id} "{header.user-agent}"'"#;
+    let Some(AccessLogFormat::Template(template)) = format(issue) else {
+        panic!("not a template");
+    };
+    assert!(!template.is_json());
+    assert_eq!(template.as_str(), &issue[1..issue.len() - 1]);
+    let json = r#"'{{"status":{status},"ua":"{header.user-agent}","tls":{tls_version}}}'"#;
+    let Some(AccessLogFormat::Template(template)) = format(json) else {
+        panic!("not a template");
+    };
+    assert!(template.is_json());
+    // `check --print` says which escaping a template gets.
+    let shown = plan(&format!(
+        "{LISTEN}[log]\naccess = {{ path = \"a.log\", format = {json} }}\n"
+    ))
+    .describe();
+    assert!(
+        shown.contains(&format!(
+            "access log: a.log (template, json escaping: {})",
+            &json[1..json.len() - 1]
+        )),
+        "{shown}"
+    );
+}
+
+#[test]
 fn absent_limits_are_scb_core_defaults() {
     let plan = plan(LISTEN);
     assert_eq!(plan.server.settings().limits, Limits::default());
@@ -576,7 +614,23 @@ fn errors_name_file_line_column_and_key() {
         ),
         (
             format!("{LISTEN}[log]\naccess = {{ format = \"xml\" }}\n"),
-            "scb.toml:4:21: log.access.format: unknown variant `xml`, expected `combined` or `json`",
+            "scb.toml:4:21: log.access.format: unknown format \"xml\": expected `combined`, `json` or a template with {variables}",
+        ),
+        (
+            format!("{LISTEN}[log]\naccess = {{ format = '{{client_ip}} \"{{stauts}}\"' }}\n"),
+            "scb.toml:4:21: log.access.format: unknown variable `{stauts}` (known: client_ip, time, ",
+        ),
+        (
+            format!("{LISTEN}[log]\naccess = {{ format = '{{header.user agent}}' }}\n"),
+            "scb.toml:4:21: log.access.format: `{header.user agent}`: not a header name",
+        ),
+        (
+            format!("{LISTEN}[log]\naccess = {{ format = '{{status}} {{bytes' }}\n"),
+            "scb.toml:4:21: log.access.format: a `{` without its `}` (`{{` is a literal brace)",
+        ),
+        (
+            format!("{LISTEN}[log]\naccess = {{ format = \"{{status}}\\n{{bytes}}\" }}\n"),
+            "scb.toml:4:21: log.access.format: the text has a control character (only tab may be one)",
         ),
         (
             format!("[server]\ntrusted_proxies = [\"10.0.0.0/8\", \"nope\"]\n{LISTEN}"),
