@@ -434,6 +434,42 @@ async fn alt_svc_names_the_quic_port_and_a_reload_gives_new_handshakes_the_new_c
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http3_requests_are_logged_as_tls13_without_a_cipher() {
+    let dir = temp_dir("access-log");
+    let certs = pki(&dir, "site", &["localhost"], "localhost");
+    let log = dir.join("access.log");
+    let config = format!(
+        "[server]\nworkers = 1\n\
+         [log]\naccess = {{ path = {log:?}, format = '{{protocol}} {{tls_version}} {{tls_cipher}}' }}\n\
+         [[listen]]\naddr = \"127.0.0.1:0\"\nhttp3 = true\n\
+         tls = {{ cert = {cert:?}, key = {key:?} }}\n\
+         [[route]]\npath = \"/hello\"\nrespond = {{ body = \"hello\" }}\n",
+        log = log.display().to_string(),
+        cert = certs.cert.display().to_string(),
+        key = certs.key.display().to_string(),
+    );
+    let server = Server::start(&config);
+    let (_endpoint, mut send, _) = quic::connect(server.addr(), &[&certs.ca_der]).await;
+    assert_eq!(
+        quic::get(&mut send, "/hello").await,
+        (200, "hello".to_owned())
+    );
+    // quinn keeps the suite to itself: the version is all a QUIC session tells.
+    let deadline = std::time::Instant::now() + support::TIMEOUT;
+    loop {
+        let written = std::fs::read_to_string(&log).unwrap_or_default();
+        if !written.is_empty() {
+            assert_eq!(written, "HTTP/3.0 TLSv1.3 -\n");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "nothing logged");
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn http3_needs_tls_and_alt_svc_needs_http3() {
     let out = check(
