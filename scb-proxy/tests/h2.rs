@@ -162,6 +162,35 @@ async fn concurrent_requests_share_one_connection_and_keep_their_trailers() {
 }
 
 #[tokio::test]
+async fn the_access_log_gets_the_h2_upstream_s_status_and_time() {
+    let up = H2Upstream::spawn().await;
+    let path = std::env::temp_dir().join(format!(
+        "scb-proxy-h2-log-{}-{}.log",
+        std::process::id(),
+        fastrand::u64(..)
+    ));
+    let template = scb_core::access_log::AccessLogTemplate::parse(
+        "{upstream} {upstream_status} {upstream_time_ms}",
+    )
+    .unwrap();
+    let writer = scb_core::access_log::AccessLogWriter::file(&path, template.into()).unwrap();
+    let res = tower::ServiceBuilder::new()
+        .layer(scb_core::access_log::AccessLogLayer::new().writer(writer.clone()))
+        .service(h2c_proxy(up.addr))
+        .oneshot(post("/x", "hello"))
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert!(writer.close(Duration::from_secs(10)));
+    let line = std::fs::read_to_string(&path).unwrap();
+    let _ = std::fs::remove_file(&path);
+    let fields: Vec<&str> = line.trim_end().split(' ').collect();
+    assert_eq!(fields[..2], [up.addr.to_string().as_str(), "200"], "{line}");
+    let ms: f64 = fields[2].parse().unwrap();
+    assert!((0.0..10_000.0).contains(&ms), "{line}");
+}
+
+#[tokio::test]
 async fn request_trailers_and_te_trailers_reach_the_upstream() {
     let up = H2Upstream::spawn().await;
     let proxy = h2c_proxy(up.addr);
