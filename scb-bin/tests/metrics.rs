@@ -140,6 +140,12 @@ fn every_response_is_counted_once_whoever_answered_it() {
         Some(5.0),
         "{text}"
     );
+    // The one worker holds the one open connection, whichever listener took it.
+    assert_eq!(
+        metric(&text, r#"scb_worker_connections_open{worker="0"}"#),
+        Some(1.0),
+        "{text}"
+    );
     drop(tls);
 
     // The process and the build.

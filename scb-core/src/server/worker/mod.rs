@@ -367,6 +367,7 @@ pub(super) fn run<S, B>(
             let task = tokio::task::spawn_local(accept_loop(
                 listener,
                 name,
+                info.index,
                 Rc::clone(&options),
                 svc.clone(),
                 Rc::clone(&current),
@@ -443,6 +444,7 @@ pub(super) fn run<S, B>(
 async fn accept_loop<S, B>(
     listener: Acceptor,
     name: String,
+    worker: usize,
     options: Rc<RefCell<super::ListenOptions>>,
     svc: S,
     current: Rc<Current>,
@@ -476,7 +478,9 @@ async fn accept_loop<S, B>(
         // The settings as they are now, not as they were when the wait began.
         let ctx = Rc::clone(&current.ctx.borrow());
         let listener_metrics = ctx.metrics.as_ref().map(|_| {
-            Rc::clone(counted.get_or_insert_with(|| Rc::new(ListenerMetrics::new(name.clone()))))
+            Rc::clone(
+                counted.get_or_insert_with(|| Rc::new(ListenerMetrics::new(name.clone(), worker))),
+            )
         });
         let open = || listener_metrics.as_ref().map(|m| m.accepted());
         match accepted {
