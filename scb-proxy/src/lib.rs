@@ -81,7 +81,7 @@ pub use layer::{ReverseProxyLayer, ReverseProxyOr};
 pub use service::{CLIENT_CERT_SAN, CLIENT_CERT_SUBJECT, ClientIp, ResponseFuture, ReverseProxy};
 pub use settings::{ProxyHeader, ProxySettings, UpstreamProtocol};
 pub use tls::{CertificatePin, InvalidPin, TlsFile, UpstreamTls, UpstreamTlsError};
-pub use upstream::{InvalidUpstream, Upstream};
+pub use upstream::{InvalidUpstream, Upstream, UpstreamStatus};
 
 /// This crate's README examples, compiled as doctests so they cannot drift from the API.
 #[cfg(doctest)]

@@ -33,7 +33,7 @@ use crate::error::{InvalidResponse, ProxyError};
 use crate::forward::{self, Hop};
 use crate::health::ActiveHealth;
 use crate::settings::{MAX_TRIES, ProxySettings};
-use crate::upstream::{InFlight, Upstream, UpstreamState};
+use crate::upstream::{InFlight, Upstream, UpstreamState, UpstreamStatus};
 
 /// The client's address, for servers other than scb's (which sets
 /// [`ConnectInfo`](scb_core::connection::ConnectInfo)): insert it into a request's extensions
@@ -104,6 +104,15 @@ impl ReverseProxy {
     /// The upstreams, in the order they were given.
     pub fn upstreams(&self) -> impl Iterator<Item = &Upstream> {
         self.shared.upstreams.iter().map(|state| &state.upstream)
+    }
+
+    /// Each upstream's health and in-flight count now, in the order they were given.
+    pub fn upstream_status(&self) -> impl Iterator<Item = UpstreamStatus<'_>> {
+        let now = Instant::now();
+        self.shared
+            .upstreams
+            .iter()
+            .map(move |state| UpstreamStatus::of(state, now))
     }
 
     /// How requests are spread over the upstreams.

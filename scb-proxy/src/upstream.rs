@@ -166,6 +166,30 @@ impl UpstreamState {
     }
 }
 
+/// One upstream as the workers see it at a moment: for a status page, read from the
+/// shared state (atomics) without touching the request path.
+#[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
+pub struct UpstreamStatus<'a> {
+    /// The upstream as configured.
+    pub upstream: &'a Upstream,
+    /// Whether it takes requests now: actively up (always, without active checks) and not
+    /// in a passive cool-down.
+    pub up: bool,
+    /// Requests sent to it and not yet answered with a response head, across all workers.
+    pub in_flight: usize,
+}
+
+impl<'a> UpstreamStatus<'a> {
+    pub(crate) fn of(state: &'a UpstreamState, now: std::time::Instant) -> Self {
+        Self {
+            upstream: &state.upstream,
+            up: state.health.is_available(now),
+            in_flight: state.in_flight(),
+        }
+    }
+}
+
 /// Counts a request as in flight to an upstream until dropped.
 #[derive(Debug)]
 pub(crate) struct InFlight<'a>(&'a AtomicUsize);
@@ -231,5 +255,29 @@ mod tests {
         ] {
             assert!(Upstream::new(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn status_shows_in_flight_requests_and_a_cool_down_as_down() {
+        let state = UpstreamState::new(Upstream::new("127.0.0.1:9").unwrap());
+        let now = std::time::Instant::now();
+        let status = UpstreamStatus::of(&state, now);
+        assert!(status.up);
+        assert_eq!(
+            (status.in_flight, status.upstream.to_string()),
+            (0, "127.0.0.1:9".into())
+        );
+
+        let (a, b) = (InFlight::start(&state), InFlight::start(&state));
+        assert_eq!(UpstreamStatus::of(&state, now).in_flight, 2);
+        drop((a, b));
+        assert_eq!(UpstreamStatus::of(&state, now).in_flight, 0);
+
+        let policy = crate::PassiveHealth::new().max_fails(1);
+        state.health.record_failure(now, &policy, &state.metrics);
+        assert!(!UpstreamStatus::of(&state, now).up);
+        // Up again once the cool-down is over, whether or not anything settled it.
+        let later = now + policy.fail_timeout + std::time::Duration::from_millis(1);
+        assert!(UpstreamStatus::of(&state, later).up);
     }
 }

@@ -198,6 +198,11 @@ impl FastCgi {
         self.proxy.upstreams()
     }
 
+    /// Each upstream's health and in-flight count now, in the order they were given.
+    pub fn upstream_status(&self) -> impl Iterator<Item = crate::UpstreamStatus<'_>> {
+        self.proxy.upstream_status()
+    }
+
     fn start_sweeper(&self) {
         if self.sweeper.get().is_some() {
             return;
