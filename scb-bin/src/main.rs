@@ -28,6 +28,7 @@ mod route;
 mod run;
 mod script_route;
 mod stack;
+mod status;
 mod switch;
 mod tickets;
 mod upgrade;

@@ -239,6 +239,9 @@ struct Running {
     acme: AcmeTasks,
     /// The routes' response caches, which a reload hands to the routes of the same name.
     caches: Vec<(Arc<str>, scb_proxy::cache::CacheLayer)>,
+    /// The status page's sampler, while `[status]` is on: kept by a reload, so that the
+    /// chart carries on.
+    status: Option<Arc<crate::status::Sampled>>,
 }
 
 /// One task per ACME certificate, aborted when dropped (a reload replaces them).
@@ -315,9 +318,10 @@ impl Running {
         let make_app = app_maker(&plan, &app_addrs, access.as_ref().map(|(_, w)| w))?;
         make_app().context("building the service stack")?;
         let app_stack = Switch::new(make_app);
+        let status = sampler(&plan, recorder.as_ref(), None)?;
         let metrics_stack = match (&plan.metrics, &recorder) {
             (Some(metrics), Some(handle)) => {
-                let make = metrics_maker(&plan, metrics, handle);
+                let make = metrics_maker(&plan, metrics, handle, status.as_ref());
                 make().context("building the metrics stack")?;
                 Some(Switch::new(make))
             }
@@ -354,6 +358,9 @@ impl Running {
                         .expect("the same stack was built before starting")
                 });
                 tracing::info!("metrics on {addr} {}", config.path);
+                if config.status {
+                    tracing::info!("status page on http://{addr}{}", crate::status::STATUS_PATH);
+                }
                 Some(MetricsServer { handle, stack })
             }
             _ => None,
@@ -376,6 +383,7 @@ impl Running {
             reload_generation: 0,
             caches,
             acme,
+            status,
         })
     }
 
@@ -485,9 +493,10 @@ impl Running {
         )?;
         let make_app = app_maker(&plan, &app.local_addrs(), access.as_ref().map(|(_, w)| w))?;
         make_app().context("building the service stack")?;
+        let status = sampler(&plan, self.recorder.as_ref(), self.status.as_ref())?;
         let make_metrics = match (&plan.metrics, &self.recorder) {
             (Some(config), Some(handle)) => {
-                let make = metrics_maker(&plan, config, handle);
+                let make = metrics_maker(&plan, config, handle, status.as_ref());
                 make().context("building the metrics stack")?;
                 Some(make)
             }
@@ -518,6 +527,9 @@ impl Running {
                         .expect("the same stack was built before starting")
                 });
                 tracing::info!("metrics on {addr}");
+                if status.is_some() {
+                    tracing::info!("status page on http://{addr}{}", crate::status::STATUS_PATH);
+                }
                 self.metrics = Some(MetricsServer { handle, stack });
             }
             (Metrics::Stop, _) => {
@@ -532,6 +544,8 @@ impl Running {
         }
         self.drain_delay = plan.drain_delay;
         self.caches = plan.caches();
+        // The old sampler (when the page is off now) ends once the old stack is gone.
+        self.status = status;
         // The old writer (if another) ends once the last old stack is gone, after writing
         // what those stacks' requests queued.
         self.access = access;
@@ -618,11 +632,30 @@ fn open_access_log(
     Ok(Some((plan.clone(), writer)))
 }
 
-/// Builds the metrics listener's stack of `plan`.
+/// The status page's sampler when `plan` has the page: `running` (the one a reload
+/// keeps), or a new one reading `recorder`.
+fn sampler(
+    plan: &Plan,
+    recorder: Option<&PrometheusHandle>,
+    running: Option<&Arc<crate::status::Sampled>>,
+) -> anyhow::Result<Option<Arc<crate::status::Sampled>>> {
+    let wanted = plan.metrics.as_ref().is_some_and(|m| m.status);
+    match (wanted, running, recorder) {
+        (false, _, _) | (true, _, None) => Ok(None),
+        (true, Some(running), Some(_)) => Ok(Some(Arc::clone(running))),
+        (true, None, Some(recorder)) => crate::status::start(recorder.clone())
+            .map(Some)
+            .context("starting the status page's sampler"),
+    }
+}
+
+/// Builds the metrics listener's stack of `plan`, with the status page when `status`
+/// (its sampler) is given.
 fn metrics_maker(
     plan: &Plan,
     metrics: &MetricsPlan,
     handle: &PrometheusHandle,
+    status: Option<&Arc<crate::status::Sampled>>,
 ) -> Maker<MetricsService> {
     let handle = handle.clone();
     let path = metrics.path.clone();
@@ -630,6 +663,7 @@ fn metrics_maker(
     let readiness = plan.readiness.clone();
     let header = plan.server.settings().request_id_header;
     let caches = crate::purge::PurgeCaches::new(plan.caches());
+    let status = status.map(|sampled| crate::status::StatusPage::new(Arc::clone(sampled), plan));
     Arc::new(move || {
         Ok(stack::metrics(
             handle.clone(),
@@ -638,6 +672,7 @@ fn metrics_maker(
             &readiness,
             &header,
             &caches,
+            status.as_ref(),
         )?)
     })
 }

@@ -11,7 +11,8 @@
 //!                     fallback: Metrics("unmatched") -> NotFound
 //! metrics server: RequestId -> Router
 //!                   [metrics].path -> RenderMetrics, [health] paths -> HealthCheck,
-//!                   fallback NotFound
+//!                   /cache/purge -> PurgeCaches, [status] /status and /status.json
+//!                   -> StatusPage, fallback NotFound
 //! ```
 //!
 //! The access-log layer is always in the stack, so that the stack is one static type:
@@ -205,7 +206,8 @@ pub(crate) enum StackError {
 pub(crate) type MetricsService = RequestId<Router<BoxRoute>>;
 
 /// Builds the metrics server's stack: the scrape at `path`, the `probes` (liveness and
-/// readiness paths) answered from `readiness`, 404 elsewhere.
+/// readiness paths) answered from `readiness`, the cache purge, the status page when
+/// there is one, 404 elsewhere.
 ///
 /// # Errors
 ///
@@ -217,6 +219,7 @@ pub(crate) fn metrics(
     readiness: &Readiness,
     header: &HeaderName,
     caches: &crate::purge::PurgeCaches,
+    status: Option<&crate::status::StatusPage>,
 ) -> Result<MetricsService, RouterError> {
     let mut router = Router::new()
         .boxed_route(
@@ -232,6 +235,19 @@ pub(crate) fn metrics(
             PathMatch::Exact(crate::purge::PURGE_PATH.to_owned()),
             caches.clone(),
         )?;
+    if let Some(status) = status {
+        router = router
+            .boxed_route(
+                "status",
+                PathMatch::Exact(crate::status::STATUS_PATH.to_owned()),
+                status.clone(),
+            )?
+            .boxed_route(
+                "status_json",
+                PathMatch::Exact(crate::status::STATUS_JSON_PATH.to_owned()),
+                status.clone(),
+            )?;
+    }
     if let Some((live, ready)) = probes {
         router = router
             .boxed_route(
@@ -379,6 +395,7 @@ mod tests {
             &readiness,
             &scb_core::request_id::X_REQUEST_ID,
             &crate::purge::PurgeCaches::new(Vec::new()),
+            None,
         )
         .unwrap();
 

@@ -43,6 +43,8 @@ pub(crate) struct Config {
     pub(crate) metrics: Option<MetricsConfig>,
     /// Liveness and readiness on the metrics listener; absent means none there.
     pub(crate) health: Option<Spanned<ProbesConfig>>,
+    /// The status page on the metrics listener; absent means none.
+    pub(crate) status: Option<Spanned<StatusConfig>>,
     #[serde(default)]
     pub(crate) log: LogConfig,
     /// At least one is required; that is checked with the rest, so that a missing
@@ -178,6 +180,15 @@ pub(crate) struct MetricsConfig {
     pub(crate) listen: Spanned<SocketAddr>,
     /// Absent means `/metrics`.
     pub(crate) path: Option<Spanned<String>>,
+}
+
+/// `[status] enabled = true`: the status page, `/status` and `/status.json` on the
+/// `[metrics]` listener.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct StatusConfig {
+    /// Required: a bare `[status]` would leave a reader guessing.
+    pub(crate) enabled: Spanned<bool>,
 }
 
 /// `[health]`: probes on the `[metrics]` listener, and how long a drain is announced

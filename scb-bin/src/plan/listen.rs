@@ -31,6 +31,9 @@ pub(crate) struct HttpsPlan {
     /// The listeners that also serve HTTP/3, each with the `Alt-Svc` max age its TCP
     /// answers advertise it with (none when zero).
     pub(crate) alt_svc: Vec<(usize, std::time::Duration)>,
+    /// Every TLS listener's acceptor, in config order (two listeners of one ACME
+    /// certificate share one): whose certificates the status page lists.
+    pub(crate) acceptors: Vec<scb_tls::TlsAcceptor>,
 }
 
 /// How long clients may remember that a listener speaks HTTP/3, unless
@@ -46,6 +49,9 @@ pub(crate) struct MetricsPlan {
     pub(crate) path: String,
     /// `[health]`: the liveness and readiness paths, answered beside the scrape.
     pub(crate) probes: Option<(String, String)>,
+    /// `[status] enabled`: the status page at [`STATUS_PATH`](crate::status::STATUS_PATH)
+    /// and [`STATUS_JSON_PATH`](crate::status::STATUS_JSON_PATH).
+    pub(crate) status: bool,
 }
 
 /// Adds every `[[listen]]` to `server`: plain, or secured by a TLS acceptor loaded (and
@@ -178,6 +184,7 @@ pub(super) fn listeners(
                         .map_or(DEFAULT_ALT_SVC_MAX_AGE, |m| m.get_ref().0);
                     https.alt_svc.push((t, max_age));
                 }
+                https.acceptors.push(acceptor.clone());
                 server = server.listen_with(addr, options.secure(Arc::new(acceptor)));
                 https.https_listener.get_or_insert(t);
                 if let Some(hsts) = &config_tls.get_ref().hsts {
@@ -694,12 +701,23 @@ pub(super) fn metrics(
     config: &Config,
     listen: &[Spanned<SocketAddr>],
 ) -> Result<Option<MetricsPlan>, Located> {
+    let status = config
+        .status
+        .as_ref()
+        .filter(|s| *s.get_ref().enabled.get_ref());
     let Some(metrics) = &config.metrics else {
         if let Some(health) = &config.health {
             return Err(Located::at(
                 health,
                 "health",
                 "the probes are served on the [metrics] listener: add a [metrics] table",
+            ));
+        }
+        if let Some(status) = status {
+            return Err(Located::at(
+                &status.get_ref().enabled,
+                "status.enabled",
+                "the status page is served on the metrics listener: add [metrics]",
             ));
         }
         return Ok(None);
@@ -737,10 +755,28 @@ pub(super) fn metrics(
             Some((live, ready))
         }
     };
+    if let Some(status) = status {
+        let taken = std::iter::once(&path)
+            .chain(probes.iter().flat_map(|(live, ready)| [live, ready]))
+            .find(|p| {
+                [crate::status::STATUS_PATH, crate::status::STATUS_JSON_PATH].contains(&p.as_str())
+            });
+        if let Some(taken) = taken {
+            return Err(Located::at(
+                &status.get_ref().enabled,
+                "status.enabled",
+                format_args!(
+                    "the status page takes {taken} on the metrics listener: give the metrics \
+                     path and the probes other paths"
+                ),
+            ));
+        }
+    }
     Ok(Some(MetricsPlan {
         listen: addr,
         path,
         probes,
+        status: status.is_some(),
     }))
 }
 

@@ -48,6 +48,7 @@ fn the_schema_from_the_issue_is_accepted_as_written() {
             listen: "127.0.0.1:9090".parse().unwrap(),
             path: "/metrics".into(),
             probes: None,
+            status: true,
         })
     );
     assert_eq!(plan.server.settings().request_id_header, "x-request-id");
@@ -230,6 +231,71 @@ fn health_errors_name_their_key() {
         Some(("/healthz".to_owned(), "/readyz".to_owned()))
     );
     assert!(matches!(plan.routes()[0].handler, Handler::Health(_)));
+}
+
+#[test]
+fn the_status_page_is_only_on_the_metrics_listener_and_keeps_its_paths() {
+    let metrics = "[metrics]\nlisten = \"127.0.0.1:9999\"\n";
+    assert_eq!(
+        error(&format!("{LISTEN}[status]\nenabled = true\n")),
+        "scb.toml:4:11: status.enabled: the status page is served on the metrics listener: \
+         add [metrics]"
+    );
+    assert_eq!(
+        error(&format!(
+            "{LISTEN}{metrics}path = \"/status\"\n[status]\nenabled = true\n"
+        )),
+        "scb.toml:7:11: status.enabled: the status page takes /status on the metrics \
+         listener: give the metrics path and the probes other paths"
+    );
+    let taken = error(&format!(
+        "{LISTEN}{metrics}[health]\nreadiness = \"/status.json\"\n[status]\nenabled = true\n"
+    ));
+    assert!(taken.contains("takes /status.json"), "{taken}");
+    assert!(error(&format!("{LISTEN}{metrics}[status]\n")).contains("enabled"));
+    assert!(
+        error(&format!(
+            "{LISTEN}{metrics}[status]\nenabled = true\npath = \"/s\"\n"
+        ))
+        .contains("path")
+    );
+
+    // Off, it needs nothing; on, the metrics plan says so.
+    assert!(
+        plan(&format!("{LISTEN}[status]\nenabled = false\n"))
+            .metrics
+            .is_none()
+    );
+    let on = plan(&format!("{LISTEN}{metrics}[status]\nenabled = true\n"));
+    assert!(on.metrics.unwrap().status);
+    let off = plan(&format!("{LISTEN}{metrics}[status]\nenabled = false\n"));
+    assert!(!off.metrics.unwrap().status);
+}
+
+#[test]
+fn every_tls_listener_s_certificates_are_kept_for_the_status_page() {
+    let dir = std::env::temp_dir().join(format!("scb-plan-status-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let params = rcgen::CertificateParams::new(vec!["status.test".to_owned()]).unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = params.self_signed(&key).unwrap();
+    let (c, k) = (dir.join("c.pem"), dir.join("k.pem"));
+    std::fs::write(&c, cert.pem()).unwrap();
+    std::fs::write(&k, key.serialize_pem()).unwrap();
+    let plan = plan(&format!(
+        "{LISTEN}[[listen]]\naddr = \"127.0.0.1:8443\"\ntls = {{ cert = {c:?}, key = {k:?} }}\n",
+        c = c.display().to_string(),
+        k = k.display().to_string(),
+    ));
+    let certificates: Vec<_> = plan
+        .https
+        .acceptors
+        .iter()
+        .flat_map(scb_tls::TlsAcceptor::certificates)
+        .collect();
+    assert_eq!(certificates.len(), 1);
+    assert_eq!(certificates[0].names, ["status.test"]);
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
