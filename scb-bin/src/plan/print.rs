@@ -43,6 +43,14 @@ impl Plan {
             if let Some((live, ready)) = &metrics.probes {
                 let _ = write!(out, ", liveness {live}, readiness {ready}");
             }
+            if metrics.status {
+                let _ = write!(
+                    out,
+                    ", status page {} and {}",
+                    crate::status::STATUS_PATH,
+                    crate::status::STATUS_JSON_PATH
+                );
+            }
             out.push('\n');
         }
         for site in self.sites.iter() {

@@ -267,6 +267,12 @@ fn the_status_page_is_only_on_the_metrics_listener_and_keeps_its_paths() {
             .is_none()
     );
     let on = plan(&format!("{LISTEN}{metrics}[status]\nenabled = true\n"));
+    assert!(
+        on.describe()
+            .contains("metrics: 127.0.0.1:9999 /metrics, status page /status and /status.json\n"),
+        "{}",
+        on.describe()
+    );
     assert!(on.metrics.unwrap().status);
     let off = plan(&format!("{LISTEN}{metrics}[status]\nenabled = false\n"));
     assert!(!off.metrics.unwrap().status);
