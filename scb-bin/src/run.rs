@@ -663,7 +663,8 @@ fn metrics_maker(
     let readiness = plan.readiness.clone();
     let header = plan.server.settings().request_id_header;
     let caches = crate::purge::PurgeCaches::new(plan.caches());
-    let status = status.map(|sampled| crate::status::StatusPage::new(Arc::clone(sampled), plan));
+    let status = status
+        .map(|sampled| crate::status::StatusPage::new(Arc::clone(sampled), plan.status_sources()));
     Arc::new(move || {
         Ok(stack::metrics(
             handle.clone(),

@@ -116,6 +116,31 @@ impl Plan {
             .collect()
     }
 
+    /// What the status page reads of this plan: each proxy and FastCGI route's upstreams,
+    /// the TLS listeners' certificates, the workers, whether a route caches.
+    pub(crate) fn status_sources(&self) -> crate::status::Sources {
+        use crate::status::Upstreams;
+        let routes = self.sites.iter().flat_map(|site| site.routes.iter());
+        let upstreams = routes
+            .filter_map(|route| {
+                let upstreams = match &route.handler {
+                    crate::route::Handler::Proxy { proxy, .. } => Upstreams::Proxy(proxy.clone()),
+                    crate::route::Handler::FastCgi { fastcgi, .. } => {
+                        Upstreams::FastCgi(fastcgi.clone())
+                    }
+                    _ => return None,
+                };
+                Some((Arc::clone(&route.name), upstreams))
+            })
+            .collect();
+        crate::status::Sources {
+            upstreams,
+            acceptors: self.https.acceptors.clone(),
+            workers: self.server.settings().workers,
+            cache: !self.caches().is_empty(),
+        }
+    }
+
     /// Gives each cached route the store of the route of the same name in `previous`
     /// (the running config's), when its `max_bytes` is unchanged: a reload keeps what
     /// was stored.

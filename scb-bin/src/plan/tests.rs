@@ -31,6 +31,11 @@ fn the_schema_from_the_issue_is_accepted_as_written() {
         panic!("not a proxy: {:?}", plan.routes()[1].handler);
     };
     assert_eq!(proxy.upstreams().count(), 2);
+    // The status page lists the proxy routes' upstreams and the cache figures.
+    let sources = plan.status_sources();
+    let routes: Vec<_> = sources.upstreams.iter().map(|(name, _)| &**name).collect();
+    assert_eq!(routes, ["api", "api-catalog", "assets"]);
+    assert!(sources.cache);
     // The cached API and the cached static origin.
     for (at, prefix) in [(2, "/api/catalog/"), (3, "/assets/")] {
         assert_eq!(
@@ -279,7 +284,7 @@ fn the_status_page_is_only_on_the_metrics_listener_and_keeps_its_paths() {
 }
 
 #[test]
-fn every_tls_listener_s_certificates_are_kept_for_the_status_page() {
+fn the_status_page_reads_every_tls_listener_s_certificates() {
     let dir = std::env::temp_dir().join(format!("scb-plan-status-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let params = rcgen::CertificateParams::new(vec!["status.test".to_owned()]).unwrap();
@@ -293,14 +298,15 @@ fn every_tls_listener_s_certificates_are_kept_for_the_status_page() {
         c = c.display().to_string(),
         k = k.display().to_string(),
     ));
-    let certificates: Vec<_> = plan
-        .https
+    let sources = plan.status_sources();
+    let certificates: Vec<_> = sources
         .acceptors
         .iter()
         .flat_map(scb_tls::TlsAcceptor::certificates)
         .collect();
     assert_eq!(certificates.len(), 1);
     assert_eq!(certificates[0].names, ["status.test"]);
+    assert!(sources.upstreams.is_empty() && !sources.cache);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -103,7 +103,7 @@ mod scrape;
 mod service;
 
 pub(crate) use sampler::{Sampled, start};
-pub(crate) use service::StatusPage;
+pub(crate) use service::{Sources, StatusPage, Upstreams};
 
 /// Where the page is on the metrics listener.
 pub(crate) const STATUS_PATH: &str = "/status";

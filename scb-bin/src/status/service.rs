@@ -13,8 +13,6 @@ use tower::Service;
 use super::json;
 use super::sampler::Sampled;
 use super::{STATUS_JSON_PATH, STATUS_PATH};
-use crate::plan::Plan;
-use crate::route::Handler;
 
 /// The page: one HTML document with its style and script inline.
 const PAGE: &str = include_str!("page.html");
@@ -52,19 +50,22 @@ fn sha256(text: &str) -> String {
 }
 
 /// What a status answer reads besides the sampler's figures: the plan's upstreams,
-/// certificates, worker count and whether any route caches.
-#[derive(Debug)]
-struct Sources {
-    /// Each proxy route (and FastCGI route) by name.
-    upstreams: Vec<(Arc<str>, Upstreams)>,
-    acceptors: Vec<scb_tls::TlsAcceptor>,
-    workers: usize,
-    cache: bool,
+/// certificates, worker count and whether any route caches (`Plan::status_sources`).
+#[derive(Debug, Default)]
+pub(crate) struct Sources {
+    /// Each proxy (and FastCGI) route's upstreams, by route name, in config order.
+    pub(crate) upstreams: Vec<(Arc<str>, Upstreams)>,
+    /// The TLS listeners' acceptors, whose certificates are listed.
+    pub(crate) acceptors: Vec<scb_tls::TlsAcceptor>,
+    /// The main server's workers, each listed with or without connections.
+    pub(crate) workers: usize,
+    /// Whether a route has a cache (else `cache` is `null`).
+    pub(crate) cache: bool,
 }
 
 /// A route's upstreams, whose state every worker shares.
 #[derive(Debug)]
-enum Upstreams {
+pub(crate) enum Upstreams {
     Proxy(scb_proxy::ReverseProxy),
     FastCgi(scb_proxy::fastcgi::FastCgi),
 }
@@ -87,27 +88,11 @@ pub(crate) struct StatusPage {
 }
 
 impl StatusPage {
-    /// The page of `plan`'s routes and listeners, with `sampled`'s figures.
-    pub(crate) fn new(sampled: Arc<Sampled>, plan: &Plan) -> Self {
-        let routes = plan.sites.iter().flat_map(|site| site.routes.iter());
-        let upstreams = routes
-            .filter_map(|route| {
-                let upstreams = match &route.handler {
-                    Handler::Proxy { proxy, .. } => Upstreams::Proxy(proxy.clone()),
-                    Handler::FastCgi { fastcgi, .. } => Upstreams::FastCgi(fastcgi.clone()),
-                    _ => return None,
-                };
-                Some((Arc::clone(&route.name), upstreams))
-            })
-            .collect();
+    /// The page of `sources` (a plan's routes and listeners), with `sampled`'s figures.
+    pub(crate) fn new(sampled: Arc<Sampled>, sources: Sources) -> Self {
         Self {
             sampled,
-            sources: Arc::new(Sources {
-                upstreams,
-                acceptors: plan.https.acceptors.clone(),
-                workers: plan.server.settings().workers,
-                cache: !plan.caches().is_empty(),
-            }),
+            sources: Arc::new(sources),
         }
     }
 
@@ -258,9 +243,17 @@ mod tests {
 
     use super::*;
 
-    fn page(config: &str) -> StatusPage {
-        let plan = Plan::from_source(config).unwrap_or_else(|e| panic!("{e:?}"));
-        StatusPage::new(Arc::new(Sampled::default()), &plan)
+    /// A page over a proxy route named `api <b>&` with two upstreams, and three workers.
+    fn page() -> StatusPage {
+        let upstreams =
+            ["127.0.0.1:9", "127.0.0.1:10"].map(|a| scb_proxy::Upstream::new(a).unwrap());
+        let proxy = scb_proxy::ReverseProxy::builder(upstreams).build().unwrap();
+        let sources = Sources {
+            upstreams: vec![("api <b>&".into(), Upstreams::Proxy(proxy))],
+            workers: 3,
+            ..Sources::default()
+        };
+        StatusPage::new(Arc::new(Sampled::default()), sources)
     }
 
     async fn get(page: &StatusPage, path: &str) -> Response<Body> {
@@ -270,24 +263,9 @@ mod tests {
             .unwrap()
     }
 
-    const CONFIG: &str = r#"
-        [server]
-        workers = 3
-        [metrics]
-        listen = "127.0.0.1:0"
-        [status]
-        enabled = true
-        [[listen]]
-        addr = "127.0.0.1:0"
-        [[route]]
-        name = "api <b>&"
-        prefix = "/api/"
-        proxy = { upstreams = ["127.0.0.1:9", "127.0.0.1:10"] }
-    "#;
-
     #[tokio::test]
     async fn the_json_has_every_field_of_the_schema() {
-        let res = get(&page(CONFIG), STATUS_JSON_PATH).await;
+        let res = get(&page(), STATUS_JSON_PATH).await;
         assert_eq!(res.status(), StatusCode::OK);
         assert_eq!(res.headers()[header::CONTENT_TYPE], "application/json");
         assert_eq!(res.headers()[header::CACHE_CONTROL], "no-store");
@@ -368,7 +346,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_page_is_self_contained_and_allows_only_its_own_script_and_style() {
-        let res = get(&page(CONFIG), STATUS_PATH).await;
+        let res = get(&page(), STATUS_PATH).await;
         assert_eq!(res.status(), StatusCode::OK);
         let csp = res.headers()[header::CONTENT_SECURITY_POLICY]
             .to_str()
@@ -401,7 +379,7 @@ mod tests {
 
     #[tokio::test]
     async fn other_methods_are_refused() {
-        let res = page(CONFIG)
+        let res = page()
             .oneshot(Request::post(STATUS_JSON_PATH).body(Body::empty()).unwrap())
             .await
             .unwrap();
