@@ -53,8 +53,8 @@ fn run(handle: &PrometheusHandle, sampled: &Weak<Sampled>) {
         let Some(sampled) = sampled.upgrade() else {
             return;
         };
-        // The rendering costs what a scrape costs (well under a millisecond for a config
-        // of tens of routes); nothing on the request path changes.
+        // A scrape's work, once a second, on this thread: the workers do nothing more
+        // for it.
         let totals = scrape::parse(&handle.render());
         history.push(Instant::now(), totals);
         sampled.set(history.figures());
