@@ -635,7 +635,11 @@ fn acme_settings_are_checked_with_their_keys() {
             "tls.acme.challenge",
             "\"tls-alpn-01\", \"http-01\" or \"dns-01\"",
         ),
-        ("domains = [\"example.com\"]", "state_dir", "missing"),
+        (
+            "domains = [\"example.com\"]",
+            "tls.acme.state_dir",
+            "give a directory, or a [cluster]",
+        ),
     ] {
         let out = check(&listen(acme));
         let stderr = String::from_utf8_lossy(&out.stderr);
