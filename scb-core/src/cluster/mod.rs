@@ -6,7 +6,7 @@
 //! use std::time::Duration;
 //! use scb_core::cluster::Cluster;
 //!
-//! # async fn demo() -> Result<(), scb_core::cluster::ClusterError> {
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! let cluster = Cluster::connect("redis://10.0.0.5:6379/0", "scb:")?;
 //! // One instance of the fleet renews the certificates at a time.
 //! if let Some(lease) = cluster.acquire("lock:acme", Duration::from_secs(30)).await? {
