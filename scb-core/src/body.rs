@@ -112,6 +112,12 @@ impl Body {
         }
     }
 
+    /// Whether the body streams from another body, so that its end is only known when
+    /// it is polled to it (an empty, in-memory or file body's length is known whole).
+    pub(crate) fn streams(&self) -> bool {
+        matches!(self.kind, Kind::Stream(_))
+    }
+
     /// The file region this body sends, if it is one and has not started being polled.
     ///
     /// This is what a connection driver looks for after downcasting a response body to

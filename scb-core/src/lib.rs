@@ -60,6 +60,7 @@ pub mod respond;
 pub mod rewrite;
 pub mod router;
 pub mod server;
+pub mod spans;
 pub mod template;
 pub mod trace_context;
 pub mod virtual_hosts;

@@ -102,6 +102,7 @@ use tower::util::{Oneshot, ServiceExt as _};
 
 use crate::Body;
 use crate::access_log::AccessNotes;
+use crate::spans::SpanNotes;
 
 mod captures;
 mod conditions;
@@ -289,7 +290,7 @@ impl<S, F> Router<S, F> {
     }
 
     /// Whether the router notes the route it chooses in the request's
-    /// [`AccessNotes`], for an access log above it.
+    /// [`AccessNotes`] and [`SpanNotes`], for an access log and a span above it.
     /// Defaults to true; a stack with no access log turns it off and saves the lookup
     /// (one extension read per request).
     #[must_use]
@@ -338,13 +339,18 @@ where
     fn call(&mut self, mut req: Request<ReqB>) -> Self::Future {
         let found = self.table.find(&req);
         if self.table.note_routes
-            && let Some(notes) = req.extensions().get::<AccessNotes>()
             && let Some(name) = found
                 .as_ref()
                 .map(|f| &f.route.name)
                 .or(self.table.fallback_name.as_ref())
         {
-            notes.route(name);
+            let extensions = req.extensions();
+            if let Some(notes) = extensions.get::<AccessNotes>() {
+                notes.route(name);
+            }
+            if let Some(notes) = extensions.get::<SpanNotes>() {
+                notes.route(name);
+            }
         }
         match found {
             Some(found) => {
