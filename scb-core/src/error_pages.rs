@@ -4,7 +4,7 @@
 //! whatever answered: a static route's 404 or 403, a proxy's 502 or 504 (an upstream's
 //! own 502 too), a limit's 503. The status and the other fields stay; the page goes out as
 //! `text/html; charset=utf-8` with its length, `{request_id}` replaced by the request's
-//! id. Responses the server makes before the stack (400, 408, 413, 431 for a malformed
+//! id and `{trace_id}` by its trace's (see [`spans`](crate::spans)). Responses the server makes before the stack (400, 408, 413, 431 for a malformed
 //! request) keep their plain text.
 //!
 //! ```
@@ -38,9 +38,11 @@ use tower::{Layer, Service};
 
 use crate::Body;
 use crate::request_id::Id;
+use crate::trace_context::TraceContext;
 
-/// The placeholder a page may hold.
+/// The placeholders a page may hold.
 const REQUEST_ID: &[u8] = b"{request_id}";
+const TRACE_ID: &[u8] = b"{trace_id}";
 
 /// Applies [`ErrorPages`] to a service.
 #[derive(Clone, Debug, Default)]
@@ -102,10 +104,15 @@ where
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
         let request_id = req.extensions().get::<Id>().cloned();
+        let trace_id = req
+            .extensions()
+            .get::<TraceContext>()
+            .map(TraceContext::trace_id);
         ResponseFuture {
             inner: self.inner.call(req),
             pages: Arc::clone(&self.pages),
             request_id,
+            trace_id,
         }
     }
 }
@@ -117,6 +124,7 @@ pin_project! {
         inner: F,
         pages: Arc<Vec<(StatusCode, Bytes)>>,
         request_id: Option<Id>,
+        trace_id: Option<[u8; 16]>,
     }
 }
 
@@ -126,28 +134,42 @@ impl<F> fmt::Debug for ResponseFuture<F> {
     }
 }
 
-/// `page` with every `{request_id}` replaced by `id` (or by nothing).
-fn render(page: &Bytes, id: Option<&Id>) -> Bytes {
-    if !page.windows(REQUEST_ID.len()).any(|w| w == REQUEST_ID) {
+/// `page` with every `{request_id}` replaced by `id` and every `{trace_id}` by the
+/// trace's id in hex (or by nothing).
+fn render(page: &Bytes, id: Option<&Id>, trace: Option<&[u8; 16]>) -> Bytes {
+    let holds = |placeholder: &[u8]| page.windows(placeholder.len()).any(|w| w == placeholder);
+    if !holds(REQUEST_ID) && !holds(TRACE_ID) {
         return page.clone();
     }
     let id = id.map_or(&b""[..], |id| id.as_str().as_bytes());
-    let mut out = Vec::with_capacity(page.len() + id.len());
+    let mut out = Vec::with_capacity(page.len() + id.len() + 32);
     let mut rest = &page[..];
-    while let Some(at) = rest.windows(REQUEST_ID.len()).position(|w| w == REQUEST_ID) {
+    while let Some(at) = rest.iter().position(|&b| b == b'{') {
         out.extend_from_slice(&rest[..at]);
-        // A client may send its own id (any visible ASCII): escaped for HTML.
-        for &b in id {
-            match b {
-                b'&' => out.extend_from_slice(b"&amp;"),
-                b'<' => out.extend_from_slice(b"&lt;"),
-                b'>' => out.extend_from_slice(b"&gt;"),
-                b'"' => out.extend_from_slice(b"&quot;"),
-                b'\'' => out.extend_from_slice(b"&#39;"),
-                _ => out.push(b),
+        rest = &rest[at..];
+        if rest.starts_with(REQUEST_ID) {
+            // A client may send its own id (any visible ASCII): escaped for HTML.
+            for &b in id {
+                match b {
+                    b'&' => out.extend_from_slice(b"&amp;"),
+                    b'<' => out.extend_from_slice(b"&lt;"),
+                    b'>' => out.extend_from_slice(b"&gt;"),
+                    b'"' => out.extend_from_slice(b"&quot;"),
+                    b'\'' => out.extend_from_slice(b"&#39;"),
+                    _ => out.push(b),
+                }
             }
+            rest = &rest[REQUEST_ID.len()..];
+        } else if rest.starts_with(TRACE_ID) {
+            // Hex digits only: nothing to escape.
+            for b in trace.into_iter().flatten() {
+                out.extend_from_slice(format!("{b:02x}").as_bytes());
+            }
+            rest = &rest[TRACE_ID.len()..];
+        } else {
+            out.push(b'{');
+            rest = &rest[1..];
         }
-        rest = &rest[at + REQUEST_ID.len()..];
     }
     out.extend_from_slice(rest);
     Bytes::from(out)
@@ -165,7 +187,7 @@ where
         if let Ok(res) = &mut result
             && let Some((_, page)) = this.pages.iter().find(|(s, _)| *s == res.status())
         {
-            let page = render(page, this.request_id.as_ref());
+            let page = render(page, this.request_id.as_ref(), this.trace_id.as_ref());
             let headers = res.headers_mut();
             headers.remove(header::CONTENT_ENCODING);
             headers.remove(header::CONTENT_RANGE);
@@ -238,5 +260,36 @@ mod tests {
             .unwrap();
         let body = res.into_body().collect().await.unwrap().to_bytes();
         assert_eq!(body, "<p>down, id &lt;script&gt;&amp;&quot;&#39;.</p>");
+    }
+
+    #[tokio::test]
+    async fn pages_show_the_trace_id_and_leave_other_braces() {
+        let svc = ServiceBuilder::new()
+            .layer(crate::spans::SpansLayer::new(|_span| {}).sample_ratio(0.0))
+            .layer(ErrorPagesLayer::new().page(
+                StatusCode::NOT_FOUND,
+                Bytes::from("{trace_id} {x} {request_id}{"),
+            ))
+            .service(Respond::new(StatusCode::NOT_FOUND));
+        let req = Request::get("/")
+            .header(
+                "traceparent",
+                "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00",
+            )
+            .body(Body::empty())
+            .unwrap();
+        let res = svc.clone().oneshot(req).await.unwrap();
+        let body = res.into_body().collect().await.unwrap().to_bytes();
+        // No request id layer: that placeholder is empty.
+        assert_eq!(body, "0af7651916cd43dd8448eb211c80319c {x} {");
+        // A trace of its own: 32 hex digits all the same.
+        let res = svc
+            .oneshot(Request::get("/").body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        let body = res.into_body().collect().await.unwrap().to_bytes();
+        let trace = body.split(|&b| b == b' ').next().unwrap();
+        assert_eq!(trace.len(), 32);
+        assert!(trace.iter().all(u8::is_ascii_hexdigit));
     }
 }
