@@ -20,6 +20,7 @@ use hyper_util::rt::TokioIo;
 use scb_core::access_log::AccessNotes;
 use scb_core::connection::{ClientCertificate, ConnectInfo};
 use scb_core::request_id::Id;
+use scb_core::spans::{SpanNotes, TRACEPARENT};
 use scb_core::{Body, BoxError};
 use tokio::io::AsyncWriteExt as _;
 use tower::Service;
@@ -213,6 +214,12 @@ impl ReverseProxy {
         let key = shared.balancer.key(&parts.headers, client);
         let upgrade = upgrade.filter(|_| !config.protocol.is_h2());
         prepare(&mut parts, config, client, secure, upgrade);
+        // A sampled request's trace: the exchange is a child span, and the upstream is
+        // told of it (the server span's traceparent otherwise goes up as the client's did).
+        let span = parts.extensions.get::<SpanNotes>().cloned();
+        if let Some(told) = span.as_ref().and_then(SpanNotes::upstream_exchange) {
+            parts.headers.insert(TRACEPARENT, told.traceparent_header());
+        }
         let body_empty = body.is_end_stream();
         let body = if body_empty {
             Body::empty()
@@ -270,6 +277,9 @@ impl ReverseProxy {
                 let tried = Box::pin(self.try_h2(index, req, deadline, client_host.as_ref(), id));
                 match tried.await {
                     H2Try::Done(Ok(response)) => {
+                        if let Some(span) = &span {
+                            span.upstream_response(state.upstream.authority(), response.status());
+                        }
                         if let Some(notes) = notes {
                             notes.upstream_response(
                                 state.upstream.authority(),
@@ -283,7 +293,12 @@ impl ReverseProxy {
                     H2Try::Again { req, error } => {
                         request = Some(req);
                         match error {
-                            Some(e) => last = e,
+                            Some(e) => {
+                                if let Some(span) = &span {
+                                    span.upstream_retry(state.upstream.authority(), &e);
+                                }
+                                last = e;
+                            }
                             // Not the upstream's failure: the try does not count.
                             None => tries -= 1,
                         }
@@ -312,11 +327,17 @@ impl ReverseProxy {
                     Ok(Err(e)) => {
                         // Nothing was sent: another upstream may take it.
                         self.failed(state, &e, id);
+                        if let Some(span) = &span {
+                            span.upstream_retry(state.upstream.authority(), &e);
+                        }
                         last = e;
                         continue;
                     }
                 },
             };
+            if let Some(span) = &span {
+                span.upstream_connected(state.upstream.authority(), reused);
+            }
             forward::set_host(request.headers_mut(), state.upstream.authority(), keep_host);
             state.metrics.request();
             let in_flight = InFlight::start(state);
@@ -333,6 +354,9 @@ impl ReverseProxy {
                     state.health.record_success(&state.metrics);
                     let response =
                         self.client_response(index, owner, connection, head, client_upgrade, id);
+                    if let Some(span) = &span {
+                        span.upstream_response(state.upstream.authority(), response.status());
+                    }
                     if let Some(notes) = notes {
                         notes.upstream_response(
                             state.upstream.authority(),
@@ -354,6 +378,9 @@ impl ReverseProxy {
                     // A fresh connection closed at once: the upstream is failing.
                     let e = ProxyError::Reset(e);
                     self.failed(state, &e, id);
+                    if let Some(span) = &span {
+                        span.upstream_retry(state.upstream.authority(), &e);
+                    }
                     last = e;
                 }
                 Ok(Err(SendError::Body(e))) => return Err(client_body_error(&e)),
@@ -764,6 +791,7 @@ where
         let grpc = self.shared.settings.protocol.is_h2() && is_grpc(req.headers());
         // The access log's notes, when it records: the upstream is noted there.
         let notes = req.extensions().get::<AccessNotes>().cloned();
+        let span = req.extensions().get::<SpanNotes>().cloned();
         ResponseFuture {
             inner: Box::pin(async move {
                 let mut tried = None;
@@ -777,8 +805,14 @@ where
                             e.into_response()
                         };
                         // The upstream that failed, for the access log, as for an answer.
-                        if let (Some(notes), Some(index)) = (&notes, tried) {
-                            notes.upstream(proxy.shared.upstreams[index].upstream.authority());
+                        if let Some(index) = tried {
+                            let upstream = proxy.shared.upstreams[index].upstream.authority();
+                            if let Some(notes) = &notes {
+                                notes.upstream(upstream);
+                            }
+                            if let Some(span) = &span {
+                                span.upstream_failed(upstream);
+                            }
                         }
                         res
                     }))

@@ -78,6 +78,7 @@ async fn answer(req: Request<Incoming>) -> Result<Response<Answer>, std::io::Err
     }
     let authority = req.uri().authority().map(ToString::to_string);
     let te = req.headers().get("te").cloned();
+    let traceparent = req.headers().get("traceparent").cloned();
     let collected = req
         .into_body()
         .collect()
@@ -100,6 +101,9 @@ async fn answer(req: Request<Incoming>) -> Result<Response<Answer>, std::io::Err
     }
     if let Some(te) = te {
         res.headers_mut().insert("x-te", te);
+    }
+    if let Some(traceparent) = traceparent {
+        res.headers_mut().insert("x-traceparent", traceparent);
     }
     Ok(res)
 }
@@ -188,6 +192,39 @@ async fn the_access_log_gets_the_h2_upstream_s_status_and_time() {
     assert_eq!(fields[..2], [up.addr.to_string().as_str(), "200"], "{line}");
     let ms: f64 = fields[2].parse().unwrap();
     assert!((0.0..10_000.0).contains(&ms), "{line}");
+}
+
+#[tokio::test]
+async fn an_h2_upstream_is_told_the_exchange_span_and_the_span_notes_it() {
+    let up = H2Upstream::spawn().await;
+    let spans = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = Arc::clone(&spans);
+    let res = tower::ServiceBuilder::new()
+        .layer(scb_core::spans::SpansLayer::new(
+            move |span: scb_core::spans::FinishedSpan| sink.lock().unwrap().push(span),
+        ))
+        .service(h2c_proxy(up.addr))
+        .oneshot(post("/x", "hello"))
+        .await
+        .unwrap();
+    let told = res.headers()["x-traceparent"].to_str().unwrap().to_owned();
+    assert_eq!(read(res).await.0, "hello");
+    let spans = spans.lock().unwrap();
+    let span = &spans[0];
+    let upstream = span.upstream.as_ref().unwrap();
+    // The upstream continues the exchange's span, a child of the server's.
+    assert_eq!(told, span.context.child(upstream.span_id).traceparent());
+    assert_eq!(upstream.status, Some(StatusCode::OK));
+    assert_eq!(
+        upstream.address.as_ref().map(ToString::to_string),
+        Some(up.addr.to_string())
+    );
+    assert!(matches!(
+        upstream.events.last().map(|e| &e.kind),
+        Some(scb_core::spans::UpstreamEventKind::FirstByte)
+    ));
+    assert!(span.completed);
+    assert_eq!(span.bytes, 5);
 }
 
 #[tokio::test]

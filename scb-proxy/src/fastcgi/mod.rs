@@ -74,6 +74,7 @@ use http_body_util::BodyExt as _;
 use scb_core::access_log::AccessNotes;
 use scb_core::connection::ConnectInfo;
 use scb_core::request_id::Id;
+use scb_core::spans::{SpanNotes, TRACEPARENT};
 use scb_core::{Body, BoxError};
 use tower::Service;
 
@@ -248,7 +249,13 @@ impl FastCgi {
         {
             return ProxyError::BodyTooLarge.into_response();
         }
-        let (parts, body) = req.into_parts();
+        let (mut parts, body) = req.into_parts();
+        // A sampled request's trace: the exchange is a child span, and the application
+        // is told of it in HTTP_TRACEPARENT.
+        let span = parts.extensions.get::<SpanNotes>().cloned();
+        if let Some(told) = span.as_ref().and_then(SpanNotes::upstream_exchange) {
+            parts.headers.insert(TRACEPARENT, told.traceparent_header());
+        }
         let (body, length) = if body.is_end_stream() {
             (None, 0)
         } else if let Some(len) = declared {
@@ -291,9 +298,16 @@ impl FastCgi {
         let key = self.proxy.shared.balancer.key(&parts.headers, peer_ip);
         let mut tried = None;
         let answer = self
-            .exchange(&params, body, key, id.as_ref(), &mut tried)
+            .exchange(&params, body, key, id.as_ref(), span.as_ref(), &mut tried)
             .await
             .map(|(res, time)| (head_length(res, &parts.method), time));
+        if let (Some(span), Some(index)) = (&span, tried) {
+            let upstream = self.proxy.shared.upstreams[index].upstream.authority();
+            match &answer {
+                Ok((res, _)) => span.upstream_response(upstream, res.status()),
+                Err(_) => span.upstream_failed(upstream),
+            }
+        }
         if let (Some(notes), Some(index)) = (&notes, tried) {
             let upstream = self.proxy.shared.upstreams[index].upstream.authority();
             match &answer {
@@ -314,6 +328,7 @@ impl FastCgi {
         body: Option<Body>,
         key: Option<u64>,
         id: Option<&Id>,
+        span: Option<&SpanNotes>,
         tried_last: &mut Option<usize>,
     ) -> Result<(Response<Body>, std::time::Duration), ProxyError> {
         let shared = &*self.proxy.shared;
@@ -356,11 +371,17 @@ impl FastCgi {
                     Ok(Ok(conn)) => conn,
                     Ok(Err(e)) => {
                         self.failed(index, &e, id);
+                        if let Some(span) = span {
+                            span.upstream_retry(state.upstream.authority(), &e);
+                        }
                         last = e;
                         continue;
                     }
                 },
             };
+            if let Some(span) = span {
+                span.upstream_connected(state.upstream.authority(), reused);
+            }
             let Some(request_body) = body.take() else {
                 break;
             };
