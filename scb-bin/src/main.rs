@@ -21,6 +21,7 @@ mod cluster;
 mod config;
 mod labels;
 mod one_of;
+mod otlp;
 mod plan;
 mod purge;
 mod reload_status;

@@ -9,7 +9,9 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use scb_core::access_log::{AccessLogFormat, AccessLogLayer, AccessLogWriter};
 use scb_core::health::Readiness;
 use scb_core::server::{Server, ServerHandle, WorkerInfo, shutdown_signal};
+use scb_core::spans::SpansLayer;
 
+use crate::otlp::{ExportPlan, OtlpSink};
 use crate::plan::{AccessPlan, MetricsPlan, Plan, SitePlan};
 use crate::reload_status::{self, ReloadStatus};
 use crate::stack::{self, AppService, MetricsService};
@@ -242,6 +244,8 @@ struct Running {
     /// The status page's sampler, while `[status]` is on: kept by a reload, so that the
     /// chart carries on.
     status: Option<Arc<crate::status::Sampled>>,
+    /// The span exporter and what it was started for; `None` without `[tracing] otlp`.
+    exporter: Option<(ExportPlan, OtlpSink)>,
 }
 
 /// One task per ACME certificate, aborted when dropped (a reload replaces them).
@@ -315,7 +319,13 @@ impl Running {
         let app_addrs = app.local_addrs().to_vec();
         // One stack on this thread first, so that a stack that cannot be built is an error
         // here, not a panic in a worker.
-        let make_app = app_maker(&plan, &app_addrs, access.as_ref().map(|(_, w)| w))?;
+        let exporter = open_exporter(&plan, None)?;
+        let make_app = app_maker(
+            &plan,
+            &app_addrs,
+            access.as_ref().map(|(_, w)| w),
+            exporter.as_ref().map(|(_, s)| s),
+        )?;
         make_app().context("building the service stack")?;
         let app_stack = Switch::new(make_app);
         let status = sampler(&plan, recorder.as_ref(), None)?;
@@ -384,6 +394,7 @@ impl Running {
             caches,
             acme,
             status,
+            exporter,
         })
     }
 
@@ -491,7 +502,13 @@ impl Running {
             self.access.as_ref(),
             &self.access_format,
         )?;
-        let make_app = app_maker(&plan, &app.local_addrs(), access.as_ref().map(|(_, w)| w))?;
+        let exporter = open_exporter(&plan, self.exporter.as_ref())?;
+        let make_app = app_maker(
+            &plan,
+            &app.local_addrs(),
+            access.as_ref().map(|(_, w)| w),
+            exporter.as_ref().map(|(_, s)| s),
+        )?;
         make_app().context("building the service stack")?;
         let status = sampler(&plan, self.recorder.as_ref(), self.status.as_ref())?;
         let make_metrics = match (&plan.metrics, &self.recorder) {
@@ -547,8 +564,9 @@ impl Running {
         // The old sampler (when the page is off now) ends once the old stack is gone.
         self.status = status;
         // The old writer (if another) ends once the last old stack is gone, after writing
-        // what those stacks' requests queued.
+        // what those stacks' requests queued; so does the old span exporter.
         self.access = access;
+        self.exporter = exporter;
         Ok(())
     }
 
@@ -584,6 +602,7 @@ fn app_maker(
     plan: &Plan,
     addrs: &[std::net::SocketAddr],
     access: Option<&AccessLogWriter>,
+    spans: Option<&OtlpSink>,
 ) -> anyhow::Result<Maker<AppService>> {
     let sites: Arc<[SitePlan]> = Arc::clone(&plan.sites);
     let header = plan.server.settings().request_id_header;
@@ -596,15 +615,25 @@ fn app_maker(
     if let Some(writer) = access {
         access_log = access_log.writer(writer.clone());
     }
+    let spans = plan.tracing.as_ref().map(|tracing| {
+        let layer = match spans {
+            Some(sink) => SpansLayer::new(sink.clone()).sample_ratio(tracing.sample_ratio),
+            None => SpansLayer::context_only(),
+        };
+        layer.propagate(tracing.propagate)
+    });
     Ok(Arc::new(move || {
         Ok(stack::app(
             &sites,
             &header,
             &https,
-            &access_log,
+            stack::Records {
+                access_log: &access_log,
+                logged,
+                spans: spans.as_ref(),
+            },
             acme.as_ref(),
             metrics,
-            logged,
         )?)
     }))
 }
@@ -630,6 +659,23 @@ fn open_access_log(
         None => AccessLogWriter::stderr(format).context("starting the access log")?,
     };
     Ok(Some((plan.clone(), writer)))
+}
+
+/// The span exporter for `plan`: `running`'s when it exports to the same collector as
+/// the same service, else a new one (the old one's thread sends what it holds and ends
+/// with the last stack using it).
+fn open_exporter(
+    plan: &Plan,
+    running: Option<&(ExportPlan, OtlpSink)>,
+) -> anyhow::Result<Option<(ExportPlan, OtlpSink)>> {
+    let Some(export) = plan.tracing.as_ref().and_then(|t| t.export.as_ref()) else {
+        return Ok(None);
+    };
+    if let Some(same) = running.filter(|(p, _)| p == export) {
+        return Ok(Some(same.clone()));
+    }
+    let sink = crate::otlp::start(export).context("tracing.otlp: starting the span exporter")?;
+    Ok(Some((export.clone(), sink)))
 }
 
 /// The status page's sampler when `plan` has the page: `running` (the one a reload

@@ -38,6 +38,7 @@ use scb_core::https::{Hsts, HstsLayer, RedirectHttps, RedirectHttpsLayer};
 use scb_core::metrics::{Metrics, MetricsLayer};
 use scb_core::request_id::{RequestId, RequestIdLayer};
 use scb_core::router::{BoxRoute, NotFound, PathMatch, Router, RouterError};
+use scb_core::spans::{Spans, SpansLayer};
 use scb_core::virtual_hosts::{Misdirected, VirtualHosts, VirtualHostsError};
 use scb_tls::acme::Http01;
 use tower::util::Either;
@@ -58,8 +59,11 @@ type Sites = OneOf<Site, VirtualHosts<Site, Metrics<Misdirected>>>;
 /// A site's routes, each (and its fallback) behind the site's and its own rules.
 type Site = Router<Metrics<RouteService>, Metrics<RouteService>>;
 
-/// The main server's stack on one worker.
-pub(crate) type AppService = RequestId<AccessLog<CatchPanic<Either<Http01<Routed>, Routed>>>>;
+/// The main server's stack on one worker: with `[tracing]`, spans outside the access log
+/// (which logs their trace ids).
+pub(crate) type AppService = RequestId<Either<Spans<Logged>, Logged>>;
+/// Everything beneath the spans.
+type Logged = AccessLog<CatchPanic<Either<Http01<Routed>, Routed>>>;
 
 /// [`HttpsPlan`](crate::plan::HttpsPlan) with listener indexes turned into the bound
 /// addresses the requests' `ConnectInfo` carries.
@@ -119,10 +123,21 @@ fn alt_svc(
     )
 }
 
+/// What the main stack records of each request besides metrics.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Records<'a> {
+    /// The access log layer.
+    pub(crate) access_log: &'a AccessLogLayer,
+    /// Whether the access log writes anywhere.
+    pub(crate) logged: bool,
+    /// `[tracing]`'s layer, when there is one.
+    pub(crate) spans: Option<&'a SpansLayer>,
+}
+
 /// Builds the main stack for one worker. Metric handles are registered here, so the
 /// recorder must be installed first; with `metrics` false (no endpoint reads them) the
-/// routes record nothing and read no clock for it. With `logged` false (the access log
-/// writes nowhere) the routers do not note route names for it.
+/// routes record nothing and read no clock for it. When neither the access log writes
+/// anywhere nor spans are made, the routers do not note route names.
 ///
 /// # Errors
 ///
@@ -132,11 +147,17 @@ pub(crate) fn app(
     sites: &[SitePlan],
     header: &HeaderName,
     https: &Https,
-    access_log: &AccessLogLayer,
+    records: Records<'_>,
     acme: Option<&scb_tls::Http01Layer>,
     metrics: bool,
-    logged: bool,
 ) -> Result<AppService, StackError> {
+    let Records {
+        access_log,
+        logged,
+        spans,
+    } = records;
+    // The routers note route names for the access log and the spans.
+    let logged = logged || spans.is_some();
     let metrics_layer = |route: &str| {
         if metrics {
             MetricsLayer::new(route.to_owned())
@@ -174,6 +195,7 @@ pub(crate) fn app(
     };
     Ok(ServiceBuilder::new()
         .layer(RequestIdLayer::new().header(header.clone()))
+        .option_layer(spans.cloned())
         .layer(access_log.clone())
         .layer(CatchPanicLayer::new())
         // ACME's HTTP-01 answers, before any redirect to https.
@@ -335,9 +357,12 @@ mod tests {
             &plan.sites,
             &plan.server.settings().request_id_header,
             &Https::default(),
-            &AccessLogLayer::new(),
+            Records {
+                access_log: &AccessLogLayer::new(),
+                logged: true,
+                spans: None,
+            },
             None,
-            true,
             true,
         )
         .unwrap();
@@ -365,9 +390,12 @@ mod tests {
             &plan.sites,
             &plan.server.settings().request_id_header,
             &Https::default(),
-            &AccessLogLayer::new(),
+            Records {
+                access_log: &AccessLogLayer::new(),
+                logged: true,
+                spans: None,
+            },
             None,
-            true,
             true,
         )
         .unwrap();

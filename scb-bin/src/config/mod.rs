@@ -45,6 +45,9 @@ pub(crate) struct Config {
     pub(crate) health: Option<Spanned<ProbesConfig>>,
     /// The status page on the metrics listener; absent means none.
     pub(crate) status: Option<Spanned<StatusConfig>>,
+    /// `[tracing]`: W3C trace context and OpenTelemetry spans; absent means none (no
+    /// trace ids, nothing propagated, no cost).
+    pub(crate) tracing: Option<Spanned<TracingConfig>>,
     #[serde(default)]
     pub(crate) log: LogConfig,
     /// At least one is required; that is checked with the rest, so that a missing
@@ -189,6 +192,24 @@ pub(crate) struct MetricsConfig {
 pub(crate) struct StatusConfig {
     /// Required: a bare `[status]` would leave a reader guessing.
     pub(crate) enabled: Spanned<bool>,
+}
+
+/// `[tracing]`: `otlp = "http://127.0.0.1:4318"`, `service_name`, `sample_ratio`,
+/// `propagate`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct TracingConfig {
+    /// The OpenTelemetry collector's OTLP/HTTP address (`/v1/traces` is added to a URL
+    /// without a path); absent means no spans are exported, while trace ids are still
+    /// made, logged and propagated.
+    pub(crate) otlp: Option<Spanned<String>>,
+    /// `service.name` of the spans; absent means `scb`.
+    pub(crate) service_name: Option<Spanned<String>>,
+    /// The share of traces starting here that are sampled, 0 to 1; absent means 1.
+    pub(crate) sample_ratio: Option<Spanned<f64>>,
+    /// Whether upstreams are told this server's span in `traceparent`; absent means
+    /// true.
+    pub(crate) propagate: Option<bool>,
 }
 
 /// `[health]`: probes on the `[metrics]` listener, and how long a drain is announced

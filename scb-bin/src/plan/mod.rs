@@ -51,6 +51,8 @@ pub(crate) struct Plan {
     /// `[cluster]`: the fleet's Redis (one connection per URL and prefix in the process,
     /// kept by a reload).
     pub(crate) cluster: Option<scb_core::cluster::Cluster>,
+    /// `[tracing]`: trace context and spans; `None`: no trace ids at all.
+    pub(crate) tracing: Option<TracingPlan>,
 }
 
 /// What every route of a plan is built with.
@@ -236,6 +238,7 @@ impl Plan {
             readiness: Readiness::new(),
             cluster: None,
             drain_delay: Duration::ZERO,
+            tracing: None,
         })
     }
 
@@ -278,6 +281,10 @@ impl Plan {
         let (server, https) = listeners(config, server, &tickets, cluster.as_ref())?;
         let metrics = metrics(config, &listen)?;
         let access_log = access_plan(config)?;
+        let tracing = match &config.tracing {
+            Some(table) => Some(tracing::plan(table.get_ref())?),
+            None => None,
+        };
         let trusted_proxies = match &config.server.trusted_proxies {
             None => scb_core::client_ip::TrustedProxies::default(),
             Some(entries) => {
@@ -318,6 +325,7 @@ impl Plan {
             pid_file: config.server.pid_file.clone(),
             readiness,
             cluster,
+            tracing,
             drain_delay: config
                 .health
                 .as_ref()
@@ -375,9 +383,11 @@ mod route;
 mod site;
 #[cfg(test)]
 mod tests;
+mod tracing;
 
 pub(crate) use listen::{HttpsPlan, MetricsPlan, listen_text};
 use listen::{listen_addrs, listeners, metrics};
 pub(crate) use route::RoutePlan;
 pub(crate) use site::SitePlan;
 use site::sites;
+pub(crate) use tracing::TracingPlan;

@@ -53,6 +53,27 @@ impl Plan {
             }
             out.push('\n');
         }
+        if let Some(tracing) = &self.tracing {
+            let _ = write!(
+                out,
+                "tracing: trace context{}, ",
+                if tracing.propagate {
+                    " propagated to upstreams"
+                } else {
+                    ", upstreams get the client's"
+                }
+            );
+            match &tracing.export {
+                Some(export) => {
+                    let _ = writeln!(
+                        out,
+                        "spans to {} as {:?}, {} of new traces sampled",
+                        export.endpoint, export.service_name, tracing.sample_ratio
+                    );
+                }
+                None => out.push_str("no spans (no otlp)\n"),
+            }
+        }
         for site in self.sites.iter() {
             if site.hosts.is_empty() {
                 out.push_str("default site");

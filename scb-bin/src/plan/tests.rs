@@ -1864,3 +1864,44 @@ proxy = { upstreams = ["127.0.0.1:8081"] }
     assert!(planned.routes()[0].guards.rate_limit.is_some());
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn issue_31s_tracing_table_is_accepted_as_written_and_printed() {
+    let plan = plan(&format!(
+        "[tracing]\n\
+         otlp = \"http://127.0.0.1:4318\"        # OTLP over HTTP/protobuf\n\
+         service_name = \"edge\"\n\
+         sample_ratio = 0.05\n\
+         propagate = true\n\
+         {LISTEN}[[route]]\npath = \"/\"\nrespond = {{ body = \"x\" }}\n"
+    ));
+    let tracing = plan.tracing.as_ref().unwrap();
+    let export = tracing.export.as_ref().unwrap();
+    assert_eq!(export.endpoint, "http://127.0.0.1:4318/v1/traces");
+    assert_eq!(export.service_name, "edge");
+    assert!((tracing.sample_ratio - 0.05).abs() < f64::EPSILON);
+    assert!(tracing.propagate);
+    assert!(plan.describe().contains(
+        "tracing: trace context propagated to upstreams, spans to \
+         http://127.0.0.1:4318/v1/traces as \"edge\", 0.05 of new traces sampled"
+    ));
+    // Ids and propagation without a collector; defaults elsewhere.
+    let plan = plan_of("[tracing]\npropagate = false\n");
+    let tracing = plan.tracing.unwrap();
+    assert_eq!(tracing.export, None);
+    assert!(!tracing.propagate);
+    assert!((tracing.sample_ratio - 1.0).abs() < f64::EPSILON);
+    assert!(plan_of("").tracing.is_none());
+    assert_eq!(
+        error(&format!(
+            "[tracing]\nsample_ratio = -0.1\n{LISTEN}[[route]]\npath = \"/\"\nrespond = {{ body = \"x\" }}\n"
+        )),
+        "scb.toml:2:16: tracing.sample_ratio: must be between 0 and 1 (0.05 samples one trace in twenty)"
+    );
+}
+
+fn plan_of(tables: &str) -> Plan {
+    plan(&format!(
+        "{tables}{LISTEN}[[route]]\npath = \"/\"\nrespond = {{ body = \"x\" }}\n"
+    ))
+}
