@@ -18,6 +18,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::time::{Duration, Instant};
 
 pub(crate) mod bind;
+pub(crate) mod otlp;
 pub(crate) mod php;
 pub(crate) mod quic;
 pub(crate) mod redis;
@@ -528,9 +529,12 @@ fn echo_one(mut stream: TcpStream) -> std::io::Result<()> {
             .map_or("-", |(_, v)| v.as_str());
         body.push_str(&format!("{name}: {value}\n"));
     }
-    // What a forward-auth check added, only when there is one (other tests compare the
-    // three lines above exactly).
-    for (name, value) in headers.iter().filter(|(n, _)| n.starts_with("remote-")) {
+    // What a forward-auth check added and a trace's context, only when there are some
+    // (other tests compare the three lines above exactly).
+    for (name, value) in headers
+        .iter()
+        .filter(|(n, _)| n.starts_with("remote-") || n == "traceparent" || n == "tracestate")
+    {
         body.push_str(&format!("{name}: {value}\n"));
     }
     write!(

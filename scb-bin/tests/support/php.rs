@@ -162,7 +162,7 @@ if ($path === '/') {
     header('Content-Type: application/json');
     $keys = ['SCRIPT_FILENAME', 'SCRIPT_NAME', 'PATH_INFO', 'DOCUMENT_ROOT', 'REQUEST_URI',
              'QUERY_STRING', 'REQUEST_METHOD', 'REMOTE_ADDR', 'HTTPS', 'HTTP_PROXY',
-             'HTTP_HOST', 'SERVER_PROTOCOL', 'CONTENT_LENGTH', 'HTTP_X_CUSTOM'];
+             'HTTP_HOST', 'SERVER_PROTOCOL', 'CONTENT_LENGTH', 'HTTP_X_CUSTOM', 'HTTP_TRACEPARENT'];
     $out = [];
     foreach ($keys as $k) { $out[$k] = $_SERVER[$k] ?? null; }
     echo json_encode($out), "\n";
