@@ -615,12 +615,10 @@ fn app_maker(
     if let Some(writer) = access {
         access_log = access_log.writer(writer.clone());
     }
-    let spans = plan.tracing.as_ref().map(|tracing| {
-        let layer = match spans {
-            Some(sink) => SpansLayer::new(sink.clone()).sample_ratio(tracing.sample_ratio),
-            None => SpansLayer::context_only(),
-        };
-        layer.propagate(tracing.propagate)
+    // Propagation is the proxies' and FastCGI's (built with the plan's routes).
+    let spans = plan.tracing.as_ref().map(|tracing| match spans {
+        Some(sink) => SpansLayer::new(sink.clone()).sample_ratio(tracing.sample_ratio),
+        None => SpansLayer::context_only(),
     });
     Ok(Arc::new(move || {
         Ok(stack::app(

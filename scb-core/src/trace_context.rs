@@ -41,6 +41,11 @@ pub struct TraceContext {
     tracestate: Option<Arc<str>>,
 }
 
+/// `traceparent` (W3C Trace Context).
+pub const TRACEPARENT: http::HeaderName = http::HeaderName::from_static("traceparent");
+/// `tracestate` (W3C Trace Context).
+pub const TRACESTATE: http::HeaderName = http::HeaderName::from_static("tracestate");
+
 /// `traceparent`'s sampled flag.
 const SAMPLED: u8 = 0x01;
 /// The longest `tracestate` passed on: the recommendation's 32 entries fit well under it.
@@ -150,6 +155,25 @@ impl TraceContext {
         }
         out[at..].copy_from_slice(if self.sampled() { b"-01" } else { b"-00" });
         http::HeaderValue::from_bytes(&out).expect("hex digits and dashes are a valid field value")
+    }
+
+    /// Tells a request's recipient this span: `traceparent` names it, `tracestate` is
+    /// the vendors' entries carried over (removed when there are none, so a client's
+    /// `tracestate` never goes on without the `traceparent` it belonged to).
+    pub fn write_fields(&self, headers: &mut http::HeaderMap) {
+        headers.insert(TRACEPARENT, self.traceparent_header());
+        match self
+            .tracestate
+            .as_deref()
+            .and_then(|s| http::HeaderValue::from_str(s).ok())
+        {
+            Some(state) => {
+                headers.insert(TRACESTATE, state);
+            }
+            None => {
+                headers.remove(TRACESTATE);
+            }
+        }
     }
 
     /// The `traceparent` value naming this span: `00-TRACE-SPAN-FLAGS`.

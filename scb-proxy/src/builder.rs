@@ -97,6 +97,7 @@ impl ReverseProxyBuilder {
                 forward_client_cert: false,
                 upstream_tls: None,
                 protocol: UpstreamProtocol::Http1,
+                propagate_trace: true,
             },
         }
     }
@@ -236,6 +237,16 @@ impl ReverseProxyBuilder {
     /// [`UpstreamProtocol::Http1`].
     pub fn protocol(mut self, protocol: UpstreamProtocol) -> Self {
         self.settings.protocol = protocol;
+        self
+    }
+
+    /// Whether a request with a trace (a [`TraceContext`](scb_core::trace_context::TraceContext)
+    /// from [`SpansLayer`](scb_core::spans::SpansLayer)) tells the upstream its place in it:
+    /// `traceparent` names the exchange's span (a sampled request's) or the server's, and
+    /// `tracestate` is what the client sent with a valid `traceparent`, else none. Off: the
+    /// client's fields go up as it sent them. Defaults to on.
+    pub fn propagate_trace(mut self, propagate: bool) -> Self {
+        self.settings.propagate_trace = propagate;
         self
     }
 

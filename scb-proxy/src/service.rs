@@ -20,7 +20,8 @@ use hyper_util::rt::TokioIo;
 use scb_core::access_log::AccessNotes;
 use scb_core::connection::{ClientCertificate, ConnectInfo};
 use scb_core::request_id::Id;
-use scb_core::spans::{SpanNotes, TRACEPARENT};
+use scb_core::spans::SpanNotes;
+use scb_core::trace_context::TraceContext;
 use scb_core::{Body, BoxError};
 use tokio::io::AsyncWriteExt as _;
 use tower::Service;
@@ -214,11 +215,14 @@ impl ReverseProxy {
         let key = shared.balancer.key(&parts.headers, client);
         let upgrade = upgrade.filter(|_| !config.protocol.is_h2());
         prepare(&mut parts, config, client, secure, upgrade);
-        // A sampled request's trace: the exchange is a child span, and the upstream is
-        // told of it (the server span's traceparent otherwise goes up as the client's did).
+        // A traced request: a sampled one's exchange is a span of its own, and the
+        // upstream is told that span, else the server's.
         let span = parts.extensions.get::<SpanNotes>().cloned();
-        if let Some(told) = span.as_ref().and_then(SpanNotes::upstream_exchange) {
-            parts.headers.insert(TRACEPARENT, told.traceparent_header());
+        let told = span.as_ref().map(SpanNotes::upstream_exchange);
+        if config.propagate_trace
+            && let Some(told) = told.or_else(|| parts.extensions.get::<TraceContext>().cloned())
+        {
+            told.write_fields(&mut parts.headers);
         }
         let body_empty = body.is_end_stream();
         let body = if body_empty {

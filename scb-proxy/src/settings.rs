@@ -52,6 +52,8 @@ pub struct ProxySettings {
     pub upstream_tls: Option<crate::UpstreamTls>,
     /// See [`ReverseProxyBuilder::protocol`](crate::ReverseProxyBuilder::protocol).
     pub protocol: UpstreamProtocol,
+    /// See [`ReverseProxyBuilder::propagate_trace`](crate::ReverseProxyBuilder::propagate_trace).
+    pub propagate_trace: bool,
 }
 
 /// The HTTP version a proxy speaks to its upstreams.

@@ -209,8 +209,7 @@ async fn an_h2_upstream_is_told_the_exchange_span_and_the_span_notes_it() {
         .unwrap();
     let told = res.headers()["x-traceparent"].to_str().unwrap().to_owned();
     assert_eq!(read(res).await.0, "hello");
-    let spans = spans.lock().unwrap();
-    let span = &spans[0];
+    let span = spans.lock().unwrap().pop().unwrap();
     let upstream = span.upstream.as_ref().unwrap();
     // The upstream continues the exchange's span, a child of the server's.
     assert_eq!(told, span.context.child(upstream.span_id).traceparent());
@@ -225,6 +224,22 @@ async fn an_h2_upstream_is_told_the_exchange_span_and_the_span_notes_it() {
     ));
     assert!(span.completed);
     assert_eq!(span.bytes, 5);
+    // Without propagation the client's fields go up as it sent them.
+    let quiet = ReverseProxy::builder([Upstream::new(&up.addr.to_string()).unwrap()])
+        .protocol(UpstreamProtocol::H2c)
+        .propagate_trace(false)
+        .build()
+        .unwrap();
+    let mut req = post("/x", "hello");
+    req.headers_mut()
+        .insert("traceparent", HeaderValue::from_static("client-says"));
+    let res = tower::ServiceBuilder::new()
+        .layer(scb_core::spans::SpansLayer::context_only())
+        .service(quiet)
+        .oneshot(req)
+        .await
+        .unwrap();
+    assert_eq!(res.headers()["x-traceparent"], "client-says");
 }
 
 #[tokio::test]

@@ -64,6 +64,8 @@ pub(super) struct Context {
     pub(super) trusted: scb_core::client_ip::TrustedProxies,
     /// `[cluster]`, for shared rate limits.
     pub(super) cluster: Option<scb_core::cluster::Cluster>,
+    /// `[tracing] propagate`: whether proxies and FastCGI tell upstreams the trace.
+    pub(super) propagate_trace: bool,
 }
 
 /// Where the access log goes and how it reads.
@@ -295,6 +297,7 @@ impl Plan {
             readiness: readiness.clone(),
             trusted: trusted_proxies.clone(),
             cluster: cluster.clone(),
+            propagate_trace: tracing.as_ref().is_none_or(|t| t.propagate),
         };
         let sites = sites(config, &ctx)?;
 

@@ -206,7 +206,14 @@ fn route<'a>(
             format_args!("{:?} is the name of {what}", &*name),
         ));
     }
-    let mut handler = handler(config, matcher.path(), readiness, trusted, site.is_some())?;
+    let mut handler = handler(
+        config,
+        matcher.path(),
+        readiness,
+        trusted,
+        site.is_some(),
+        ctx.propagate_trace,
+    )?;
     // The cache's metrics carry the route's name, as every other per-route series.
     if let Handler::Proxy {
         cache: Some(cache), ..
@@ -404,6 +411,7 @@ fn handler(
     readiness: &Readiness,
     trusted: &TrustedProxies,
     named_site: bool,
+    propagate_trace: bool,
 ) -> Result<Handler, Located> {
     let route = config.get_ref();
     // `health = false` is as good as absent.
@@ -453,8 +461,8 @@ fn handler(
         });
     }
     if let Some(proxy) = &route.proxy {
-        let proxy =
-            proxy_handler(proxy.get_ref(), matcher, trusted).map_err(|e| e.within("proxy"))?;
+        let proxy = proxy_handler(proxy.get_ref(), matcher, trusted, propagate_trace)
+            .map_err(|e| e.within("proxy"))?;
         let cache = route
             .cache
             .as_ref()
@@ -465,7 +473,7 @@ fn handler(
         return Ok(Handler::Proxy { proxy, cache });
     }
     if let Some(fastcgi) = &route.fastcgi {
-        return fastcgi_handler(fastcgi, trusted).map_err(|e| e.within("fastcgi"));
+        return fastcgi_handler(fastcgi, trusted, propagate_trace).map_err(|e| e.within("fastcgi"));
     }
     if let Some(redirect) = &route.redirect {
         return redirect_handler(redirect.get_ref(), matcher, named_site)
@@ -485,10 +493,12 @@ fn handler(
 fn fastcgi_handler(
     config: &Spanned<crate::config::FastCgiConfig>,
     trusted: &TrustedProxies,
+    propagate_trace: bool,
 ) -> Result<Handler, Located> {
     let table = config.get_ref();
     let fastcgi = scb_proxy::fastcgi::FastCgiBuilder::try_from(table)?
         .trusted_proxies(trusted.clone())
+        .propagate_trace(propagate_trace)
         .build()
         .map_err(|e| match e {
             scb_proxy::BuildError::Root { .. } => Located::at(&table.root, "root", e),
@@ -544,8 +554,10 @@ fn proxy_handler(
     config: &ProxyConfig,
     matcher: &PathMatch,
     trusted: &TrustedProxies,
+    propagate_trace: bool,
 ) -> Result<scb_proxy::ReverseProxy, Located> {
-    let mut builder = scb_proxy::ReverseProxyBuilder::try_from(config)?;
+    let mut builder =
+        scb_proxy::ReverseProxyBuilder::try_from(config)?.propagate_trace(propagate_trace);
     match config.trusted_proxies.as_deref() {
         None => builder = builder.trusted_proxies(trusted.clone()),
         Some(entries) => {

@@ -4,11 +4,13 @@
 //! [`SpansLayer`] reads the request's `traceparent` and `tracestate` (strictly: a
 //! malformed or repeated `traceparent` starts a trace of its own, never an error), makes
 //! this server's span in that trace and puts its [`TraceContext`] in the request's
-//! extensions, where the access log's `{trace_id}` and the error pages find it. With
-//! [`propagate`](SpansLayer::propagate) on (the default) the request's `traceparent` is
-//! replaced by this server's, so every upstream (HTTP/1.1, HTTP/2, and FastCGI as
-//! `HTTP_TRACEPARENT`) continues the trace; a proxy that makes an exchange of its own
-//! names that child span instead (see [`SpanNotes::upstream_exchange`]).
+//! extensions, where the access log's `{trace_id}`, the error pages and the upstream
+//! gateways find it: scb-proxy's `ReverseProxy` (HTTP/1.1 and HTTP/2) and `FastCgi`
+//! (as `HTTP_TRACEPARENT`) tell their upstream the trace (their `propagate_trace`), a
+//! sampled request's as the exchange's own child span (see
+//! [`SpanNotes::upstream_exchange`]). The layer itself changes nothing in the request:
+//! rewriting `traceparent` here would cost every request a header, most of which go to
+//! no upstream.
 //!
 //! Sampling is parent-based: a request whose parent is sampled is sampled, one whose
 //! parent is not is not, and a trace that starts here is sampled with the
@@ -56,7 +58,7 @@ use std::task::{Context, Poll, ready};
 use std::time::SystemTime;
 
 use bytes::Bytes;
-use http::header::{HeaderName, USER_AGENT};
+use http::header::USER_AGENT;
 use http::{HeaderMap, HeaderValue, Method, Request, Response, Uri, Version, header};
 use http_body::{Body as HttpBody, Frame, SizeHint};
 use pin_project_lite::pin_project;
@@ -75,10 +77,7 @@ mod tests;
 pub use finished::{FinishedSpan, SpanSink, UpstreamEvent, UpstreamEventKind, UpstreamSpan};
 pub use notes::SpanNotes;
 
-/// `traceparent` (W3C Trace Context).
-pub const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
-/// `tracestate` (W3C Trace Context).
-pub const TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
+pub use crate::trace_context::{TRACEPARENT, TRACESTATE};
 
 /// Applies [`Spans`] to a service: see the [module documentation](self).
 #[derive(Clone)]
@@ -92,28 +91,24 @@ struct Settings {
     /// A root trace is sampled when its id's last 8 bytes, as a number, are below this;
     /// `u64::MAX` stands for "always" (a ratio of 1).
     threshold: u64,
-    propagate: bool,
 }
 
 impl fmt::Debug for SpansLayer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SpansLayer")
             .field("threshold", &self.settings.threshold)
-            .field("propagate", &self.settings.propagate)
             .finish_non_exhaustive()
     }
 }
 
 impl SpansLayer {
-    /// Spans go to `sink`; every trace that starts here is sampled and the trace is
-    /// propagated, until [`sample_ratio`](Self::sample_ratio) and
-    /// [`propagate`](Self::propagate) say otherwise.
+    /// Spans go to `sink`; every trace that starts here is sampled until
+    /// [`sample_ratio`](Self::sample_ratio) says otherwise.
     pub fn new(sink: impl SpanSink) -> Self {
         Self {
             settings: Arc::new(Settings {
                 sink: Some(Arc::new(sink)),
                 threshold: u64::MAX,
-                propagate: true,
             }),
         }
     }
@@ -126,7 +121,6 @@ impl SpansLayer {
             settings: Arc::new(Settings {
                 sink: None,
                 threshold: 0,
-                propagate: true,
             }),
         }
     }
@@ -137,15 +131,6 @@ impl SpansLayer {
     #[must_use]
     pub fn sample_ratio(mut self, ratio: f64) -> Self {
         self.settings_mut().threshold = threshold(ratio);
-        self
-    }
-
-    /// Whether the request's `traceparent` is replaced by this server's span (and a
-    /// malformed one with its `tracestate` removed), so that upstreams continue the
-    /// trace. Off: the request's fields go on as the client sent them. Defaults to on.
-    #[must_use]
-    pub fn propagate(mut self, on: bool) -> Self {
-        self.settings_mut().propagate = on;
         self
     }
 
@@ -204,16 +189,9 @@ where
                 TraceContext::new(trace, span, sampled).expect("generated ids are not zero")
             }
         };
-        if settings.propagate {
-            let headers = req.headers_mut();
-            headers.insert(TRACEPARENT, context.traceparent_header());
-            if parent.is_none() {
-                headers.remove(TRACESTATE);
-            }
-        }
         let sink = settings.sink.as_ref().filter(|_| context.sampled());
         let pending = sink.map(|sink| {
-            let notes = SpanNotes::new(context.clone(), settings.propagate);
+            let notes = SpanNotes::new(context.clone());
             req.extensions_mut().insert(notes.clone());
             Box::new(Pending {
                 sink: Arc::clone(sink),

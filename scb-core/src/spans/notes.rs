@@ -22,7 +22,6 @@ pub struct SpanNotes(Arc<Inner>);
 
 struct Inner {
     context: TraceContext,
-    propagate: bool,
     notes: Mutex<Noted>,
 }
 
@@ -36,16 +35,14 @@ impl fmt::Debug for SpanNotes {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SpanNotes")
             .field("context", &self.0.context)
-            .field("propagate", &self.0.propagate)
             .finish_non_exhaustive()
     }
 }
 
 impl SpanNotes {
-    pub(super) fn new(context: TraceContext, propagate: bool) -> Self {
+    pub(super) fn new(context: TraceContext) -> Self {
         Self(Arc::new(Inner {
             context,
-            propagate,
             notes: Mutex::new(Noted::default()),
         }))
     }
@@ -56,11 +53,6 @@ impl SpanNotes {
         &self.0.context
     }
 
-    /// Whether the request's trace is propagated to upstreams.
-    pub fn propagates(&self) -> bool {
-        self.0.propagate
-    }
-
     /// Notes the route that took the request (a later call, from a router nested deeper,
     /// replaces it).
     pub fn route(&self, name: &Arc<str>) {
@@ -68,10 +60,9 @@ impl SpanNotes {
     }
 
     /// Starts the upstream exchange's child span (once: a second call, from a gateway
-    /// behind another, continues the first) and returns the context to tell the upstream
-    /// in `traceparent`, or `None` when propagation is off and the request's fields must
-    /// stay as they are.
-    pub fn upstream_exchange(&self) -> Option<TraceContext> {
+    /// behind another, continues the first) and returns its context, what the upstream
+    /// is told in `traceparent`.
+    pub fn upstream_exchange(&self) -> TraceContext {
         let span_id = self.with(|noted| {
             noted
                 .upstream
@@ -84,7 +75,7 @@ impl SpanNotes {
                 })
                 .span_id
         });
-        self.0.propagate.then(|| self.0.context.child(span_id))
+        self.0.context.child(span_id)
     }
 
     /// Notes that a connection to `address` is ready (`reused`: from the pool).

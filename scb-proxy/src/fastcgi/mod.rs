@@ -74,7 +74,8 @@ use http_body_util::BodyExt as _;
 use scb_core::access_log::AccessNotes;
 use scb_core::connection::ConnectInfo;
 use scb_core::request_id::Id;
-use scb_core::spans::{SpanNotes, TRACEPARENT};
+use scb_core::spans::SpanNotes;
+use scb_core::trace_context::TraceContext;
 use scb_core::{Body, BoxError};
 use tower::Service;
 
@@ -250,11 +251,15 @@ impl FastCgi {
             return ProxyError::BodyTooLarge.into_response();
         }
         let (mut parts, body) = req.into_parts();
-        // A sampled request's trace: the exchange is a child span, and the application
-        // is told of it in HTTP_TRACEPARENT.
+        // A traced request: a sampled one's exchange is a span of its own, and the
+        // application is told that span (HTTP_TRACEPARENT), else the
+        // server's.
         let span = parts.extensions.get::<SpanNotes>().cloned();
-        if let Some(told) = span.as_ref().and_then(SpanNotes::upstream_exchange) {
-            parts.headers.insert(TRACEPARENT, told.traceparent_header());
+        let told = span.as_ref().map(SpanNotes::upstream_exchange);
+        if settings.propagate_trace
+            && let Some(told) = told.or_else(|| parts.extensions.get::<TraceContext>().cloned())
+        {
+            told.write_fields(&mut parts.headers);
         }
         let (body, length) = if body.is_end_stream() {
             (None, 0)
@@ -636,6 +641,13 @@ impl FastCgiBuilder {
     upstream_setting! {
         /// How requests are spread over the upstreams. Defaults to round robin.
         balance(Balance)
+    }
+    upstream_setting! {
+        /// Whether the application is told a traced request's place in its trace
+        /// (`HTTP_TRACEPARENT`, `HTTP_TRACESTATE`; see
+        /// [`ReverseProxyBuilder::propagate_trace`](crate::ReverseProxyBuilder::propagate_trace)).
+        /// Defaults to on.
+        propagate_trace(bool)
     }
     upstream_setting! {
         /// Connecting to an upstream. Defaults to 5 s.
