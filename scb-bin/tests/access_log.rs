@@ -6,38 +6,20 @@ mod support;
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Instant;
 
 use rustix::process::Signal;
-use support::{KeepAlive, Server, TIMEOUT, echo_upstream, get, metric, request, request_bytes};
+use support::{
+    KeepAlive, Server, TIMEOUT, echo_upstream, get, lines, metric, request, request_bytes,
+};
 
 fn temp_dir(name: &str) -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
         .join(format!("access-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     dir
-}
-
-/// The lines of `path` once it has `count` of them (the writer thread writes a batch
-/// whenever its queue runs empty, so they come soon after the responses).
-fn lines(path: &Path, count: usize) -> Vec<String> {
-    let deadline = Instant::now() + TIMEOUT;
-    loop {
-        let text = std::fs::read_to_string(path).unwrap_or_default();
-        let lines: Vec<String> = text.lines().map(str::to_owned).collect();
-        if lines.len() >= count {
-            return lines;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{} has {} lines, not {count}",
-            path.display(),
-            lines.len()
-        );
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
 }
 
 #[test]

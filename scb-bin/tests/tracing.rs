@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use support::otlp::{Collector, Received};
-use support::{Server, TIMEOUT, echo_upstream, get, metric, request};
+use support::{Server, TIMEOUT, echo_upstream, get, lines, metric, request};
 
 const CLIENT_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const CLIENT_SPAN: &str = "00f067aa0ba902b7";
@@ -51,24 +51,6 @@ fn config(otlp: &str, ratio: f64, dir: &Path, echo: std::net::SocketAddr) -> Str
         log = log.display().to_string(),
         page = page.display().to_string(),
     )
-}
-
-/// The access log's lines once it has `count`.
-fn log_lines(path: &Path, count: usize) -> Vec<String> {
-    let deadline = Instant::now() + TIMEOUT;
-    loop {
-        let text = std::fs::read_to_string(path).unwrap_or_default();
-        let lines: Vec<String> = text.lines().map(str::to_owned).collect();
-        if lines.len() >= count {
-            return lines;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{} log lines, not {count}",
-            lines.len()
-        );
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
 }
 
 fn scrape(server: &Server) -> String {
@@ -188,8 +170,8 @@ fn traces_continue_through_the_proxy_and_reach_the_collector_whatever_it_does() 
     assert!(client_span.span.end_time_unix_nano <= server_span.span.end_time_unix_nano);
 
     // The access log has the trace id of each request: the client's.
-    let lines = log_lines(&log, 6);
-    assert_eq!(lines[5], format!("200 {CLIENT_TRACE} /api/x"));
+    let written = lines(&log, 6);
+    assert_eq!(written[5], format!("200 {CLIENT_TRACE} /api/x"));
 
     // Not sampled (a ratio of 0, no parent): a trace id for the logs, no span.
     let res = request(
@@ -197,8 +179,8 @@ fn traces_continue_through_the_proxy_and_reach_the_collector_whatever_it_does() 
         "GET /hello HTTP/1.1\r\nHost: app.test\r\nConnection: close\r\n\r\n",
     );
     assert_eq!(res.text(), "hi");
-    let lines = log_lines(&log, 7);
-    let own = lines[6].split(' ').nth(1).unwrap().to_owned();
+    let written = lines(&log, 7);
+    let own = written[6].split(' ').nth(1).unwrap().to_owned();
     assert_eq!(own.len(), 32);
     assert_ne!(own, CLIENT_TRACE);
 
@@ -213,8 +195,8 @@ fn traces_continue_through_the_proxy_and_reach_the_collector_whatever_it_does() 
     );
     assert_eq!(res.status, 502);
     let page = res.text().to_owned();
-    let lines = log_lines(&log, 8);
-    let trace = lines[7].split(' ').nth(1).unwrap().to_owned();
+    let written = lines(&log, 8);
+    let trace = written[7].split(' ').nth(1).unwrap().to_owned();
     assert_eq!(
         page,
         format!("<p>upstream down; trace {trace}, request rid-9</p>")

@@ -472,6 +472,26 @@ fn parse_head(bytes: &[u8]) -> (Response, usize) {
     (response, end)
 }
 
+/// The lines of `path` once it has `count` of them (the writer thread writes a batch
+/// whenever its queue runs empty, so they come soon after the responses).
+pub(crate) fn lines(path: &std::path::Path, count: usize) -> Vec<String> {
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let lines: Vec<String> = text.lines().map(str::to_owned).collect();
+        if lines.len() >= count {
+            return lines;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} has {} lines, not {count}",
+            path.display(),
+            lines.len()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
 /// The value of the series written exactly as `series` (name and labels) in a Prometheus
 /// text scrape, or `None` if it is absent.
 pub(crate) fn metric(scrape: &str, series: &str) -> Option<f64> {
