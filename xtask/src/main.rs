@@ -412,13 +412,14 @@ fn bench(args: &[String], mode: &str) -> anyhow::Result<()> {
 }
 
 /// The targets in `fuzz/fuzz_targets/`.
-const FUZZ_TARGETS: [&str; 6] = [
+const FUZZ_TARGETS: [&str; 7] = [
     "request_head",
     "chunked",
     "static_path",
     "range",
     "accept_encoding",
     "h1_differential",
+    "trace_context",
 ];
 
 /// How long `fuzz` runs a target when not told: long enough to get well past the seeds
