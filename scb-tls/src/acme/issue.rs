@@ -127,30 +127,42 @@ async fn answer_and_finish(
             continue;
         }
         if let Some(mut challenge) = authorization.challenge(kind.clone()) {
-            challenge.set_ready().await?;
+            // A CA that validates at once (pebble may) answers this very request with
+            // its verdict.
+            challenge
+                .set_ready()
+                .await
+                .map_err(|e| verdict(e, name, settings))?;
         }
     }
-    let status = match order.poll_ready(&polling()).await {
-        Ok(status) => status,
+    let status = order
+        .poll_ready(&polling())
+        .await
         // The CA's verdict on a challenge comes back as an error of the order.
-        Err(instant_acme::Error::Api(problem)) => {
-            return Err(AcmeError::Challenge {
-                challenge: name,
-                name: settings.domains.join(", "),
-                reason: problem
-                    .detail
-                    .or(problem.r#type)
-                    .unwrap_or_else(|| "no reason given".into()),
-            });
-        }
-        Err(e) => return Err(e.into()),
-    };
+        .map_err(|e| verdict(e, name, settings))?;
     if status != OrderStatus::Ready {
         return Err(why_invalid(order, name).await);
     }
     let key_pem = order.finalize().await?;
     let chain_pem = order.poll_certificate(&polling()).await?;
     settings.store().write_certificate(&chain_pem, &key_pem)
+}
+
+/// An error of the CA while it validates a challenge: its problem document is the
+/// verdict on the challenge (the reason a person needs: "connection refused", "wrong
+/// certificate"); anything else (the CA unreachable) stays what it was.
+fn verdict(e: instant_acme::Error, challenge: &'static str, settings: &AcmeSettings) -> AcmeError {
+    match e {
+        instant_acme::Error::Api(problem) => AcmeError::Challenge {
+            challenge,
+            name: settings.domains.join(", "),
+            reason: problem
+                .detail
+                .or(problem.r#type)
+                .unwrap_or_else(|| "no reason given".into()),
+        },
+        e => e.into(),
+    }
 }
 
 /// Whether an authorization still needs its challenge answered: a pending one does, a
