@@ -429,22 +429,56 @@ fn acme_settings(
             ));
         }
     };
-    let mut settings =
-        scb_tls::AcmeSettings::new(domains.iter().map(|d| d.get_ref().clone()), state_dir);
+    let mut settings = account(
+        scb_tls::AcmeSettings::new(domains.iter().map(|d| d.get_ref().clone()), state_dir),
+        cluster,
+        Account {
+            email: acme.email.as_ref(),
+            directory: acme.directory.as_ref(),
+            ca_root: acme.ca_root.as_ref(),
+        },
+        "tls.acme",
+    )?;
+    settings = settings.challenge(challenge);
+    if let Some(retry) = &acme.retry {
+        settings = settings.retry(retry.get_ref().0);
+    }
+    if let Some(timeout) = &acme.timeout {
+        settings = settings.timeout(timeout.get_ref().0);
+    }
+    Ok(settings)
+}
+
+/// The account keys `acme` and `on_demand` share.
+#[derive(Clone, Copy)]
+struct Account<'a> {
+    email: Option<&'a Spanned<String>>,
+    directory: Option<&'a Spanned<String>>,
+    ca_root: Option<&'a Spanned<std::path::PathBuf>>,
+}
+
+/// `settings` with the fleet's `cluster` and the table's account keys, checked (an email
+/// with an `@`, an `https://` directory); `table` names the keys in errors.
+fn account(
+    mut settings: scb_tls::AcmeSettings,
+    cluster: Option<&scb_core::cluster::Cluster>,
+    keys: Account<'_>,
+    table: &str,
+) -> Result<scb_tls::AcmeSettings, Located> {
     if let Some(cluster) = cluster {
         settings = settings.cluster(cluster.clone());
     }
-    if let Some(email) = &acme.email {
+    if let Some(email) = keys.email {
         if !email.get_ref().contains('@') {
             return Err(Located::at(
                 email,
-                "tls.acme.email",
+                format!("{table}.email"),
                 "is not an email address",
             ));
         }
         settings = settings.email(email.get_ref().clone());
     }
-    if let Some(directory) = &acme.directory {
+    if let Some(directory) = keys.directory {
         let url = directory.get_ref();
         if url
             .parse::<http::Uri>()
@@ -454,21 +488,14 @@ fn acme_settings(
         {
             return Err(Located::at(
                 directory,
-                "tls.acme.directory",
+                format!("{table}.directory"),
                 "is not an https:// URL",
             ));
         }
         settings = settings.directory(url.clone());
     }
-    if let Some(root) = &acme.ca_root {
+    if let Some(root) = keys.ca_root {
         settings = settings.ca_root(root.get_ref().clone());
-    }
-    settings = settings.challenge(challenge);
-    if let Some(retry) = &acme.retry {
-        settings = settings.retry(retry.get_ref().0);
-    }
-    if let Some(timeout) = &acme.timeout {
-        settings = settings.timeout(timeout.get_ref().0);
     }
     Ok(settings)
 }
@@ -505,39 +532,16 @@ fn on_demand_settings(
             ));
         }
     };
-    let mut acme = scb_tls::AcmeSettings::new(Vec::<String>::new(), state_dir);
-    if let Some(cluster) = cluster {
-        acme = acme.cluster(cluster.clone());
-    }
-    if let Some(email) = &c.email {
-        if !email.get_ref().contains('@') {
-            return Err(Located::at(
-                email,
-                "tls.on_demand.email",
-                "is not an email address",
-            ));
-        }
-        acme = acme.email(email.get_ref().clone());
-    }
-    if let Some(directory) = &c.directory {
-        let url = directory.get_ref();
-        if url
-            .parse::<http::Uri>()
-            .ok()
-            .and_then(|u| u.scheme_str().map(str::to_owned))
-            != Some("https".to_owned())
-        {
-            return Err(Located::at(
-                directory,
-                "tls.on_demand.directory",
-                "is not an https:// URL",
-            ));
-        }
-        acme = acme.directory(url.clone());
-    }
-    if let Some(root) = &c.ca_root {
-        acme = acme.ca_root(root.get_ref().clone());
-    }
+    let mut acme = account(
+        scb_tls::AcmeSettings::new(Vec::<String>::new(), state_dir),
+        cluster,
+        Account {
+            email: c.email.as_ref(),
+            directory: c.directory.as_ref(),
+            ca_root: c.ca_root.as_ref(),
+        },
+        "tls.on_demand",
+    )?;
     if let Some(challenge) = &c.challenge {
         acme = acme.challenge(match challenge.get_ref().as_str() {
             "tls-alpn-01" => scb_tls::AcmeChallenge::TlsAlpn01,
