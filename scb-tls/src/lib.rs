@@ -88,6 +88,7 @@
 mod acceptor;
 pub mod acme;
 mod certs;
+pub mod client;
 mod config;
 mod der;
 mod error;

@@ -2,22 +2,18 @@
 //!
 //! instant-acme's own constructors build their rustls client from the process-wide
 //! default provider, which is ambiguous (and panics) when a build has both aws-lc-rs and
-//! ring, as this workspace's bench does. This one names aws-lc-rs, like the listeners, and
-//! trusts the system's roots or the configured `ca_root`.
+//! ring, as this workspace's bench does. This one is [`crate::client`]'s: aws-lc-rs, like
+//! the listeners, trusting the system's roots or the configured `ca_root`.
 
 use std::future::Future;
 use std::path::Path;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use instant_acme::{BodyWrapper, BytesResponse, HttpClient};
-use rustls::RootCertStore;
-use rustls::pki_types::CertificateDer;
-use rustls::pki_types::pem::PemObject as _;
 
 use super::AcmeError;
 
@@ -28,39 +24,7 @@ pub(crate) fn directory_client(
     ca_root: Option<&Path>,
     timeout: Duration,
 ) -> Result<Box<dyn HttpClient>, AcmeError> {
-    let mut roots = RootCertStore::empty();
-    match ca_root {
-        Some(path) => {
-            let bad = |reason: String| AcmeError::CaRoot {
-                path: path.to_owned(),
-                reason,
-            };
-            let certs = CertificateDer::pem_file_iter(path)
-                .and_then(Iterator::collect::<Result<Vec<_>, _>>)
-                .map_err(|e| bad(e.to_string()))?;
-            if certs.is_empty() {
-                return Err(bad("no certificate in the file".into()));
-            }
-            for cert in certs {
-                roots.add(cert).map_err(|e| bad(e.to_string()))?;
-            }
-        }
-        None => {
-            let native = rustls_native_certs::load_native_certs();
-            roots.add_parsable_certificates(native.certs);
-            if roots.is_empty() {
-                return Err(AcmeError::Other(
-                    "no usable root certificate in the system's store; give ca_root".into(),
-                ));
-            }
-        }
-    }
-    let provider = Arc::new(crate::provider::provider());
-    let tls = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| AcmeError::Other(e.to_string()))?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+    let tls = crate::client::client_config(crate::client::roots(ca_root)?);
     let https = hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(tls)
         .https_only()

@@ -253,14 +253,10 @@ pub enum AcmeError {
         #[source]
         source: std::io::Error,
     },
-    /// The `ca_root` file could not be read or holds no certificate.
-    #[error("ca_root {}: {reason}", path.display())]
-    CaRoot {
-        /// The file.
-        path: PathBuf,
-        /// What is wrong.
-        reason: String,
-    },
+    /// The CA's client has no roots to trust: the `ca_root` file could not be read or
+    /// holds no certificate, or the system's store has none.
+    #[error(transparent)]
+    Roots(#[from] crate::client::RootsError),
     /// DNS-01: the records could not be published or removed, or did not reach the zone's
     /// servers in time.
     #[error("DNS-01: {0}")]

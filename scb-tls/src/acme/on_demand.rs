@@ -469,13 +469,10 @@ async fn ask(url: &str, name: &str) -> Result<bool, String> {
 
 /// The TLS client of an `https://` ask URL: the system's roots.
 fn ask_tls() -> rustls::ClientConfig {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
-    rustls::ClientConfig::builder_with_provider(Arc::new(crate::provider::provider()))
-        .with_safe_default_protocol_versions()
-        .expect("aws-lc-rs supports the default protocol versions")
-        .with_root_certificates(roots)
-        .with_no_client_auth()
+    // An `ask` over plain http needs no roots, so an empty system store is no error here.
+    crate::client::client_config(
+        crate::client::roots(None).unwrap_or_else(|_| rustls::RootCertStore::empty()),
+    )
 }
 
 #[cfg(test)]
