@@ -20,10 +20,11 @@
 //! scb's record costs a fraction of it, with the same crate's message types and the
 //! same HTTP client.
 
+use std::path::PathBuf;
 use std::sync::mpsc::{self, SyncSender, TryRecvError, TrySendError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use http::{Uri, Version};
+use http::{HeaderName, HeaderValue, Uri, Version};
 use opentelemetry_http::{Bytes, HttpClient as _};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
@@ -58,6 +59,10 @@ pub(crate) struct ExportPlan {
     pub(crate) endpoint: Uri,
     /// `service.name` of every span.
     pub(crate) service_name: String,
+    /// PEM roots for an `https://` collector; `None`: the system's.
+    pub(crate) ca_root: Option<PathBuf>,
+    /// Sent with every export; the values are marked sensitive, so `Debug` hides them.
+    pub(crate) headers: Vec<(HeaderName, HeaderValue)>,
 }
 
 /// The workers' end of the exporter: a [`SpanSink`]. When the last clone is dropped (a
@@ -87,8 +92,21 @@ impl SpanSink for OtlpSink {
 ///
 /// When the thread or its runtime cannot start.
 pub(crate) fn start(plan: &ExportPlan) -> anyhow::Result<OtlpSink> {
-    let client =
-        opentelemetry_http::hyper::HyperClient::with_default_connector(EXPORT_TIMEOUT, None);
+    let roots = match scb_tls::client::roots(plan.ca_root.as_deref()) {
+        Ok(roots) => roots,
+        // Plain http needs none (the plan has checked an https collector's).
+        Err(_) if plan.endpoint.scheme() != Some(&http::uri::Scheme::HTTPS) => {
+            scb_tls::rustls::RootCertStore::empty()
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let connector = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(scb_tls::client::client_config(roots))
+        .https_or_http()
+        .enable_http1()
+        .build();
+    let client = opentelemetry_http::hyper::HyperClient::new(connector, EXPORT_TIMEOUT, None);
+    let headers = plan.headers.clone();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -120,10 +138,11 @@ pub(crate) fn start(plan: &ExportPlan) -> anyhow::Result<OtlpSink> {
                     }],
                 }
                 .encode_to_vec();
-                let request = http::Request::post(endpoint.clone())
+                let mut request = http::Request::post(endpoint.clone())
                     .header(http::header::CONTENT_TYPE, "application/x-protobuf")
                     .body(Bytes::from(body))
                     .expect("a POST to a checked URI");
+                request.headers_mut().extend(headers.iter().cloned());
                 match runtime.block_on(client.send_bytes(request)) {
                     Ok(res) if res.status().is_success() => {
                         metrics::counter!(EXPORTED).increment(count);

@@ -233,8 +233,23 @@ fn traces_continue_through_the_proxy_and_reach_the_collector_whatever_it_does() 
 #[test]
 fn tracing_settings_are_checked_with_their_keys() {
     for (tracing, key, why) in [
-        ("otlp = \"https://c:4318\"", "tracing.otlp", "http"),
-        ("otlp = \"c:4318\"", "tracing.otlp", "http://"),
+        (
+            "otlp = \"https://c:4318\"\nca_root = \"/nonexistent/ca.pem\"",
+            "tracing.ca_root",
+            "/nonexistent/ca.pem",
+        ),
+        ("ca_root = \"ca.pem\"", "tracing.ca_root", "needs `otlp`"),
+        (
+            "otlp = \"http://c:4318\"\nheaders = { \"bad name\" = \"v\" }",
+            "tracing.headers.bad name",
+            "not a header name",
+        ),
+        (
+            "otlp = \"http://c:4318\"\nheaders = { key = \"a\\nb\" }",
+            "tracing.headers.key",
+            "not a header value",
+        ),
+        ("otlp = \"c:4318\"", "tracing.otlp", "http:// or https://"),
         (
             "sample_ratio = 1.5",
             "tracing.sample_ratio",
@@ -299,4 +314,78 @@ fn a_fastcgi_application_continues_the_trace() {
     let events: Vec<&str> = client.span.events.iter().map(|e| e.name.as_str()).collect();
     assert_eq!(events, ["connected", "first_byte"]);
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A hosted collector: `https://` with a private CA (`ca_root`) and an API key in
+/// `headers`. First the roots are another CA's, so every export fails the handshake
+/// (counted, requests unharmed); a reload to the right roots delivers the spans, with
+/// the key, which no log line ever shows (debug level included).
+#[test]
+fn an_https_collector_gets_spans_with_its_key_once_its_ca_is_trusted() {
+    const KEY: &str = "k-7f3a9c-never-logged";
+    let dir = temp_dir("https");
+    let issued = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+    let collector = Collector::start_tls(&issued.cert.pem(), &issued.signing_key.serialize_pem());
+    let right = dir.join("collector-ca.pem");
+    std::fs::write(&right, issued.cert.pem()).unwrap();
+    let other = dir.join("other-ca.pem");
+    let stranger = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+    std::fs::write(&other, stranger.cert.pem()).unwrap();
+    let config = |root: &Path| {
+        format!(
+            "[metrics]\nlisten = \"127.0.0.1:0\"\n\
+             [tracing]\notlp = \"https://localhost:{port}\"\nca_root = {root:?}\n\
+             headers = {{ \"x-api-key\" = \"{KEY}\" }}\n\
+             [[listen]]\naddr = \"127.0.0.1:0\"\n\
+             [[route]]\npath = \"/hello\"\nrespond = {{ body = \"hi\" }}\n",
+            port = collector.addr().port(),
+            root = root.display().to_string(),
+        )
+    };
+    let mut server = support::Server::start_adjusted(&config(&other), |command| {
+        command.env("RUST_LOG", "debug");
+    });
+    let addr = server.addr();
+    for _ in 0..5 {
+        assert_eq!(get(addr, "/hello").status, 200);
+    }
+    wait_metric(
+        &server,
+        "scb_trace_spans_dropped_total{reason=\"export_failed\"}",
+        5.0,
+    );
+    assert_eq!(collector.posts(), 0);
+
+    server.rewrite_config(&config(&right));
+    server.signal(rustix::process::Signal::HUP);
+    server.wait_for_line(|l| l.contains("reloaded"));
+    for _ in 0..3 {
+        assert_eq!(get(addr, "/hello").status, 200);
+    }
+    let spans = collector.wait_for(3);
+    assert!(
+        spans
+            .iter()
+            .all(|s| s.attr("url.path").as_deref() == Some("/hello"))
+    );
+    assert!(
+        collector
+            .fields()
+            .contains(&("x-api-key".to_owned(), KEY.to_owned())),
+        "{:?}",
+        collector.fields()
+    );
+    wait_metric(&server, "scb_trace_spans_exported_total", 3.0);
+    server.terminate();
+    server.wait();
+    assert!(
+        server.log.iter().any(|l| l.contains("OTLP export failed")),
+        "the failed handshakes were logged at debug level: {:#?}",
+        server.log
+    );
+    assert!(
+        !server.log.iter().any(|l| l.contains(KEY)),
+        "{:#?}",
+        server.log
+    );
 }

@@ -195,7 +195,7 @@ pub(crate) struct StatusConfig {
 }
 
 /// `[tracing]`: `otlp = "http://127.0.0.1:4318"`, `service_name`, `sample_ratio`,
-/// `propagate`.
+/// `propagate`, `ca_root`, `headers`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct TracingConfig {
@@ -210,6 +210,13 @@ pub(crate) struct TracingConfig {
     /// Whether upstreams are told this server's span in `traceparent`; absent means
     /// true.
     pub(crate) propagate: Option<bool>,
+    /// PEM roots an `https://` collector's certificate is checked against; absent means
+    /// the system's store.
+    pub(crate) ca_root: Option<Spanned<std::path::PathBuf>>,
+    /// Fields sent with every export (a hosted collector's API key, as
+    /// `OTEL_EXPORTER_OTLP_HEADERS` gives them); their values are never logged.
+    #[serde(default)]
+    pub(crate) headers: BTreeMap<Spanned<String>, Spanned<String>>,
 }
 
 /// `[health]`: probes on the `[metrics]` listener, and how long a drain is announced
@@ -1037,6 +1044,11 @@ impl Config {
             && let Some(path) = &mut access.path
         {
             resolve(path);
+        }
+        if let Some(tracing) = &mut self.tracing
+            && let Some(root) = &mut tracing.get_mut().ca_root
+        {
+            resolve(root.get_mut());
         }
         for listen in &mut self.listen {
             if let ListenAddr::Unix(path) = listen.addr.get_mut() {

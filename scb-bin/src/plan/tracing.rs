@@ -1,6 +1,10 @@
 //! `[tracing]`: trace context, sampling and the span exporter's address, checked.
 
-use http::Uri;
+use std::collections::BTreeMap;
+
+use http::uri::Scheme;
+use http::{HeaderName, HeaderValue, Uri};
+use toml::Spanned;
 
 use crate::config::{Located, TracingConfig};
 use crate::otlp::ExportPlan;
@@ -30,12 +34,34 @@ pub(super) fn plan(config: &TracingConfig) -> Result<TracingPlan, Located> {
         None => "scb".to_owned(),
     };
     let export = match &config.otlp {
-        None => None,
-        Some(otlp) => Some(ExportPlan {
-            endpoint: endpoint(otlp.get_ref())
-                .map_err(|why| Located::at(otlp, "tracing.otlp", why))?,
-            service_name,
-        }),
+        None => {
+            if let Some(root) = &config.ca_root {
+                return Err(Located::at(root, "tracing.ca_root", "needs `otlp`"));
+            }
+            if let Some((name, _)) = config.headers.iter().next() {
+                return Err(Located::at(name, "tracing.headers", "needs `otlp`"));
+            }
+            None
+        }
+        Some(otlp) => {
+            let endpoint =
+                endpoint(otlp.get_ref()).map_err(|why| Located::at(otlp, "tracing.otlp", why))?;
+            let ca_root = config.ca_root.as_ref().map(|root| root.get_ref().clone());
+            // The roots are read now so that a bad file is an error of the config, with
+            // its line, not of the exporter's start.
+            if endpoint.scheme() == Some(&Scheme::HTTPS) {
+                scb_tls::client::roots(ca_root.as_deref()).map_err(|e| match &config.ca_root {
+                    Some(root) => Located::at(root, "tracing.ca_root", e),
+                    None => Located::at(otlp, "tracing.otlp", e),
+                })?;
+            }
+            Some(ExportPlan {
+                endpoint,
+                service_name,
+                ca_root,
+                headers: headers(&config.headers)?,
+            })
+        }
     };
     let sample_ratio = match &config.sample_ratio {
         None => 1.0,
@@ -55,6 +81,30 @@ pub(super) fn plan(config: &TracingConfig) -> Result<TracingPlan, Located> {
     })
 }
 
+/// `headers`, checked: each a field name and a value a field may carry, the values
+/// marked sensitive (never printed, never indexed by HTTP/2's HPACK).
+fn headers(
+    config: &BTreeMap<Spanned<String>, Spanned<String>>,
+) -> Result<Vec<(HeaderName, HeaderValue)>, Located> {
+    config
+        .iter()
+        .map(|(name, value)| {
+            let key = || format!("tracing.headers.{}", name.get_ref());
+            let parsed = HeaderName::from_bytes(name.get_ref().as_bytes())
+                .map_err(|_| Located::at(name, key(), "is not a header name"))?;
+            let mut field = HeaderValue::from_str(value.get_ref()).map_err(|_| {
+                Located::at(
+                    value,
+                    key(),
+                    "is not a header value (visible ASCII and spaces)",
+                )
+            })?;
+            field.set_sensitive(true);
+            Ok((parsed, field))
+        })
+        .collect()
+}
+
 /// The collector's traces endpoint: `url` as given when it names a path, else with the
 /// OTLP/HTTP path `/v1/traces` (the address of a collector, as `OTEL_EXPORTER_OTLP_ENDPOINT`
 /// takes it).
@@ -62,24 +112,18 @@ fn endpoint(url: &str) -> Result<Uri, String> {
     let uri: Uri = url
         .parse()
         .map_err(|e| format!("{url:?} is not a URL: {e}"))?;
-    match uri.scheme_str() {
-        Some("http") => {}
-        Some("https") => {
-            return Err(
-                "https collectors are not supported yet: send to a local collector or agent \
-                 over http (OTLP/HTTP, port 4318)"
-                    .to_owned(),
-            );
-        }
-        _ => return Err(format!("{url:?} must start with http://")),
-    }
+    let scheme = match uri.scheme_str() {
+        Some("http") => Scheme::HTTP,
+        Some("https") => Scheme::HTTPS,
+        _ => return Err(format!("{url:?} must start with http:// or https://")),
+    };
     let Some(authority) = uri.authority() else {
         return Err(format!("{url:?} names no host"));
     };
     let path = uri.path();
     if path.is_empty() || path == "/" {
         return Uri::builder()
-            .scheme("http")
+            .scheme(scheme)
             .authority(authority.clone())
             .path_and_query("/v1/traces")
             .build()
@@ -106,13 +150,11 @@ mod tests {
             endpoint("http://collector/otlp/v1/traces").unwrap(),
             "http://collector/otlp/v1/traces"
         );
-        for bad in [
-            "https://c:4318",
-            "grpc://c:4317",
-            "c:4318",
-            "http://",
-            "not a url",
-        ] {
+        assert_eq!(
+            endpoint("https://otlp.example.com").unwrap(),
+            "https://otlp.example.com/v1/traces"
+        );
+        for bad in ["grpc://c:4317", "c:4318", "http://", "not a url"] {
             assert!(endpoint(bad).is_err(), "{bad}");
         }
     }

@@ -1,10 +1,11 @@
 //! An OpenTelemetry collector's OTLP/HTTP receiver, as far as the tests need one: a
 //! thread that takes `POST /v1/traces` bodies, decodes them with the protocol's own
 //! message types (`opentelemetry-proto`, prost) and keeps every span, with the resource's
-//! `service.name`.
+//! `service.name`. [`Collector::start_tls`] is the same receiver behind TLS, as a hosted
+//! collector is, and keeps the fields of each post (an API key's, say).
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
@@ -46,6 +47,8 @@ pub(crate) fn attr(attributes: &[KeyValue], key: &str) -> Option<String> {
 struct State {
     spans: Vec<Received>,
     posts: usize,
+    /// The last post's fields, names in lower case.
+    fields: Vec<(String, String)>,
 }
 
 /// The receiver; its thread lives as long as the test process.
@@ -57,6 +60,28 @@ pub(crate) struct Collector {
 
 impl Collector {
     pub(crate) fn start() -> Self {
+        Self::listen(None)
+    }
+
+    /// A receiver behind TLS with the certificate `cert` (PEM) and its key `key` (PEM).
+    pub(crate) fn start_tls(cert: &str, key: &str) -> Self {
+        use scb_tls::rustls;
+        use scb_tls::rustls::pki_types::pem::PemObject as _;
+        let certs = rustls::pki_types::CertificateDer::pem_slice_iter(cert.as_bytes())
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap();
+        let key = rustls::pki_types::PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap();
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(certs, key)
+            .unwrap();
+        Self::listen(Some(Arc::new(config)))
+    }
+
+    fn listen(tls: Option<Arc<scb_tls::rustls::ServerConfig>>) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").expect("binding the collector");
         let addr = listener.local_addr().unwrap();
         let state = Arc::new((Mutex::new(State::default()), Condvar::new()));
@@ -65,12 +90,32 @@ impl Collector {
             for stream in listener.incoming() {
                 let Ok(stream) = stream else { continue };
                 let shared = Arc::clone(&shared);
+                let tls = tls.clone();
                 std::thread::spawn(move || {
-                    let _ = serve(stream, &shared);
+                    let _ = stream.set_read_timeout(Some(TIMEOUT));
+                    let _ = match tls {
+                        None => serve(stream, &shared),
+                        Some(config) => {
+                            let Ok(session) = scb_tls::rustls::ServerConnection::new(config) else {
+                                return;
+                            };
+                            serve(scb_tls::rustls::StreamOwned::new(session, stream), &shared)
+                        }
+                    };
                 });
             }
         });
         Self { addr, state }
+    }
+
+    /// The address, for an `https://` URL.
+    pub(crate) fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The last post's fields.
+    pub(crate) fn fields(&self) -> Vec<(String, String)> {
+        self.state.0.lock().unwrap().fields.clone()
     }
 
     /// `http://ADDR`, as `[tracing] otlp` takes it.
@@ -103,10 +148,8 @@ impl Collector {
 }
 
 /// One connection: requests until the client closes it (the exporter keeps it open).
-fn serve(stream: TcpStream, state: &(Mutex<State>, Condvar)) -> std::io::Result<()> {
-    stream.set_read_timeout(Some(TIMEOUT))?;
-    let mut reader = BufReader::new(stream.try_clone()?);
-    let mut writer = stream;
+fn serve<S: Read + Write>(stream: S, state: &(Mutex<State>, Condvar)) -> std::io::Result<()> {
+    let mut reader = BufReader::new(stream);
     loop {
         let mut line = String::new();
         if reader.read_line(&mut line)? == 0 {
@@ -114,6 +157,7 @@ fn serve(stream: TcpStream, state: &(Mutex<State>, Condvar)) -> std::io::Result<
         }
         let mut length = 0;
         let mut content_type = String::new();
+        let mut fields = Vec::new();
         loop {
             let mut field = String::new();
             reader.read_line(&mut field)?;
@@ -121,6 +165,7 @@ fn serve(stream: TcpStream, state: &(Mutex<State>, Condvar)) -> std::io::Result<
                 break;
             }
             if let Some((name, value)) = field.split_once(':') {
+                fields.push((name.trim().to_ascii_lowercase(), value.trim().to_owned()));
                 match name.trim().to_ascii_lowercase().as_str() {
                     "content-length" => length = value.trim().parse().unwrap_or(0),
                     "content-type" => content_type = value.trim().to_owned(),
@@ -137,6 +182,7 @@ fn serve(stream: TcpStream, state: &(Mutex<State>, Condvar)) -> std::io::Result<
             let (lock, ready) = state;
             let mut state = lock.lock().unwrap();
             state.posts += 1;
+            state.fields = fields;
             for resource in request.resource_spans {
                 let service = resource
                     .resource
@@ -153,7 +199,7 @@ fn serve(stream: TcpStream, state: &(Mutex<State>, Condvar)) -> std::io::Result<
             }
             ready.notify_all();
         }
-        writer.write_all(
+        reader.get_mut().write_all(
             b"HTTP/1.1 200 OK\r\ncontent-type: application/x-protobuf\r\ncontent-length: 0\r\n\r\n",
         )?;
     }
