@@ -24,11 +24,11 @@ for kind in h3 h2; do
         load=(h2load -c8 -m10 -t1 -D 6 "https://127.0.0.1:$PORT/small.txt")
     fi
     taskset -c 1 "${load[@]}" >/dev/null 2>&1 # warm-up
-    callgrind_control -z $PID >/dev/null
-    callgrind_control -i on $PID >/dev/null
+    callgrind_control -z $PID >/dev/null 2>&1
+    callgrind_control -i on $PID >/dev/null 2>&1
     n=$(taskset -c 1 "${load[@]}" 2>&1 | awk '/^requests:/ {print $2}')
-    callgrind_control -i off $PID >/dev/null
-    callgrind_control -d $kind $PID >/dev/null
+    callgrind_control -i off $PID >/dev/null 2>&1
+    callgrind_control -d $kind $PID >/dev/null 2>&1
     sleep 1
     file=$(ls -t "$OUT"/cg.$PID.out* | head -1)
     total=$(callgrind_annotate "$file" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
