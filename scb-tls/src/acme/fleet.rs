@@ -185,48 +185,15 @@ async fn order(
             return;
         }
     }
-    account_from_fleet(cluster, settings).await;
     if acceptor.certificates().is_empty() {
         tracing::info!(domains = %names, directory = %settings.directory, "ACME: no certificate yet; this instance orders one for the fleet");
     }
-    let publish = AbortOnDrop(tokio::spawn(publish_answers(
-        cluster.clone(),
-        Arc::clone(challenges),
-    )));
-    challenges.set_ordering(true);
-    let outcome = lease.guard(issue::obtain(settings, challenges)).await;
-    challenges.set_ordering(false);
-    drop(publish);
-    let _ = cluster.del("acme", ANSWERS).await;
-    let outcome = match outcome {
-        Ok(Ok(())) => installable(settings),
-        Ok(Err(e)) => Err(e),
-        Err(lost) => Err(AcmeError::Other(format!("{lost}; the order was abandoned"))),
-    };
-    let store = settings.store();
-    match outcome {
+    match obtain_under(lease, cluster, settings, challenges).await {
         Ok(()) => {
-            let (Some(chain), Ok(key)) = (
-                read_chain(&store),
-                std::fs::read_to_string(store.files().key),
-            ) else {
-                return;
-            };
-            let written = lease
-                .hset_fenced(
-                    cert_key,
-                    vec![
-                        ("chain".into(), chain.into_bytes()),
-                        ("key".into(), key.into_bytes()),
-                        ("failures".into(), b"0".to_vec()),
-                        ("next_try_ms".into(), b"0".to_vec()),
-                    ],
-                )
-                .await;
-            if !matches!(written, Ok(Some(_))) {
+            let reset = [("failures", b"0".to_vec()), ("next_try_ms", b"0".to_vec())];
+            if !store_for_fleet(lease, cluster, settings, cert_key, reset).await {
                 tracing::warn!(domains = %names, "ACME: the certificate could not be stored for the fleet (lock lost or Redis away); served here only");
             }
-            account_to_fleet(cluster, lease, settings).await;
             match acceptor.reload() {
                 Ok(()) => issued(acceptor, &names),
                 Err(e) => {
@@ -272,31 +239,70 @@ async fn share(
     let Ok(Some(lease)) = cluster.acquire(lock, LEASE).await else {
         return;
     };
-    let store = settings.store();
     let empty = read(cluster, cert_key)
         .await
         .is_ok_and(|stored| stored.chain.is_none());
-    if empty
-        && let (Some(chain), Ok(key)) = (
-            read_chain(&store),
-            std::fs::read_to_string(store.files().key),
-        )
-    {
-        let written = lease
-            .hset_fenced(
-                cert_key,
-                vec![
-                    ("chain".into(), chain.into_bytes()),
-                    ("key".into(), key.into_bytes()),
-                ],
-            )
-            .await;
-        if matches!(written, Ok(Some(_))) {
-            tracing::info!(domains = %names, "ACME: this instance's certificate stored for the fleet");
-        }
-        account_to_fleet(cluster, &lease, settings).await;
+    if empty && store_for_fleet(&lease, cluster, settings, cert_key, []).await {
+        tracing::info!(domains = %names, "ACME: this instance's certificate stored for the fleet");
     }
     lease.release().await;
+}
+
+/// Orders under `lease`: the account the fleet shares, the challenges' answers published
+/// for the other instances while the order runs (any of them may be asked), and the order
+/// abandoned if the lease is lost. `Ok` when the state directory holds an installable
+/// certificate.
+async fn obtain_under(
+    lease: &Lease,
+    cluster: &Cluster,
+    settings: &AcmeSettings,
+    challenges: &Arc<Challenges>,
+) -> Result<(), AcmeError> {
+    account_from_fleet(cluster, settings).await;
+    let publish = AbortOnDrop(tokio::spawn(publish_answers(
+        cluster.clone(),
+        Arc::clone(challenges),
+    )));
+    challenges.set_ordering(true);
+    let outcome = lease.guard(issue::obtain(settings, challenges)).await;
+    challenges.set_ordering(false);
+    drop(publish);
+    let _ = cluster.del("acme", ANSWERS).await;
+    match outcome {
+        Ok(result) => result.and_then(|()| installable(settings)),
+        Err(lost) => Err(AcmeError::Other(format!("{lost}; the order was abandoned"))),
+    }
+}
+
+/// Stores the state directory's certificate and key under `cert_key` for the fleet,
+/// fenced by `lease`, with the `extra` fields, then the account; whether the certificate
+/// was written (not when the lease was lost or Redis is away).
+async fn store_for_fleet<const N: usize>(
+    lease: &Lease,
+    cluster: &Cluster,
+    settings: &AcmeSettings,
+    cert_key: &str,
+    extra: [(&str, Vec<u8>); N],
+) -> bool {
+    let store = settings.store();
+    let (Some(chain), Ok(key)) = (
+        read_chain(&store),
+        std::fs::read_to_string(store.files().key),
+    ) else {
+        return false;
+    };
+    let mut fields = vec![
+        ("chain".to_owned(), chain.into_bytes()),
+        ("key".to_owned(), key.into_bytes()),
+    ];
+    fields.extend(
+        extra
+            .into_iter()
+            .map(|(name, value)| (name.to_owned(), value)),
+    );
+    let written = lease.hset_fenced(cert_key, fields).await;
+    account_to_fleet(cluster, lease, settings).await;
+    matches!(written, Ok(Some(_)))
 }
 
 /// One name's certificate for an on-demand listener in a fleet, into the state directory:
@@ -335,37 +341,9 @@ pub(crate) async fn order_one(
         }
         match cluster.acquire(&lock, LEASE).await {
             Ok(Some(lease)) => {
-                account_from_fleet(cluster, settings).await;
-                let publish = AbortOnDrop(tokio::spawn(publish_answers(
-                    cluster.clone(),
-                    Arc::clone(challenges),
-                )));
-                challenges.set_ordering(true);
-                let outcome = lease.guard(issue::obtain(settings, challenges)).await;
-                challenges.set_ordering(false);
-                drop(publish);
-                let _ = cluster.del("acme", ANSWERS).await;
-                let outcome = match outcome {
-                    Ok(result) => result.and_then(|()| installable(settings)),
-                    Err(lost) => Err(AcmeError::Other(lost.to_string())),
-                };
+                let outcome = obtain_under(&lease, cluster, settings, challenges).await;
                 if outcome.is_ok() {
-                    let store = settings.store();
-                    if let (Some(chain), Ok(key)) = (
-                        read_chain(&store),
-                        std::fs::read_to_string(store.files().key),
-                    ) {
-                        let _ = lease
-                            .hset_fenced(
-                                &cert_key,
-                                vec![
-                                    ("chain".into(), chain.into_bytes()),
-                                    ("key".into(), key.into_bytes()),
-                                ],
-                            )
-                            .await;
-                    }
-                    account_to_fleet(cluster, &lease, settings).await;
+                    store_for_fleet(&lease, cluster, settings, &cert_key, []).await;
                 }
                 lease.release().await;
                 return outcome;
