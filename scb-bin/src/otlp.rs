@@ -92,13 +92,11 @@ impl SpanSink for OtlpSink {
 ///
 /// When the thread or its runtime cannot start.
 pub(crate) fn start(plan: &ExportPlan) -> anyhow::Result<OtlpSink> {
-    let roots = match scb_tls::client::roots(plan.ca_root.as_deref()) {
-        Ok(roots) => roots,
-        // Plain http needs none (the plan has checked an https collector's).
-        Err(_) if plan.endpoint.scheme() != Some(&http::uri::Scheme::HTTPS) => {
-            scb_tls::rustls::RootCertStore::empty()
-        }
-        Err(e) => return Err(e.into()),
+    // Plain http needs no roots.
+    let roots = if plan.endpoint.scheme() == Some(&http::uri::Scheme::HTTPS) {
+        scb_tls::client::roots(plan.ca_root.as_deref())?
+    } else {
+        scb_tls::rustls::RootCertStore::empty()
     };
     let connector = hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(scb_tls::client::client_config(roots))
@@ -191,24 +189,21 @@ const IS_REMOTE: u32 = 0x200;
 /// W3C's sampled flag: every exported span is sampled.
 const SAMPLED: u32 = 0x01;
 
-fn text(key: &str, value: String) -> KeyValue {
+/// The attribute `key` with `value`.
+fn attribute(key: &str, value: Value) -> KeyValue {
     KeyValue {
         key: key.to_owned(),
-        value: Some(AnyValue {
-            value: Some(Value::StringValue(value)),
-        }),
+        value: Some(AnyValue { value: Some(value) }),
         ..KeyValue::default()
     }
 }
 
+fn text(key: &str, value: String) -> KeyValue {
+    attribute(key, Value::StringValue(value))
+}
+
 fn int(key: &str, value: i64) -> KeyValue {
-    KeyValue {
-        key: key.to_owned(),
-        value: Some(AnyValue {
-            value: Some(Value::IntValue(value)),
-        }),
-        ..KeyValue::default()
-    }
+    attribute(key, Value::IntValue(value))
 }
 
 fn nanos(time: SystemTime) -> u64 {
@@ -330,13 +325,7 @@ fn client_span(
                     "connected",
                     vec![
                         text("server.address", address.to_string()),
-                        KeyValue {
-                            key: "scb.connection.reused".to_owned(),
-                            value: Some(AnyValue {
-                                value: Some(Value::BoolValue(*reused)),
-                            }),
-                            ..KeyValue::default()
-                        },
+                        attribute("scb.connection.reused", Value::BoolValue(*reused)),
                     ],
                 ),
                 UpstreamEventKind::Retry { address, error } => (
