@@ -24,6 +24,7 @@ mod one_of;
 mod otlp;
 mod plan;
 mod purge;
+mod recorder;
 mod reload_status;
 mod route;
 mod run;

@@ -4,8 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::recorder::{MetricsHandle, MetricsRecorder};
 use anyhow::Context as _;
-use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use scb_core::access_log::{AccessLogFormat, AccessLogLayer, AccessLogWriter};
 use scb_core::health::Readiness;
 use scb_core::server::{Server, ServerHandle, WorkerInfo, shutdown_signal};
@@ -27,9 +27,10 @@ const DURATION_BUCKETS: [f64; 16] = [
     5.0, 10.0,
 ];
 
-/// How often the recorder drains histogram samples into buckets. `install_recorder` leaves
-/// this to the caller; 5 s is what the exporter's own upkeep task uses. Between upkeeps the
-/// samples wait in a lock-free queue; a scrape drains them too, so this only bounds memory.
+/// How often the exporter drains the samples of the histograms that are not scb's own
+/// (scb's count into their buckets as they record; a library's histogram queues until
+/// drained). 5 s is what the exporter's own upkeep task uses; a scrape drains them too,
+/// so this only bounds memory.
 const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
 
 /// Reads `file`, installs the metrics recorder when it has a `[metrics]` section, and
@@ -41,7 +42,7 @@ const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
 /// A config error (returned as is, for the caller to print), or the recorder's.
 pub(crate) fn load_with_recorder(
     file: &std::path::Path,
-) -> Result<(Plan, Option<PrometheusHandle>), LoadError> {
+) -> Result<(Plan, Option<MetricsHandle>), LoadError> {
     let parsed = Plan::parse(file).map_err(LoadError::Config)?;
     let recorder = parsed
         .wants_metrics()
@@ -91,7 +92,7 @@ fn warn_insecure(plan: &Plan) {
 pub(crate) fn run(
     file: Option<std::path::PathBuf>,
     plan: Plan,
-    recorder: Option<PrometheusHandle>,
+    recorder: Option<MetricsHandle>,
     access_format: AccessLogFormat,
     upgrade: bool,
 ) -> anyhow::Result<()> {
@@ -223,7 +224,7 @@ struct Running {
     app: ServerHandle,
     app_stack: Arc<Switch<AppService>>,
     metrics: Option<MetricsServer>,
-    recorder: Option<PrometheusHandle>,
+    recorder: Option<MetricsHandle>,
     readiness: Readiness,
     drain_delay: Duration,
     /// The access log's writer and what it was opened for; `None` when off.
@@ -284,7 +285,7 @@ impl Running {
     fn start(
         file: Option<std::path::PathBuf>,
         plan: Plan,
-        recorder: Option<PrometheusHandle>,
+        recorder: Option<MetricsHandle>,
         access_format: AccessLogFormat,
         handed_over: Vec<std::net::TcpListener>,
         upgrade: bool,
@@ -680,7 +681,7 @@ fn open_exporter(
 /// keeps), or a new one reading `recorder`.
 fn sampler(
     plan: &Plan,
-    recorder: Option<&PrometheusHandle>,
+    recorder: Option<&MetricsHandle>,
     running: Option<&Arc<crate::status::Sampled>>,
 ) -> anyhow::Result<Option<Arc<crate::status::Sampled>>> {
     let wanted = plan.metrics.as_ref().is_some_and(|m| m.status);
@@ -698,7 +699,7 @@ fn sampler(
 fn metrics_maker(
     plan: &Plan,
     metrics: &MetricsPlan,
-    handle: &PrometheusHandle,
+    handle: &MetricsHandle,
     status: Option<&Arc<crate::status::Sampled>>,
 ) -> Maker<MetricsService> {
     let handle = handle.clone();
@@ -826,18 +827,26 @@ fn signal_reload(pid_file: &std::path::Path) -> anyhow::Result<i32> {
 /// Gauge set to 1, labelled with scb's `version`: which build a scrape came from.
 const BUILD_INFO: &str = "scb_build_info";
 
-/// Installs the Prometheus recorder as the global `metrics` recorder and describes scb's
-/// metrics to it.
-fn install_recorder() -> anyhow::Result<PrometheusHandle> {
-    let handle = PrometheusBuilder::new()
-        // Buckets make the duration a real Prometheus histogram instead of a summary, so
-        // that it can be aggregated across instances.
-        .set_buckets_for_metric(
-            Matcher::Full(scb_core::metrics::REQUEST_DURATION_SECONDS.to_owned()),
+/// Installs scb's recorder (the Prometheus exporter's, with fixed-bucket histograms for
+/// the request and upstream durations) as the global `metrics` recorder and describes
+/// scb's metrics to it.
+fn install_recorder() -> anyhow::Result<MetricsHandle> {
+    // Buckets make the durations real Prometheus histograms instead of summaries, so that
+    // they can be aggregated across instances, and let each observation be counted as it
+    // is recorded instead of queued (see `recorder::histogram`).
+    let recorder = MetricsRecorder::new(&[
+        (
+            scb_core::metrics::REQUEST_DURATION_SECONDS,
             &DURATION_BUCKETS,
-        )?
-        .install_recorder()
-        .context("installing the metrics recorder")?;
+        ),
+        (
+            scb_proxy::metrics::UPSTREAM_RESPONSE_SECONDS,
+            &DURATION_BUCKETS,
+        ),
+    ]);
+    let handle = recorder.handle();
+    metrics::set_global_recorder(recorder)
+        .map_err(|e| anyhow::anyhow!("installing the metrics recorder: {e}"))?;
     scb_core::metrics::describe();
     scb_core::server::metrics::describe();
     scb_proxy::metrics::describe();

@@ -26,8 +26,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use crate::recorder::MetricsHandle;
 use http::{HeaderName, HeaderValue, Request, Response, header};
-use metrics_exporter_prometheus::PrometheusHandle;
 use scb_core::Body;
 use scb_core::access_log::{AccessLog, AccessLogLayer};
 use scb_core::alt_svc::{AltSvc, AltSvcLayer};
@@ -235,7 +235,7 @@ pub(crate) type MetricsService = RequestId<Router<BoxRoute>>;
 ///
 /// When `path` is not absolute (a [`Plan`](crate::plan::Plan) has refused that already).
 pub(crate) fn metrics(
-    handle: PrometheusHandle,
+    handle: MetricsHandle,
     path: &str,
     probes: Option<(&str, &str)>,
     readiness: &Readiness,
@@ -294,7 +294,7 @@ const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 /// ...) read from /proc at that moment.
 #[derive(Clone, Debug)]
 pub(crate) struct RenderMetrics {
-    handle: PrometheusHandle,
+    handle: MetricsHandle,
     process: metrics_process::Collector,
 }
 
@@ -410,7 +410,7 @@ mod tests {
 
     #[tokio::test]
     async fn metrics_service_renders_at_its_path_only() {
-        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        let recorder = crate::recorder::MetricsRecorder::new(&[]);
         let handle = recorder.handle();
         metrics::with_local_recorder(&recorder, || {
             metrics::counter!("scb_test_total").increment(3);

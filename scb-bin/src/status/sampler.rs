@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
-use metrics_exporter_prometheus::PrometheusHandle;
+use crate::recorder::MetricsHandle;
 
 use super::history::{Figures, History};
 use super::scrape;
@@ -37,7 +37,7 @@ impl Sampled {
 /// # Errors
 ///
 /// When the thread cannot be spawned.
-pub(crate) fn start(handle: PrometheusHandle) -> std::io::Result<Arc<Sampled>> {
+pub(crate) fn start(handle: MetricsHandle) -> std::io::Result<Arc<Sampled>> {
     let sampled = Arc::new(Sampled::default());
     let weak = Arc::downgrade(&sampled);
     std::thread::Builder::new()
@@ -46,7 +46,7 @@ pub(crate) fn start(handle: PrometheusHandle) -> std::io::Result<Arc<Sampled>> {
     Ok(sampled)
 }
 
-fn run(handle: &PrometheusHandle, sampled: &Weak<Sampled>) {
+fn run(handle: &MetricsHandle, sampled: &Weak<Sampled>) {
     let mut history = History::default();
     let mut next = Instant::now();
     loop {
