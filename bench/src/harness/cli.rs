@@ -31,6 +31,8 @@ enum Command {
     Soak(crate::harness::soak::SoakArgs),
     /// mnot's HTTP cache test suite against scb's cache and nginx's proxy_cache.
     CacheTests(crate::harness::cache_tests::CacheTestsArgs),
+    /// Resident memory per idle keep-alive connection (plain and TLS), scb beside nginx.
+    Idle(crate::harness::idle::IdleArgs),
 }
 
 /// What the command line asks for.
@@ -46,6 +48,8 @@ pub(crate) enum Mode {
     Soak(crate::harness::soak::SoakArgs),
     /// The cache test suite.
     CacheTests(crate::harness::cache_tests::CacheTestsArgs),
+    /// Memory per idle connection.
+    Idle(crate::harness::idle::IdleArgs),
 }
 
 /// The flags of `bench profile`.
@@ -68,6 +72,7 @@ impl Cli {
             Some(Command::H2spec(args)) => Mode::H2spec(args),
             Some(Command::Soak(args)) => Mode::Soak(args),
             Some(Command::CacheTests(args)) => Mode::CacheTests(args),
+            Some(Command::Idle(args)) => Mode::Idle(args),
             None => Mode::Run(self.args),
         }
     }
@@ -77,6 +82,7 @@ impl Cli {
     pub(crate) fn into_args(self) -> Args {
         match self.into_mode() {
             Mode::Run(args) | Mode::Profile(ProfileArgs { run: args, .. }) => args,
+            Mode::Idle(crate::harness::idle::IdleArgs { run: args, .. }) => args,
             Mode::H2spec(_) | Mode::Soak(_) | Mode::CacheTests(_) => panic!("no run flags"),
         }
     }

@@ -20,6 +20,7 @@
 //!   callgrind).
 //! - [`cache_tests`]: mnot's HTTP cache test suite against scb's cache and nginx's.
 //! - [`h2spec`]: the HTTP/2 conformance suite against scb's listeners, repeated.
+//! - [`idle`]: resident memory per idle keep-alive connection, plain and TLS.
 //! - [`soak`]: scb under mixed and misbehaving load for a bounded time, RSS and
 //!   descriptors sampled, errors counted by kind.
 
@@ -35,6 +36,7 @@ pub(crate) mod fixtures;
 pub(crate) mod h2load;
 pub(crate) mod h2spec;
 pub(crate) mod http_client;
+pub(crate) mod idle;
 pub(crate) mod load;
 pub(crate) mod php;
 pub(crate) mod ports;

@@ -175,6 +175,30 @@ pub(crate) fn tree_peak_rss_kib(root: i32) -> io::Result<u64> {
         .sum())
 }
 
+/// Sum of `VmRSS` (resident now) over the tree, in KiB.
+///
+/// # Errors
+///
+/// As [`tree`].
+pub(crate) fn tree_rss_kib(root: i32) -> io::Result<u64> {
+    Ok(tree(root)?
+        .iter()
+        .filter_map(|stat| fs::read_to_string(format!("/proc/{}/status", stat.pid)).ok())
+        .filter_map(|status| {
+            status
+                .lines()
+                .find_map(|line| line.strip_prefix("VmRSS:"))
+                .and_then(|rest| {
+                    rest.trim()
+                        .trim_end_matches("kB")
+                        .trim()
+                        .parse::<u64>()
+                        .ok()
+                })
+        })
+        .sum())
+}
+
 /// Processes in a process group.
 ///
 /// # Errors

@@ -43,6 +43,7 @@ pub(crate) fn main() -> ExitCode {
         Mode::H2spec(args) => crate::harness::h2spec::run(&args),
         Mode::Soak(args) => crate::harness::soak::run(&args),
         Mode::CacheTests(args) => crate::harness::cache_tests::run(&args),
+        Mode::Idle(args) => crate::harness::idle::run(args, &argv),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,
@@ -154,6 +155,7 @@ fn vars(ctx: &Ctx<'_>, http: u16, tls: u16, upstream: u16, workers: usize, dir: 
         .set("CERT", path(&ctx.cert.cert))
         .set("KEY", path(&ctx.cert.key))
         .set("WORKERS", workers.to_string())
+        .set("MAX_CONNECTIONS", ctx.settings.max_connections.to_string())
         .set("WORKDIR", path(dir))
         .set("METRICS", "")
         .set("HTTP3", "false")

@@ -19,6 +19,8 @@ const WARMUP: f64 = 3.0;
 /// `--quick`: every config exercised, in about 1.5 s per row.
 const QUICK_DURATION: f64 = 1.0;
 const QUICK_WARMUP: f64 = 0.5;
+/// Connections a server may hold (nginx's `worker_connections`): far above the load's 64.
+pub(crate) const DEFAULT_MAX_CONNECTIONS: usize = 4096;
 
 /// One run's settings.
 #[derive(Debug, Clone)]
@@ -37,6 +39,9 @@ pub(crate) struct Settings {
     pub(crate) rounds: usize,
     /// Workers per server.
     pub(crate) workers: usize,
+    /// Connections each server may hold open (nginx's `worker_connections`, scb's
+    /// `max_connections`): 4096, raised by `bench idle`.
+    pub(crate) max_connections: usize,
     /// Server CPUs.
     pub(crate) server_cpus: CpuSet,
     /// The load generator (and the upstream's CPUs).
@@ -161,6 +166,7 @@ impl Settings {
             warmup,
             rounds: args.rounds,
             workers: args.workers,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
             server_cpus,
             load: LoadGen {
                 cpus: load_cpus,
