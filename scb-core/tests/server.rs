@@ -839,6 +839,75 @@ fn idle_connections_close_on_shutdown() {
     assert!(closed_by_server(&mut s));
 }
 
+/// Past 256 open connections a worker's idle keep-alive connections give their buffers
+/// back between requests (`conn::h1`): every kind of next request must still come through
+/// whole on them, and their deadlines and shutdown must still reach them.
+#[test]
+fn idle_connections_of_a_crowded_worker_serve_their_next_requests_whole() {
+    let mut limits = Limits::default();
+    limits.keep_alive_timeout = Duration::from_secs(30);
+    let mut server = TestServer::start(1, limits);
+    let mut conns: Vec<(TcpStream, Vec<u8>)> = (0..300)
+        .map(|_| {
+            let mut s = server.connect();
+            s.set_nodelay(true).unwrap();
+            let mut buf = Vec::new();
+            s.write_all(HELLO.as_bytes()).unwrap();
+            assert_eq!(read_response(&mut s, &mut buf, false).unwrap().status, 200);
+            (s, buf)
+        })
+        .collect();
+    let payload: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+    for (i, (s, buf)) in conns.iter_mut().enumerate() {
+        match i % 4 {
+            // A head that arrives a byte at a time.
+            0 => {
+                for b in HELLO.as_bytes() {
+                    s.write_all(&[*b]).unwrap();
+                }
+                assert_eq!(read_response(s, buf, false).unwrap().body, b"Hello, world!");
+            }
+            // A body larger than a buffer.
+            1 => {
+                let mut raw = format!(
+                    "POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n",
+                    payload.len()
+                )
+                .into_bytes();
+                raw.extend_from_slice(&payload);
+                s.write_all(&raw).unwrap();
+                let r = read_response(s, buf, false).unwrap();
+                assert!(
+                    r.body == payload,
+                    "body changed in transit on connection {i}"
+                );
+            }
+            // Two pipelined requests at once.
+            2 => {
+                s.write_all(format!("{HELLO}GET /worker HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes())
+                    .unwrap();
+                assert_eq!(read_response(s, buf, false).unwrap().body, b"Hello, world!");
+                assert_eq!(read_response(s, buf, false).unwrap().body, b"0");
+            }
+            // A streamed (chunked) answer.
+            _ => {
+                s.write_all(b"GET /stream HTTP/1.1\r\nHost: t\r\n\r\n")
+                    .unwrap();
+                assert_eq!(read_response(s, buf, false).unwrap().status, 200);
+            }
+        }
+    }
+    // And once more each, after all of that.
+    for (s, buf) in &mut conns {
+        s.write_all(HELLO.as_bytes()).unwrap();
+        assert_eq!(read_response(s, buf, false).unwrap().body, b"Hello, world!");
+    }
+    server.stop();
+    for (s, _) in &mut conns {
+        assert!(closed_by_server(s));
+    }
+}
+
 #[test]
 fn two_workers_both_serve() {
     let server = TestServer::start(2, Limits::default());

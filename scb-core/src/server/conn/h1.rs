@@ -49,6 +49,17 @@ const WRITE_BUFFER: usize = 64 * 1024;
 /// than the second iovec's bookkeeping.
 const COPY_MAX: usize = 512;
 
+/// What a connection's read and write buffers are given when it has a request to read or
+/// a response to write. An idle keep-alive connection on a plain socket holds neither
+/// (see `Conn::read_more`).
+const BUFFER: usize = 8 * 1024;
+
+/// A worker with more connections open than this gives the buffers of its idle
+/// keep-alive connections back (`Conn::read_more`). Below it they stay: 256 connections'
+/// buffers are 4 MiB, and giving them back and taking them again costs a busy
+/// keep-alive connection about 1,100 instructions a request (bench/RESULTS.md).
+const KEEP_IDLE_BUFFERS_UP_TO: usize = 256;
+
 /// The most of an unread request body read and dropped after the response so that the
 /// connection can carry the next request (within the body's own deadline): a GET that
 /// came with a small body its handler ignored keeps its connection, as with nginx. Beyond
@@ -111,8 +122,8 @@ where
     let mut deadline = Some(Instant::now() + limits.header_read_timeout);
     let mut conn = Conn {
         io,
-        rbuf: BytesMut::with_capacity(8 * 1024),
-        wbuf: Vec::with_capacity(8 * 1024),
+        rbuf: BytesMut::with_capacity(BUFFER),
+        wbuf: Vec::with_capacity(BUFFER),
         ctx,
         timer: Box::pin(tokio::time::sleep_until(
             deadline.unwrap_or_else(Instant::now),
@@ -275,17 +286,54 @@ where
     }
 }
 
+/// Reads into `rbuf`; when `bufferless`, first waits for the plain socket under `io` to
+/// be readable, and only then gives `rbuf` room. Cancel-safe, as both steps are.
+async fn read_into<T: Transport>(
+    io: &mut T,
+    rbuf: &mut BytesMut,
+    bufferless: bool,
+) -> std::io::Result<usize> {
+    if bufferless && let Some(socket) = io.plain_socket() {
+        std::future::poll_fn(|cx| socket.poll_read_ready(cx)).await?;
+        rbuf.reserve(BUFFER);
+    }
+    io.read_buf(rbuf).await
+}
+
 impl<T: Transport> Conn<'_, T> {
     /// Reads more input. Between requests (`deadline` is `None`) it waits up to the idle
     /// keep-alive timeout and gives way to shutdown; inside a head it waits until the
     /// head's deadline and answers 408 when it passes. Returns false when the connection
     /// is done.
+    ///
+    /// Between requests on a plain socket of a worker with many connections open, a
+    /// connection whose client has sent nothing yet gives its buffers back and waits for
+    /// the socket to become readable holding none: a keep-alive client may stay silent
+    /// for the whole keep-alive timeout, and ten thousand of them would otherwise hold
+    /// 16 KiB each (nginx's idle connections hold no buffer either). The read attempted
+    /// first keeps this off the path of a client whose next request is already there, and
+    /// clears the socket's readiness so that the wait is a real one.
     async fn read_more(&mut self, deadline: Option<Instant>) -> std::io::Result<bool> {
         self.flush().await?;
-        self.rbuf.reserve(8 * 1024);
+        self.rbuf.reserve(BUFFER);
         let idle = deadline.is_none();
         if idle && self.ctx.shutdown.is_fired() {
             return Ok(false);
+        }
+        let mut bufferless = false;
+        if idle
+            && self.rbuf.is_empty()
+            && self.io.plain_socket().is_some()
+            && crate::server::worker::open_here() > KEEP_IDLE_BUFFERS_UP_TO
+        {
+            let mut read = pin!(self.io.read_buf(&mut self.rbuf));
+            let mut now = std::task::Context::from_waker(std::task::Waker::noop());
+            if let Poll::Ready(read) = read.as_mut().poll(&mut now) {
+                return Ok(read? > 0);
+            }
+            self.rbuf = BytesMut::new();
+            self.wbuf = Vec::new();
+            bufferless = true;
         }
         let wanted =
             deadline.unwrap_or_else(|| Instant::now() + self.ctx.limits.keep_alive_timeout);
@@ -295,7 +343,7 @@ impl<T: Transport> Conn<'_, T> {
         loop {
             tokio::select! {
                 biased;
-                read = self.io.read_buf(&mut self.rbuf) => return Ok(read? > 0),
+                read = read_into(&mut self.io, &mut self.rbuf, bufferless) => return Ok(read? > 0),
                 () = self.timer.as_mut() => {
                     if Instant::now() < wanted {
                         // Fired for an earlier deadline; the one wanted now is later.
@@ -366,6 +414,10 @@ impl<T: Transport> Conn<'_, T> {
         B::Error: Into<BoxError>,
     {
         let (parts, mut body) = res.into_parts();
+        if self.wbuf.capacity() == 0 {
+            // Given back while the connection waited (`read_more`).
+            self.wbuf.reserve(BUFFER);
+        }
         let encoded = encode::encode_head(&mut self.wbuf, &parts, body.size_hint().exact(), req);
         drop(parts);
         let expected = match encoded.framing {

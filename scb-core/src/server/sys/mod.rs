@@ -37,6 +37,19 @@ impl PlainSocket<'_> {
         }
     }
 
+    /// Ready when the socket has input (or its end, or an error) to read. Through the
+    /// socket's one reader waker, as a read is: `readable()` would queue on its waiter
+    /// list, a lock and several hundred instructions more.
+    pub(crate) fn poll_read_ready(
+        &self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        match self {
+            Self::Tcp(s) => s.poll_read_ready(cx),
+            Self::Unix(s) => s.poll_read_ready(cx),
+        }
+    }
+
     /// Waits until the socket can take more bytes.
     pub(crate) async fn writable(&self) -> io::Result<()> {
         match self {

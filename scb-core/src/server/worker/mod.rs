@@ -254,11 +254,33 @@ struct Current {
     connections: Rc<Connections>,
 }
 
+thread_local! {
+    /// The open connections of the worker this thread runs (a worker is a thread of its
+    /// own): kept where a connection's driver can read it without a handle to its
+    /// worker (see [`open_here`]).
+    static OPEN: Cell<usize> = const { Cell::new(0) };
+}
+
+/// How many connections the worker running on this thread has open: the HTTP/1.1
+/// driver gives an idle connection's buffers back only when there are many.
+pub(crate) fn open_here() -> usize {
+    OPEN.with(Cell::get)
+}
+
 /// Counts a worker's open connections and wakes whoever waits for a change.
 #[derive(Debug, Default)]
 struct Connections {
-    open: Cell<usize>,
     changed: Notify,
+}
+
+impl Connections {
+    fn open(&self) -> usize {
+        open_here()
+    }
+
+    fn opened(&self) {
+        OPEN.with(|open| open.set(open.get() + 1));
+    }
 }
 
 /// Decrements the count when a connection task ends, however it ends.
@@ -266,7 +288,7 @@ struct ConnGuard(Rc<Connections>);
 
 impl Drop for ConnGuard {
     fn drop(&mut self) {
-        self.0.open.set(self.0.open.get() - 1);
+        OPEN.with(|open| open.set(open.get() - 1));
         self.0.changed.notify_waiters();
     }
 }
@@ -423,7 +445,7 @@ pub(super) fn run<S, B>(
         let drained = async {
             loop {
                 let changed = connections.changed.notified();
-                if connections.open.get() == 0 {
+                if connections.open() == 0 {
                     break;
                 }
                 changed.await;
@@ -432,7 +454,7 @@ pub(super) fn run<S, B>(
         if tokio::time::timeout(grace_period, drained).await.is_err() {
             tracing::warn!(
                 worker = info.index,
-                open = connections.open.get(),
+                open = connections.open(),
                 "grace period over; closing the remaining connections"
             );
         }
@@ -463,7 +485,7 @@ async fn accept_loop<S, B>(
         let ctx = Rc::clone(&current.ctx.borrow());
         let max = ctx.limits.max_connections.max(1);
         // At the limit, wait for a connection to close (or for shutdown).
-        while connections.open.get() >= max {
+        while connections.open() >= max {
             let changed = connections.changed.notified();
             tokio::select! {
                 () = changed => {}
@@ -485,7 +507,7 @@ async fn accept_loop<S, B>(
         let open = || listener_metrics.as_ref().map(|m| m.accepted());
         match accepted {
             Ok(Accepted::Unix(stream)) => {
-                connections.open.set(connections.open.get() + 1);
+                connections.opened();
                 let guard = (ConnGuard(Rc::clone(connections)), open());
                 let svc = svc.clone();
                 tokio::task::spawn_local(async move {
@@ -495,7 +517,7 @@ async fn accept_loop<S, B>(
                 });
             }
             Ok(Accepted::Tcp(stream, remote, local)) => {
-                connections.open.set(connections.open.get() + 1);
+                connections.opened();
                 let guard = (ConnGuard(Rc::clone(connections)), open());
                 let svc = svc.clone();
                 let options = options.borrow().clone();

@@ -102,7 +102,7 @@ pub(super) async fn accept_loop<S, B>(
             return;
         };
         let ctx = Rc::clone(&current.ctx.borrow());
-        if connections.open.get() >= ctx.limits.max_connections.max(1) {
+        if connections.open() >= ctx.limits.max_connections.max(1) {
             incoming.refuse();
             continue;
         }
@@ -124,7 +124,7 @@ pub(super) async fn accept_loop<S, B>(
             }
             continue;
         }
-        connections.open.set(connections.open.get() + 1);
+        connections.opened();
         let guard = ConnGuard(Rc::clone(connections));
         let svc = svc.clone();
         let handshake = Handshaking::start(&handshaking);
