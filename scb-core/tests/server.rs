@@ -909,6 +909,31 @@ fn idle_connections_of_a_crowded_worker_serve_their_next_requests_whole() {
 }
 
 #[test]
+fn idle_connections_of_a_crowded_worker_are_closed_at_the_keep_alive_timeout() {
+    let mut limits = Limits::default();
+    limits.keep_alive_timeout = Duration::from_millis(500);
+    let server = TestServer::start(1, limits);
+    let mut conns: Vec<TcpStream> = (0..300)
+        .map(|_| {
+            let mut s = server.connect();
+            s.write_all(HELLO.as_bytes()).unwrap();
+            assert_eq!(
+                read_response(&mut s, &mut Vec::new(), false)
+                    .unwrap()
+                    .status,
+                200
+            );
+            s
+        })
+        .collect();
+    for s in &mut conns {
+        assert!(closed_by_server(s));
+    }
+    // The worker still serves.
+    assert_eq!(status_on_new_connection(server.addr, HELLO), 200);
+}
+
+#[test]
 fn two_workers_both_serve() {
     let server = TestServer::start(2, Limits::default());
     let mut seen = std::collections::HashSet::new();

@@ -97,11 +97,16 @@ struct Conn<'a, T> {
 /// `detect_h2`, a connection that opens with the HTTP/2 preface is handed back as
 /// [`Outcome::Http2`] (h2c with prior knowledge, on a plain listener; over TLS, ALPN
 /// decides instead).
+///
+/// The requests are served by a boxed future of their own ([`serve_requests`]: it holds
+/// the service's and the response's futures, kilobytes), which on a crowded worker ends
+/// when the connection goes idle: what waits for the next request is then this small
+/// future and the connection's state without its buffers (see [`Conn::read_more`]).
 pub(crate) async fn serve<T, S, B>(
     io: T,
     detect_h2: bool,
     peer: &Peer,
-    mut svc: S,
+    svc: &mut S,
     ctx: &Rc<ConnCtx>,
 ) -> std::io::Result<Outcome<T>>
 where
@@ -111,41 +116,107 @@ where
     B: http_body::Body<Data = Bytes> + 'static,
     B::Error: Into<BoxError>,
 {
+    // The first request's head deadline runs from accept: a client that connects and
+    // sends nothing is a slowloris too.
+    let deadline = Instant::now() + ctx.limits.header_read_timeout;
+    let mut conn = Conn {
+        io,
+        rbuf: BytesMut::with_capacity(BUFFER),
+        wbuf: Vec::with_capacity(BUFFER),
+        ctx,
+        timer: Box::pin(tokio::time::sleep_until(deadline)),
+        shutdown: Box::pin(ctx.shutdown.notified()),
+    };
+    let mut between = Between {
+        deadline: Some(deadline),
+        first: true,
+        scratch: Scratch::default(),
+    };
+    loop {
+        let served = Box::pin(serve_requests(
+            &mut conn,
+            &mut between,
+            detect_h2,
+            peer,
+            svc,
+        ))
+        .await?;
+        match served {
+            Served::Closed => return Ok(Outcome::Closed),
+            Served::Http2(pre) => return Ok(Outcome::Http2(Rewind::new(conn.io, pre))),
+            Served::Upgrade(pre) => return Ok(Outcome::Upgrade(Rewind::new(conn.io, pre))),
+            Served::Idle => {
+                if !conn.wait_bufferless().await? {
+                    return Ok(Outcome::Closed);
+                }
+            }
+        }
+    }
+}
+
+/// What [`serve`] keeps of the requests between them.
+struct Between {
+    /// The deadline of the head being read; `None` between requests.
+    deadline: Option<Instant>,
+    /// No request has been read yet (the HTTP/2 preface may still come).
+    first: bool,
+    scratch: Scratch,
+}
+
+/// How [`serve_requests`] stopped.
+enum Served {
+    Closed,
+    /// The HTTP/2 preface, with the bytes read so far.
+    Http2(Bytes),
+    /// An upgrade or CONNECT, with the bytes read past its head.
+    Upgrade(Bytes),
+    /// Idle on a crowded worker, its buffers given back: wait, then serve again.
+    Idle,
+}
+
+/// Serves requests on `conn` until the connection ends, leaves HTTP/1.1, or goes idle on
+/// a crowded worker.
+async fn serve_requests<T, S, B>(
+    conn: &mut Conn<'_, T>,
+    between: &mut Between,
+    detect_h2: bool,
+    peer: &Peer,
+    svc: &mut S,
+) -> std::io::Result<Served>
+where
+    T: Transport,
+    S: Service<Request<Body>, Response = Response<B>>,
+    S::Error: Into<BoxError>,
+    B: http_body::Body<Data = Bytes> + 'static,
+    B::Error: Into<BoxError>,
+{
+    let ctx = conn.ctx;
     let limits = &ctx.limits;
     let head_limits = HeadLimits {
         max_header_bytes: limits.max_header_bytes,
         max_headers: limits.max_headers,
         max_body_bytes: limits.max_body_bytes,
     };
-    // The first request's head deadline runs from accept: a client that connects and
-    // sends nothing is a slowloris too.
-    let mut deadline = Some(Instant::now() + limits.header_read_timeout);
-    let mut conn = Conn {
-        io,
-        rbuf: BytesMut::with_capacity(BUFFER),
-        wbuf: Vec::with_capacity(BUFFER),
-        ctx,
-        timer: Box::pin(tokio::time::sleep_until(
-            deadline.unwrap_or_else(Instant::now),
-        )),
-        shutdown: Box::pin(ctx.shutdown.notified()),
-    };
-    let mut scratch = Scratch::default();
-    let mut first = true;
+    let Between {
+        deadline,
+        first,
+        scratch,
+    } = between;
 
     loop {
         // Read one request head.
         let head = loop {
             if !conn.rbuf.is_empty() {
-                if first && detect_h2 && conn.rbuf[0] == H2_PREFACE[0] {
+                if *first && detect_h2 && conn.rbuf[0] == H2_PREFACE[0] {
                     let n = conn.rbuf.len().min(H2_PREFACE.len());
                     if conn.rbuf[..n] == H2_PREFACE[..n] {
                         if n == H2_PREFACE.len() {
-                            let pre = conn.rbuf.split().freeze();
-                            return Ok(Outcome::Http2(Rewind::new(conn.io, pre)));
+                            return Ok(Served::Http2(conn.rbuf.split().freeze()));
                         }
-                        if !conn.read_more(deadline).await? {
-                            return Ok(Outcome::Closed);
+                        match conn.read_more(*deadline).await? {
+                            Read::Data => {}
+                            Read::Closed => return Ok(Served::Closed),
+                            Read::Idle => return Ok(Served::Idle),
                         }
                         continue;
                     }
@@ -153,31 +224,32 @@ where
                     // HTTP/2 client, which must never get an HTTP/1 answer (RFC 9113
                     // §3.4: an invalid preface ends the connection).
                     if conn.rbuf.starts_with(H2_PREFACE_LINE) {
-                        return Ok(Outcome::Closed);
+                        return Ok(Served::Closed);
                     }
                 }
-                match head::parse(&mut conn.rbuf, head_limits, &mut scratch) {
+                match head::parse(&mut conn.rbuf, head_limits, scratch) {
                     Ok(Some(head)) => break head,
                     Ok(None) => {}
                     Err(e) => {
                         conn.refuse(&e).await;
-                        return Ok(Outcome::Closed);
+                        return Ok(Served::Closed);
                     }
                 }
                 // Part of a head is here: its deadline runs from its first byte.
                 deadline.get_or_insert_with(|| Instant::now() + limits.header_read_timeout);
             }
-            if !conn.read_more(deadline).await? {
-                return Ok(Outcome::Closed);
+            match conn.read_more(*deadline).await? {
+                Read::Data => {}
+                Read::Closed => return Ok(Served::Closed),
+                Read::Idle => return Ok(Served::Idle),
             }
         };
-        first = false;
-        deadline = None;
+        *first = false;
+        *deadline = None;
 
         if head.upgrade {
             conn.flush().await?;
-            let pre = head::rejoin(&head.raw, &conn.rbuf);
-            return Ok(Outcome::Upgrade(Rewind::new(conn.io, pre)));
+            return Ok(Served::Upgrade(head::rejoin(&head.raw, &conn.rbuf)));
         }
 
         let method = head.parts.method.clone();
@@ -216,7 +288,7 @@ where
         // Run the service, feeding the request body while it wants more.
         let mut body_failed = false;
         let result = {
-            let mut fut = pin!(call_service(&mut svc, req));
+            let mut fut = pin!(call_service(svc, req));
             match &mut feeder {
                 None => fut.await,
                 Some(feeder) => loop {
@@ -265,12 +337,12 @@ where
             Ok(keep_alive) => keep_alive,
             Err(e) => {
                 tracing::debug!(error = %e, "response not completed; closing the connection");
-                return Ok(Outcome::Closed);
+                return Ok(Served::Closed);
             }
         };
         if !keep_alive {
             conn.close(!body_done).await;
-            return Ok(Outcome::Closed);
+            return Ok(Served::Closed);
         }
         if let Some(feeder) = feeder.as_mut().filter(|_| !body_done) {
             // The client may hold the rest of its body until it sees the response.
@@ -280,22 +352,32 @@ where
                 .await
             {
                 conn.close(true).await;
-                return Ok(Outcome::Closed);
+                return Ok(Served::Closed);
             }
         }
     }
 }
 
-/// Reads into `rbuf`; when `bufferless`, first waits for the plain socket under `io` to
-/// be readable, and only then gives `rbuf` room. Cancel-safe, as both steps are.
-async fn read_into<T: Transport>(
+/// What [`Conn::read_more`] found.
+enum Read {
+    /// More input is in the buffer.
+    Data,
+    /// The connection is done: closed by the client, timed out, or shutting down.
+    Closed,
+    /// Idle on a crowded worker, its buffers given back ([`Conn::wait_bufferless`]).
+    Idle,
+}
+
+/// Reads into `rbuf`, or with `readiness_only` waits until the plain socket under `io` is
+/// readable and says 1. Cancel-safe, as both are.
+async fn input<T: Transport>(
     io: &mut T,
     rbuf: &mut BytesMut,
-    bufferless: bool,
+    readiness_only: bool,
 ) -> std::io::Result<usize> {
-    if bufferless && let Some(socket) = io.plain_socket() {
+    if readiness_only && let Some(socket) = io.plain_socket() {
         std::future::poll_fn(|cx| socket.poll_read_ready(cx)).await?;
-        rbuf.reserve(BUFFER);
+        return Ok(1);
     }
     io.read_buf(rbuf).await
 }
@@ -303,24 +385,24 @@ async fn read_into<T: Transport>(
 impl<T: Transport> Conn<'_, T> {
     /// Reads more input. Between requests (`deadline` is `None`) it waits up to the idle
     /// keep-alive timeout and gives way to shutdown; inside a head it waits until the
-    /// head's deadline and answers 408 when it passes. Returns false when the connection
-    /// is done.
+    /// head's deadline and answers 408 when it passes.
     ///
     /// Between requests on a plain socket of a worker with many connections open, a
-    /// connection whose client has sent nothing yet gives its buffers back and waits for
-    /// the socket to become readable holding none: a keep-alive client may stay silent
+    /// connection whose client has sent nothing yet gives its buffers back and says
+    /// [`Read::Idle`]: its requests' future ends, and [`serve`] waits for the socket
+    /// holding no buffer ([`Self::wait_bufferless`]). A keep-alive client may stay silent
     /// for the whole keep-alive timeout, and ten thousand of them would otherwise hold
-    /// 16 KiB each (nginx's idle connections hold no buffer either). The read attempted
-    /// first keeps this off the path of a client whose next request is already there, and
-    /// clears the socket's readiness so that the wait is a real one.
-    async fn read_more(&mut self, deadline: Option<Instant>) -> std::io::Result<bool> {
+    /// 16 KiB of buffers and a request's future each (nginx's idle connections hold
+    /// neither). The read attempted first keeps this off the path of a client whose next
+    /// request is already there, and clears the socket's readiness so that the wait is a
+    /// real one.
+    async fn read_more(&mut self, deadline: Option<Instant>) -> std::io::Result<Read> {
         self.flush().await?;
         self.rbuf.reserve(BUFFER);
         let idle = deadline.is_none();
         if idle && self.ctx.shutdown.is_fired() {
-            return Ok(false);
+            return Ok(Read::Closed);
         }
-        let mut bufferless = false;
         if idle
             && self.rbuf.is_empty()
             && self.io.plain_socket().is_some()
@@ -329,12 +411,38 @@ impl<T: Transport> Conn<'_, T> {
             let mut read = pin!(self.io.read_buf(&mut self.rbuf));
             let mut now = std::task::Context::from_waker(std::task::Waker::noop());
             if let Poll::Ready(read) = read.as_mut().poll(&mut now) {
-                return Ok(read? > 0);
+                return Ok(if read? > 0 { Read::Data } else { Read::Closed });
             }
             self.rbuf = BytesMut::new();
             self.wbuf = Vec::new();
-            bufferless = true;
+            return Ok(Read::Idle);
         }
+        Ok(if self.wait(deadline, false).await? > 0 {
+            Read::Data
+        } else {
+            Read::Closed
+        })
+    }
+
+    /// Waits, holding no buffer, until an idle connection's socket is readable (true, and
+    /// the read buffer has room again), the keep-alive timeout passes or shutdown begins
+    /// (false).
+    async fn wait_bufferless(&mut self) -> std::io::Result<bool> {
+        let readable = self.wait(None, true).await? > 0;
+        if readable {
+            self.rbuf.reserve(BUFFER);
+        }
+        Ok(readable)
+    }
+
+    /// Waits for [`input`] until `deadline`, or with none until the keep-alive timeout or
+    /// shutdown; 0 when either comes first (a head's deadline answered 408).
+    async fn wait(
+        &mut self,
+        deadline: Option<Instant>,
+        readiness_only: bool,
+    ) -> std::io::Result<usize> {
+        let idle = deadline.is_none();
         let wanted =
             deadline.unwrap_or_else(|| Instant::now() + self.ctx.limits.keep_alive_timeout);
         if wanted < self.timer.deadline() {
@@ -343,7 +451,7 @@ impl<T: Transport> Conn<'_, T> {
         loop {
             tokio::select! {
                 biased;
-                read = read_into(&mut self.io, &mut self.rbuf, bufferless) => return Ok(read? > 0),
+                read = input(&mut self.io, &mut self.rbuf, readiness_only) => return read,
                 () = self.timer.as_mut() => {
                     if Instant::now() < wanted {
                         // Fired for an earlier deadline; the one wanted now is later.
@@ -351,7 +459,7 @@ impl<T: Transport> Conn<'_, T> {
                         continue;
                     }
                 }
-                () = self.shutdown.as_mut(), if idle => return Ok(false),
+                () = self.shutdown.as_mut(), if idle => return Ok(0),
             }
             // The deadline passed.
             if !idle {
@@ -359,9 +467,11 @@ impl<T: Transport> Conn<'_, T> {
                     status: StatusCode::REQUEST_TIMEOUT,
                     reason: "request head not received in time",
                 };
-                self.refuse(&e).await;
+                // Boxed: an answer's future inline would make every idle connection's
+                // wait as large as a response's.
+                Box::pin(self.refuse(&e)).await;
             }
-            return Ok(false);
+            return Ok(0);
         }
     }
 

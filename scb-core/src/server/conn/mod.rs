@@ -145,10 +145,14 @@ where
     B: http_body::Body<Data = Bytes> + 'static,
     B::Error: Into<BoxError>,
 {
-    match h1::serve(io, detect_h2, &peer, svc.clone(), ctx).await {
+    // hyper's connection futures are boxed: inline, they would make the future of every
+    // connection (idle keep-alive ones too, see `h1::serve`) as large as theirs. The
+    // service is lent to the HTTP/1.1 driver, not cloned: one copy in the future.
+    let mut svc = svc;
+    match h1::serve(io, detect_h2, &peer, &mut svc, ctx).await {
         Ok(h1::Outcome::Closed) => {}
-        Ok(h1::Outcome::Http2(io)) => hyper::serve_h2(io, peer, svc, ctx).await,
-        Ok(h1::Outcome::Upgrade(io)) => hyper::serve_h1(io, peer, svc, ctx).await,
+        Ok(h1::Outcome::Http2(io)) => Box::pin(hyper::serve_h2(io, peer, svc, ctx)).await,
+        Ok(h1::Outcome::Upgrade(io)) => Box::pin(hyper::serve_h1(io, peer, svc, ctx)).await,
         Err(e) => {
             tracing::debug!(peer = %peer.info.remote, error = %e, "connection ended with an error");
         }
@@ -210,7 +214,8 @@ pub(crate) async fn serve_secure<S, B>(
         tls: secured.tls,
     };
     match secured.protocol {
-        Protocol::Http2 => hyper::serve_h2(secured.io, peer, svc, &ctx).await,
+        // Boxed, as in `serve_h1`: the HTTP/1.1 connections' futures stay small.
+        Protocol::Http2 => Box::pin(hyper::serve_h2(secured.io, peer, svc, &ctx)).await,
         Protocol::Http1 => serve_h1(secured.io, false, peer, svc, &ctx).await,
     }
 }
