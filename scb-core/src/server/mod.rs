@@ -36,6 +36,7 @@ mod handshake;
 mod io;
 mod limits;
 pub mod metrics;
+mod open_connections;
 pub mod proxy_protocol;
 pub(crate) mod shutdown;
 mod sys;

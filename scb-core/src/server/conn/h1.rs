@@ -406,7 +406,7 @@ impl<T: Transport> Conn<'_, T> {
         if idle
             && self.rbuf.is_empty()
             && self.io.plain_socket().is_some()
-            && crate::server::worker::open_here() > KEEP_IDLE_BUFFERS_UP_TO
+            && crate::server::open_connections::here() > KEEP_IDLE_BUFFERS_UP_TO
         {
             let mut read = pin!(self.io.read_buf(&mut self.rbuf));
             let mut now = std::task::Context::from_waker(std::task::Waker::noop());

@@ -1,6 +1,6 @@
 //! One worker: a thread, a `current_thread` runtime, its listeners and its connections.
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -254,19 +254,6 @@ struct Current {
     connections: Rc<Connections>,
 }
 
-thread_local! {
-    /// The open connections of the worker this thread runs (a worker is a thread of its
-    /// own): kept where a connection's driver can read it without a handle to its
-    /// worker (see [`open_here`]).
-    static OPEN: Cell<usize> = const { Cell::new(0) };
-}
-
-/// How many connections the worker running on this thread has open: the HTTP/1.1
-/// driver gives an idle connection's buffers back only when there are many.
-pub(crate) fn open_here() -> usize {
-    OPEN.with(Cell::get)
-}
-
 /// Counts a worker's open connections and wakes whoever waits for a change.
 #[derive(Debug, Default)]
 struct Connections {
@@ -275,11 +262,11 @@ struct Connections {
 
 impl Connections {
     fn open(&self) -> usize {
-        open_here()
+        super::open_connections::here()
     }
 
     fn opened(&self) {
-        OPEN.with(|open| open.set(open.get() + 1));
+        super::open_connections::opened();
     }
 }
 
@@ -288,7 +275,7 @@ struct ConnGuard(Rc<Connections>);
 
 impl Drop for ConnGuard {
     fn drop(&mut self) {
-        OPEN.with(|open| open.set(open.get() - 1));
+        super::open_connections::closed();
         self.0.changed.notify_waiters();
     }
 }
