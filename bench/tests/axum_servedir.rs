@@ -26,7 +26,7 @@ const RETRY: Duration = Duration::from_millis(5);
 const HELLO: &[u8] = b"Hello, world!";
 
 /// The placeholders the harness replaces in every template.
-const PLACEHOLDERS: [&str; 18] = [
+const PLACEHOLDERS: [&str; 19] = [
     "HTTP_PORT",
     "TLS_PORT",
     "UPSTREAM",
@@ -38,6 +38,7 @@ const PLACEHOLDERS: [&str; 18] = [
     "CERT",
     "KEY",
     "WORKERS",
+    "MAX_CONNECTIONS",
     "WORKDIR",
     "OPEN_FILE_CACHE",
     "METRICS",
@@ -622,6 +623,7 @@ fn render(name: &str, workdir: &Path, docroot: &Path, cert: &Path, key: &Path) -
         ("CERT", cert.display().to_string()),
         ("KEY", key.display().to_string()),
         ("WORKERS", "1".to_owned()),
+        ("MAX_CONNECTIONS", "4096".to_owned()),
         ("WORKDIR", workdir.display().to_string()),
         // The HTTP/3 rows' form: the one with more to check.
         ("HTTP3", "true".to_owned()),
