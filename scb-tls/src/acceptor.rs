@@ -233,11 +233,20 @@ fn secured(stream: TlsStream<TcpStream>) -> std::io::Result<Secured> {
         .and_then(<[_]>::first)
         .and_then(crate::certs::client_certificate);
     let tls = tls_info(session);
-    let mut secured = Secured::new(Box::new(stream), protocol).client(client);
+    let mut secured = Secured::new(Box::new(stream), protocol)
+        .client(client)
+        .socket(tcp_under);
     if let Some(tls) = tls {
         secured = secured.tls(tls);
     }
     Ok(secured)
+}
+
+/// The TCP socket under a TLS stream of [`secured`]'s: tokio-rustls' read returns
+/// `Pending` only when the session holds no plaintext, as [`Secured::socket`] requires.
+fn tcp_under(io: &dyn std::any::Any) -> Option<&TcpStream> {
+    io.downcast_ref::<TlsStream<TcpStream>>()
+        .map(|stream| stream.get_ref().0)
 }
 
 /// The version and cipher suite a finished handshake agreed on, by the names log readers

@@ -484,6 +484,50 @@ fn h2_over_tls_is_served_and_marked_secure() {
     server.stop();
 }
 
+/// Past 256 open connections a worker's idle HTTP/1.1 connections give their buffers back
+/// and wait on the socket under the TLS session (`Secured::socket`): every connection's
+/// next request must still be answered whole, and a request already in the session when
+/// it goes idle too.
+#[test]
+fn idle_http1_connections_over_tls_on_a_crowded_worker_answer_their_next_requests() {
+    let server = TestServer::start(Limits::default());
+    let config = server.pki.client().alpn(&[b"http/1.1"]).build();
+    client_runtime().block_on(async {
+        async fn ask(h1: &mut hyper::client::conn::http1::SendRequest<Empty<Bytes>>) -> String {
+            let req = Request::get("/")
+                .header(http::header::HOST, "a.test")
+                .body(Empty::<Bytes>::new())
+                .unwrap();
+            let res = timeout(BOUND, h1.send_request(req)).await.unwrap().unwrap();
+            assert_eq!(res.status(), StatusCode::OK);
+            let body = res.into_body().collect().await.unwrap().to_bytes();
+            String::from_utf8(body.to_vec()).unwrap()
+        }
+        let mut senders = Vec::new();
+        for _ in 0..300 {
+            let tls = connect(server.tls, &config, "a.test").await.unwrap();
+            let (mut h1, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+                .await
+                .unwrap();
+            tokio::spawn(conn);
+            assert!(
+                ask(&mut h1)
+                    .await
+                    .starts_with("secure=true version=HTTP/1.1 tls=TLSv1.3/")
+            );
+            senders.push(h1);
+        }
+        for h1 in &mut senders {
+            assert!(
+                ask(h1)
+                    .await
+                    .starts_with("secure=true version=HTTP/1.1 tls=TLSv1.3/")
+            );
+        }
+    });
+    server.stop();
+}
+
 #[test]
 fn many_concurrent_streams_on_one_tls_connection() {
     const REQUESTS: usize = 100;

@@ -9,6 +9,7 @@
 //! plain listeners) otherwise. There is no `sendfile` through TLS: file bodies are read
 //! and encrypted.
 
+use std::any::Any;
 use std::fmt;
 use std::future::Future;
 use std::io;
@@ -18,9 +19,19 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
 /// A byte stream HTTP can be spoken on, of whatever type the handshake produced.
-pub trait SecureIo: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
+pub trait SecureIo: AsyncRead + AsyncWrite + Send + Unpin + 'static {
+    /// The stream as `Any`, for [`Secured::socket`] to find the socket under it.
+    fn as_any(&self) -> &dyn Any;
+}
 
-impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> SecureIo for T {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> SecureIo for T {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// Finds the TCP socket under a secured stream (given as [`SecureIo::as_any`]).
+pub type SocketOf = for<'a> fn(&'a dyn Any) -> Option<&'a TcpStream>;
 
 /// The protocol the handshake agreed on (ALPN).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,6 +56,8 @@ pub struct Secured {
     /// The session's version and cipher suite: every request of the connection carries
     /// them.
     pub tls: Option<super::TlsInfo>,
+    /// How to find the TCP socket under `io` (see [`Secured::socket`]).
+    pub socket: Option<SocketOf>,
 }
 
 impl Secured {
@@ -55,7 +68,20 @@ impl Secured {
             protocol,
             client: None,
             tls: None,
+            socket: None,
         }
+    }
+
+    /// How to find the TCP socket under `io`, so that an idle HTTP/1.1 connection on a
+    /// crowded worker can wait for the socket's readiness holding no buffer (as a plain
+    /// connection does). Give it only when a read of `io` that returns `Pending` leaves
+    /// no decrypted byte inside `io`, so that nothing is waiting that the socket's
+    /// readiness would not show: true of rustls through tokio-rustls, whose read returns
+    /// `Pending` only when the session has no plaintext and the socket had nothing.
+    #[must_use]
+    pub fn socket(mut self, socket: SocketOf) -> Self {
+        self.socket = Some(socket);
+        self
     }
 
     /// The client's verified certificate.

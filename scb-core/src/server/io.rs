@@ -86,6 +86,14 @@ pub(crate) trait Transport: AsyncRead + AsyncWrite + Unpin {
     fn plain_socket(&self) -> Option<PlainSocket<'_>> {
         None
     }
+
+    /// The socket whose readiness says that a read of the transport has something to
+    /// return, when a read that returned `Pending` leaves nothing buffered inside the
+    /// transport: an idle connection waits on it holding no buffer. The plain socket
+    /// itself, or the socket under a TLS session that says so ([`SecureStream`]).
+    fn idle_socket(&self) -> Option<PlainSocket<'_>> {
+        self.plain_socket()
+    }
 }
 
 impl Transport for tokio::net::TcpStream {
@@ -101,6 +109,62 @@ impl Transport for tokio::net::UnixStream {
 }
 
 impl Transport for Box<dyn super::SecureIo> {}
+
+/// A secured stream and, when its handshake told how, the way to its TCP socket
+/// ([`Secured::socket`](super::Secured::socket)): what the HTTP/1.1 driver speaks over a
+/// secure listener.
+pub(crate) struct SecureStream {
+    pub(crate) io: Box<dyn super::SecureIo>,
+    pub(crate) socket: Option<super::SocketOf>,
+}
+
+impl AsyncRead for SecureStream {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for SecureStream {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+impl Transport for SecureStream {
+    fn idle_socket(&self) -> Option<PlainSocket<'_>> {
+        let socket = self.socket?;
+        // `*`: the box itself is a `SecureIo` too, and would answer as itself.
+        socket((*self.io).as_any()).map(PlainSocket::Tcp)
+    }
+}
 
 /// Writes all of `buf`, failing with `TimedOut` when the transport stays unwritable for
 /// `send_timeout`: a slow reader is given as long as it keeps reading, a stalled one is not.

@@ -54,7 +54,7 @@ use tower::Service;
 
 pub use crate::connection::{ClientCertificate, ConnectInfo, TlsInfo, WorkerInfo};
 pub use conn::BodyError;
-pub use handshake::{Handshake, HandshakeFuture, Protocol, SecureIo, Secured};
+pub use handshake::{Handshake, HandshakeFuture, Protocol, SecureIo, Secured, SocketOf};
 pub use limits::Limits;
 pub use proxy_protocol::ProxyProtocol;
 /// The QUIC library [`Http3`] is configured with.

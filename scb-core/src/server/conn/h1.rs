@@ -368,14 +368,14 @@ enum Read {
     Idle,
 }
 
-/// Reads into `rbuf`, or with `readiness_only` waits until the plain socket under `io` is
-/// readable and says 1. Cancel-safe, as both are.
+/// Reads into `rbuf`, or with `readiness_only` waits until the socket under `io` is
+/// readable ([`Transport::idle_socket`]) and says 1. Cancel-safe, as both are.
 async fn input<T: Transport>(
     io: &mut T,
     rbuf: &mut BytesMut,
     readiness_only: bool,
 ) -> std::io::Result<usize> {
-    if readiness_only && let Some(socket) = io.plain_socket() {
+    if readiness_only && let Some(socket) = io.idle_socket() {
         std::future::poll_fn(|cx| socket.poll_read_ready(cx)).await?;
         return Ok(1);
     }
@@ -387,7 +387,8 @@ impl<T: Transport> Conn<'_, T> {
     /// keep-alive timeout and gives way to shutdown; inside a head it waits until the
     /// head's deadline and answers 408 when it passes.
     ///
-    /// Between requests on a plain socket of a worker with many connections open, a
+    /// Between requests on a plain socket (or a TLS session that can wait on its socket,
+    /// [`Transport::idle_socket`]) of a worker with many connections open, a
     /// connection whose client has sent nothing yet gives its buffers back and says
     /// [`Read::Idle`]: its requests' future ends, and [`serve`] waits for the socket
     /// holding no buffer ([`Self::wait_bufferless`]). A keep-alive client may stay silent
@@ -405,7 +406,7 @@ impl<T: Transport> Conn<'_, T> {
         }
         if idle
             && self.rbuf.is_empty()
-            && self.io.plain_socket().is_some()
+            && self.io.idle_socket().is_some()
             && crate::server::open_connections::here() > KEEP_IDLE_BUFFERS_UP_TO
         {
             let mut read = pin!(self.io.read_buf(&mut self.rbuf));

@@ -216,7 +216,13 @@ pub(crate) async fn serve_secure<S, B>(
     match secured.protocol {
         // Boxed, as in `serve_h1`: the HTTP/1.1 connections' futures stay small.
         Protocol::Http2 => Box::pin(hyper::serve_h2(secured.io, peer, svc, &ctx)).await,
-        Protocol::Http1 => serve_h1(secured.io, false, peer, svc, &ctx).await,
+        Protocol::Http1 => {
+            let io = io::SecureStream {
+                io: secured.io,
+                socket: secured.socket,
+            };
+            serve_h1(io, false, peer, svc, &ctx).await;
+        }
     }
 }
 
