@@ -217,10 +217,10 @@ fn address_of(url: &str) -> anyhow::Result<SocketAddr> {
 }
 
 /// A connection, plain or TLS.
-trait Stream: Read + Write {}
+pub(crate) trait Stream: Read + Write {}
 impl<T: Read + Write> Stream for T {}
 
-fn connect(
+pub(crate) fn connect(
     addr: SocketAddr,
     tls: Option<&Arc<rustls::ClientConfig>>,
 ) -> anyhow::Result<Box<dyn Stream>> {
@@ -239,7 +239,7 @@ fn connect(
 }
 
 /// Sends [`REQUEST`] and reads its answer whole (a 200 with a `Content-Length`).
-fn exchange(stream: &mut Box<dyn Stream>) -> anyhow::Result<()> {
+pub(crate) fn exchange(stream: &mut Box<dyn Stream>) -> anyhow::Result<()> {
     stream.write_all(REQUEST)?;
     stream.flush()?;
     let mut buf = Vec::with_capacity(512);
@@ -276,7 +276,7 @@ fn exchange(stream: &mut Box<dyn Stream>) -> anyhow::Result<()> {
 }
 
 /// A client trusting the harness's certificate only.
-fn client_config(cert: &CertFiles) -> anyhow::Result<Arc<rustls::ClientConfig>> {
+pub(crate) fn client_config(cert: &CertFiles) -> anyhow::Result<Arc<rustls::ClientConfig>> {
     let mut roots = rustls::RootCertStore::empty();
     for der in CertificateDer::pem_file_iter(&cert.cert)
         .with_context(|| format!("reading {}", cert.cert.display()))?
@@ -293,7 +293,7 @@ fn client_config(cert: &CertFiles) -> anyhow::Result<Arc<rustls::ClientConfig>> 
 }
 
 /// This process needs a descriptor per connection.
-fn raise_descriptor_limit(wanted: usize) -> anyhow::Result<()> {
+pub(crate) fn raise_descriptor_limit(wanted: usize) -> anyhow::Result<()> {
     use rustix::process::{Resource, getrlimit, setrlimit};
     let mut limit = getrlimit(Resource::Nofile);
     let wanted = wanted as u64 + 64;

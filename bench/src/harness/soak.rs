@@ -12,6 +12,10 @@
 //! - misbehaving clients: garbage, a half head then a close, a slow head, a connect and
 //!   close, a request abandoned mid-response.
 //!
+//! Beside the load, idle keep-alive connections (`--idle-plain`, `--idle-tls`) stay open
+//! for the whole run after one request each, and must all answer a second one at the
+//! end: a crowded worker gives their buffers back while they wait.
+//!
 //! After each chunk the server's RSS and descriptors are sampled. The run passes when no
 //! unexpected error was seen, the RSS of the last sample is within 10% (and 2 MiB) of the
 //! first, the descriptors settle back to the count of an idle server once the load stops,
@@ -51,6 +55,12 @@ pub(crate) struct SoakArgs {
     /// The scb binary (a release build).
     #[arg(long, value_name = "PATH")]
     pub(crate) scb: PathBuf,
+    /// Idle plain keep-alive connections held open through the run.
+    #[arg(long, default_value_t = 2_000, value_name = "N")]
+    pub(crate) idle_plain: usize,
+    /// Idle TLS keep-alive connections held open through the run.
+    #[arg(long, default_value_t = 500, value_name = "N")]
+    pub(crate) idle_tls: usize,
     /// Output directory. Default `bench/out/<UTC timestamp>-soak`.
     #[arg(long, value_name = "DIR")]
     pub(crate) out: Option<PathBuf>,
@@ -87,6 +97,10 @@ struct Tally {
     new_connections: Counts,
     h2: Counts,
     broken_clients: u64,
+    /// Idle connections opened before the load.
+    idle_opened: usize,
+    /// Of those, how many did not answer their second request at the end.
+    idle_lost: usize,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -123,6 +137,7 @@ pub(crate) fn run(args: &SoakArgs) -> anyhow::Result<bool> {
         )?;
     }
     let cert = cert::create(&work)?;
+    crate::harness::idle::raise_descriptor_limit(args.idle_plain + args.idle_tls + 1024)?;
 
     let upstream = Upstream::start()?;
     let [plain, tls] = free_ports::<2>()?;
@@ -130,11 +145,14 @@ pub(crate) fn run(args: &SoakArgs) -> anyhow::Result<bool> {
     fs::write(
         &config,
         format!(
-            "[server]\nworkers = {WORKERS}\n\n[[listen]]\naddr = \"127.0.0.1:{plain}\"\n\n\
+            "[server]\nworkers = {WORKERS}\n\n\
+             [limits]\nkeep_alive_timeout = \"{}s\"\n\n[[listen]]\naddr = \"127.0.0.1:{plain}\"\n\n\
              [[listen]]\naddr = \"127.0.0.1:{tls}\"\ntls = {{ cert = {:?}, key = {:?} }}\n\n\
              [[route]]\npath = \"/respond\"\nrespond = {{ status = 200, body = \"Hello, world!\" }}\n\n\
              [[route]]\nprefix = \"/proxy/\"\nproxy = {{ upstreams = [\"{}\"], max_idle = {POOL_PER_WORKER} }}\n\n\
              [[route]]\nprefix = \"/\"\nstatic = {{ root = {:?} }}\n",
+            // The idle connections stay open through the run.
+            args.time + 120,
             cert.cert.display().to_string(),
             cert.key.display().to_string(),
             upstream.addr,
@@ -160,9 +178,26 @@ pub(crate) fn run(args: &SoakArgs) -> anyhow::Result<bool> {
     let plain_script = work.join("plain.lua");
     fs::write(&plain_script, wrk::script(&["/".to_owned()], 1))?;
 
+    let mut tally = Tally::default();
+    let tls_config = crate::harness::idle::client_config(&cert)?;
+    let mut idle = Vec::with_capacity(args.idle_plain + args.idle_tls);
+    for (port, count, tls) in [
+        (plain, args.idle_plain, None),
+        (tls, args.idle_tls, Some(&tls_config)),
+    ] {
+        for i in 0..count {
+            let mut stream = crate::harness::idle::connect(local(port), tls)
+                .with_context(|| format!("idle connection {i} to port {port}"))?;
+            crate::harness::idle::exchange(&mut stream)
+                .with_context(|| format!("idle connection {i} to port {port}"))?;
+            idle.push(stream);
+        }
+    }
+    tally.idle_opened = idle.len();
+    progress(&format!("soak: {} idle connections open", idle.len()));
+
     let start = Instant::now();
     let mut samples = Vec::new();
-    let mut tally = Tally::default();
     let mut chunk = 0;
     while start.elapsed() < Duration::from_secs(args.time) {
         chunk += 1;
@@ -180,6 +215,13 @@ pub(crate) fn run(args: &SoakArgs) -> anyhow::Result<bool> {
         ));
         samples.push(sample);
     }
+    // Every idle connection is still there and still answers.
+    tally.idle_lost = idle
+        .iter_mut()
+        .map(crate::harness::idle::exchange)
+        .filter(Result::is_err)
+        .count();
+    drop(idle);
     // Once the load stops, every connection closes: the descriptors go back to idle.
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut settled = count_fds(pid)?;
@@ -449,6 +491,12 @@ impl Verdict {
         if logged_errors > 0 {
             problems.push(format!("{logged_errors} ERROR lines in the server's log"));
         }
+        if tally.idle_lost > 0 {
+            problems.push(format!(
+                "{} of {} idle connections did not answer at the end",
+                tally.idle_lost, tally.idle_opened
+            ));
+        }
         Self { problems }
     }
 }
@@ -484,9 +532,14 @@ fn render(
     }
     let _ = writeln!(
         out,
-        "\nMisbehaving clients: {}. Upstream requests: {}, dropped: {}.\n\n\
+        "\nMisbehaving clients: {}. Idle keep-alive connections held through the run: {} \
+         ({} plain, {} TLS; {} did not answer at the end). Upstream requests: {}, dropped: {}.\n\n\
          | at s | RSS KiB | descriptors | threads |\n| --: | --: | --: | --: |",
         tally.broken_clients,
+        tally.idle_opened,
+        args.idle_plain,
+        args.idle_tls,
+        tally.idle_lost,
         upstream.requests.load(Ordering::Relaxed),
         upstream.dropped()
     );
