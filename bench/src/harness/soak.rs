@@ -592,6 +592,8 @@ mod tests {
             new_connections: ok,
             h2: ok,
             broken_clients: 10,
+            idle_opened: 100,
+            idle_lost: 0,
         }
     }
 
@@ -613,6 +615,7 @@ mod tests {
         let mut tally = clean();
         tally.h2.transport_errors = 1;
         tally.proxy.non_2xx = 5;
+        tally.idle_lost = 2;
         let v = Verdict::of(
             &[sample(10_000, 20), sample(13_000, 40)],
             12,
@@ -636,6 +639,10 @@ mod tests {
         );
         assert!(
             text.contains("14 descriptors open after the load, at most 12 allowed"),
+            "{text}"
+        );
+        assert!(
+            text.contains("2 of 100 idle connections did not answer at the end"),
             "{text}"
         );
         assert!(text.contains("2 ERROR lines"), "{text}");
