@@ -13,7 +13,9 @@
 //! they first record), so workers on different cores do not pull one cache line between
 //! them on every request. A scrape sums the shards.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use super::sharded::thread_shard;
 
 use metrics::HistogramFn;
 
@@ -117,15 +119,6 @@ impl HistogramFn for BucketHistogram {
             current = actual;
         }
     }
-}
-
-/// This thread's number, handed out in the order threads first record.
-fn thread_shard() -> usize {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    thread_local! {
-        static SHARD: usize = NEXT.fetch_add(1, Relaxed);
-    }
-    SHARD.with(|shard| *shard)
 }
 
 #[cfg(test)]

@@ -1,14 +1,17 @@
-//! The `metrics` recorder `scb` installs: the Prometheus exporter's, with the histograms
-//! that have fixed buckets counted by scb's own [`BucketHistogram`].
+//! The `metrics` recorder `scb` installs: the Prometheus exporter's, with scb's own
+//! storage for what requests write.
 //!
-//! Counters and gauges go to the exporter as they are (an uncontended atomic addition
-//! each). A histogram whose name has buckets here is scb's: its record counts into the
-//! bucket at once, where the exporter's queues the observation until an upkeep or scrape
-//! (see [`histogram`] for what that cost). [`MetricsHandle::render`] appends those
-//! histograms to the exporter's text, in the exporter's own format (its `formatting`
-//! helpers), so a scrape reads the same series under the same names.
+//! Counters and gauges are [`sharded`]: each thread adds into a cache line of its own,
+//! and [`MetricsHandle::render`] sums them into the exporter's handles just before the
+//! exporter renders, so that they are read only when scraped. A histogram whose name has
+//! buckets here is a [`BucketHistogram`]: its record counts into the bucket at once,
+//! where the exporter's queues the observation until an upkeep or scrape (see
+//! [`histogram`] for what that cost); `render` appends those histograms to the
+//! exporter's text in the exporter's own format (its `formatting` helpers), so a scrape
+//! reads the same series under the same names.
 
 mod histogram;
+mod sharded;
 
 use std::collections::HashMap;
 use std::num::NonZero;
@@ -24,6 +27,7 @@ use metrics_exporter_prometheus::{
 };
 
 use self::histogram::BucketHistogram;
+use self::sharded::{ShardedCounter, ShardedGauge};
 
 /// The exporter's recorder, with scb's histograms for the names given buckets.
 #[derive(Debug)]
@@ -49,6 +53,9 @@ struct Histograms {
     /// routes anew) continues the same counts, as a Prometheus counter must.
     series: Mutex<HashMap<Key, Arc<BucketHistogram>>>,
     descriptions: Mutex<HashMap<String, SharedString>>,
+    /// Every counter and gauge, beside the exporter's handle its sum is written into.
+    counters: Mutex<HashMap<Key, (Arc<ShardedCounter>, Counter)>>,
+    gauges: Mutex<HashMap<Key, (Arc<ShardedGauge>, Gauge)>>,
 }
 
 impl MetricsRecorder {
@@ -72,6 +79,8 @@ impl MetricsRecorder {
                 shards: std::thread::available_parallelism().map_or(1, NonZero::get),
                 series: Mutex::default(),
                 descriptions: Mutex::default(),
+                counters: Mutex::default(),
+                gauges: Mutex::default(),
             }),
         }
     }
@@ -105,11 +114,27 @@ impl Recorder for MetricsRecorder {
     }
 
     fn register_counter(&self, key: &Key, metadata: &Metadata<'_>) -> Counter {
-        self.prometheus.register_counter(key, metadata)
+        let shards = self.histograms.shards;
+        let (counter, _) = lock(&self.histograms.counters)
+            .entry(key.clone())
+            .or_insert_with(|| {
+                let exporters = self.prometheus.register_counter(key, metadata);
+                (Arc::new(ShardedCounter::new(shards)), exporters)
+            })
+            .clone();
+        Counter::from_arc(counter)
     }
 
     fn register_gauge(&self, key: &Key, metadata: &Metadata<'_>) -> Gauge {
-        self.prometheus.register_gauge(key, metadata)
+        let shards = self.histograms.shards;
+        let (gauge, _) = lock(&self.histograms.gauges)
+            .entry(key.clone())
+            .or_insert_with(|| {
+                let exporters = self.prometheus.register_gauge(key, metadata);
+                (Arc::new(ShardedGauge::new(shards)), exporters)
+            })
+            .clone();
+        Gauge::from_arc(gauge)
     }
 
     fn register_histogram(&self, key: &Key, metadata: &Metadata<'_>) -> Histogram {
@@ -128,6 +153,7 @@ impl MetricsHandle {
     /// Every metric in the Prometheus text format: the exporter's, then scb's histograms,
     /// sorted by name and labels.
     pub(crate) fn render(&self) -> String {
+        self.histograms.sum_into_the_exporter();
         let mut text = self.prometheus.render();
         self.histograms.render_into(&mut text);
         text
@@ -141,6 +167,16 @@ impl MetricsHandle {
 }
 
 impl Histograms {
+    /// Writes each counter's and gauge's sum over its shards into the exporter's handle.
+    fn sum_into_the_exporter(&self) {
+        for (counter, exporters) in lock(&self.counters).values() {
+            exporters.absolute(counter.value());
+        }
+        for (gauge, exporters) in lock(&self.gauges).values() {
+            exporters.set(gauge.value());
+        }
+    }
+
     fn render_into(&self, text: &mut String) {
         let mut series: Vec<(String, LabelSet, histogram::Snapshot)> = lock(&self.series)
             .iter()
@@ -254,6 +290,36 @@ mod tests {
         rendered_lines.sort_unstable();
         assert_eq!(rendered_lines, expected, "{rendered}");
         assert!(rendered.contains("scb_test_seconds_bucket{route=\"a\",le=\"0.01\"} 2\n"));
+    }
+
+    #[test]
+    fn counters_and_gauges_render_as_the_exporter_renders_them() {
+        let ours = recorder();
+        let exporters = PrometheusBuilder::new().build_recorder();
+        for recorder in [&ours as &dyn Recorder, &exporters] {
+            metrics::with_local_recorder(recorder, || {
+                metrics::describe_counter!("scb_test_total", "Things");
+                metrics::counter!("scb_test_total", "route" => "a").increment(3);
+                metrics::counter!("scb_test_total", "route" => "a").increment(4);
+                metrics::counter!("scb_test_total", "route" => "b").absolute(9);
+                let in_flight = metrics::gauge!("scb_test_in_flight");
+                in_flight.increment(5.0);
+                in_flight.decrement(2.0);
+                metrics::gauge!("scb_test_info", "version" => "1").set(1.0);
+            });
+        }
+        let expected = exporters.handle().render();
+        let rendered = ours.handle().render();
+        let mut expected: Vec<&str> = expected.lines().collect();
+        let mut rendered_lines: Vec<&str> = rendered.lines().collect();
+        expected.sort_unstable();
+        rendered_lines.sort_unstable();
+        assert_eq!(rendered_lines, expected, "{rendered}");
+        assert!(
+            rendered.contains("scb_test_total{route=\"a\"} 7\n"),
+            "{rendered}"
+        );
+        assert!(rendered.contains("scb_test_in_flight 3\n"), "{rendered}");
     }
 
     #[test]
