@@ -15,7 +15,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use super::sharded::thread_shard;
+use super::sharded::{add_f64, thread_shard};
 
 use metrics::HistogramFn;
 
@@ -107,17 +107,7 @@ impl HistogramFn for BucketHistogram {
             self.bounds.partition_point(|bound| *bound < value)
         };
         cells[bucket].fetch_add(1, Relaxed);
-        let sum = &cells[self.bounds.len() + 1];
-        // Another thread shares this shard only when there are more threads than shards.
-        let mut current = sum.load(Relaxed);
-        while let Err(actual) = sum.compare_exchange_weak(
-            current,
-            (f64::from_bits(current) + value).to_bits(),
-            Relaxed,
-            Relaxed,
-        ) {
-            current = actual;
-        }
+        add_f64(&cells[self.bounds.len() + 1], value);
     }
 }
 

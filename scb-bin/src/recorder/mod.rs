@@ -115,26 +115,22 @@ impl Recorder for MetricsRecorder {
 
     fn register_counter(&self, key: &Key, metadata: &Metadata<'_>) -> Counter {
         let shards = self.histograms.shards;
-        let (counter, _) = lock(&self.histograms.counters)
-            .entry(key.clone())
-            .or_insert_with(|| {
-                let exporters = self.prometheus.register_counter(key, metadata);
-                (Arc::new(ShardedCounter::new(shards)), exporters)
-            })
-            .clone();
-        Counter::from_arc(counter)
+        Counter::from_arc(registered(&self.histograms.counters, key, || {
+            (
+                Arc::new(ShardedCounter::new(shards)),
+                self.prometheus.register_counter(key, metadata),
+            )
+        }))
     }
 
     fn register_gauge(&self, key: &Key, metadata: &Metadata<'_>) -> Gauge {
         let shards = self.histograms.shards;
-        let (gauge, _) = lock(&self.histograms.gauges)
-            .entry(key.clone())
-            .or_insert_with(|| {
-                let exporters = self.prometheus.register_gauge(key, metadata);
-                (Arc::new(ShardedGauge::new(shards)), exporters)
-            })
-            .clone();
-        Gauge::from_arc(gauge)
+        Gauge::from_arc(registered(&self.histograms.gauges, key, || {
+            (
+                Arc::new(ShardedGauge::new(shards)),
+                self.prometheus.register_gauge(key, metadata),
+            )
+        }))
     }
 
     fn register_histogram(&self, key: &Key, metadata: &Metadata<'_>) -> Histogram {
@@ -250,6 +246,16 @@ impl Histograms {
     }
 }
 
+/// The sharded handle of `key` in `map`, made with the exporter's beside it the first time
+/// `key` is registered.
+fn registered<T, E>(
+    map: &Mutex<HashMap<Key, (Arc<T>, E)>>,
+    key: &Key,
+    make: impl FnOnce() -> (Arc<T>, E),
+) -> Arc<T> {
+    Arc::clone(&lock(map).entry(key.clone()).or_insert_with(make).0)
+}
+
 /// A poisoned map is still a consistent map: every writer inserts whole entries.
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
@@ -261,6 +267,19 @@ mod tests {
 
     fn recorder() -> MetricsRecorder {
         MetricsRecorder::new(&[("scb_test_seconds", &[0.001, 0.01, 0.1])])
+    }
+
+    /// Asserts that `ours` renders the lines the exporter's `exporters` renders (as sets:
+    /// the exporter orders series by hash), and returns our text.
+    fn renders_as(ours: &MetricsRecorder, exporters: &PrometheusRecorder) -> String {
+        let expected = exporters.handle().render();
+        let rendered = ours.handle().render();
+        let mut expected: Vec<&str> = expected.lines().collect();
+        let mut rendered_lines: Vec<&str> = rendered.lines().collect();
+        expected.sort_unstable();
+        rendered_lines.sort_unstable();
+        assert_eq!(rendered_lines, expected, "{rendered}");
+        rendered
     }
 
     #[test]
@@ -281,14 +300,7 @@ mod tests {
                 }
             });
         }
-        let expected = exporters.handle().render();
-        let rendered = ours.handle().render();
-        // The exporter orders series by hash; compare as sets of lines.
-        let mut expected: Vec<&str> = expected.lines().collect();
-        let mut rendered_lines: Vec<&str> = rendered.lines().collect();
-        expected.sort_unstable();
-        rendered_lines.sort_unstable();
-        assert_eq!(rendered_lines, expected, "{rendered}");
+        let rendered = renders_as(&ours, &exporters);
         assert!(rendered.contains("scb_test_seconds_bucket{route=\"a\",le=\"0.01\"} 2\n"));
     }
 
@@ -308,13 +320,7 @@ mod tests {
                 metrics::gauge!("scb_test_info", "version" => "1").set(1.0);
             });
         }
-        let expected = exporters.handle().render();
-        let rendered = ours.handle().render();
-        let mut expected: Vec<&str> = expected.lines().collect();
-        let mut rendered_lines: Vec<&str> = rendered.lines().collect();
-        expected.sort_unstable();
-        rendered_lines.sort_unstable();
-        assert_eq!(rendered_lines, expected, "{rendered}");
+        let rendered = renders_as(&ours, &exporters);
         assert!(
             rendered.contains("scb_test_total{route=\"a\"} 7\n"),
             "{rendered}"

@@ -122,17 +122,21 @@ impl ShardedGauge {
     }
 
     fn add(&self, delta: f64) {
-        let cell = self.shards.mine();
-        // Another thread shares this shard only when there are more threads than shards.
-        let mut current = cell.load(Relaxed);
-        while let Err(actual) = cell.compare_exchange_weak(
-            current,
-            (f64::from_bits(current) + delta).to_bits(),
-            Relaxed,
-            Relaxed,
-        ) {
-            current = actual;
-        }
+        add_f64(self.shards.mine(), delta);
+    }
+}
+
+/// Adds `delta` to the `f64` whose bits `cell` holds. A loop, though the cell is this
+/// thread's shard: another thread shares it when there are more threads than shards.
+pub(super) fn add_f64(cell: &AtomicU64, delta: f64) {
+    let mut current = cell.load(Relaxed);
+    while let Err(actual) = cell.compare_exchange_weak(
+        current,
+        (f64::from_bits(current) + delta).to_bits(),
+        Relaxed,
+        Relaxed,
+    ) {
+        current = actual;
     }
 }
 
