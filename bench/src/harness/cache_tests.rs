@@ -232,13 +232,7 @@ pub(crate) fn run(args: &CacheTestsArgs) -> anyhow::Result<bool> {
         .map(|(id, _, _)| id.as_str())
         .collect();
     let report = render(&outcomes);
-    let path = work.join("cache-tests.md");
-    fs::write(&path, &report)?;
-    #[allow(clippy::print_stdout, reason = "the report is the command's output")]
-    {
-        print!("{report}");
-    }
-    progress(&format!("report in {}", path.display()));
+    crate::harness::run::publish(&work, "cache-tests.md", &report)?;
     if !regressions.is_empty() {
         progress(&format!(
             "cache-tests: required tests scb fails outside the known list: {}",

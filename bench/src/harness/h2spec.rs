@@ -162,14 +162,7 @@ pub(crate) fn run(args: &H2specArgs) -> anyhow::Result<bool> {
     server.stop()?;
 
     let (report, unexpected) = render(args.runs, &per_run, &failed);
-    fs::create_dir_all(&out)?;
-    let path = out.join("h2spec.md");
-    fs::write(&path, &report)?;
-    #[allow(clippy::print_stdout, reason = "the report is the command's output")]
-    {
-        print!("{report}");
-    }
-    progress(&format!("report in {}", path.display()));
+    crate::harness::run::publish(&out, "h2spec.md", &report)?;
     Ok(unexpected == 0)
 }
 

@@ -10,7 +10,6 @@
 //! is what each one costs.
 
 use std::fmt::Write as _;
-use std::fs;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
@@ -102,14 +101,7 @@ pub(crate) fn run(args: IdleArgs, argv: &[String]) -> anyhow::Result<bool> {
         }
     }
     let report = table(&rows, &settings);
-    fs::create_dir_all(&settings.out)?;
-    let path = settings.out.join("idle.md");
-    fs::write(&path, &report).with_context(|| format!("writing {}", path.display()))?;
-    #[allow(clippy::print_stdout, reason = "the table is the command's output")]
-    {
-        print!("{report}");
-    }
-    progress(&format!("results in {}", path.display()));
+    crate::harness::run::publish(&settings.out, "idle.md", &report)?;
     Ok(true)
 }
 

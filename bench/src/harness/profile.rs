@@ -18,7 +18,7 @@ use anyhow::{Context as _, bail};
 
 use crate::harness::cli::ProfileArgs;
 use crate::harness::load::LoadResult;
-use crate::harness::run::{Ctx, Started, prepare, progress, start_upstream, start_verified};
+use crate::harness::run::{Ctx, Started, prepare, start_upstream, start_verified};
 use crate::harness::scenario::Scenario;
 use crate::harness::server::Server;
 use crate::harness::settings::Settings;
@@ -234,13 +234,7 @@ pub(crate) fn run(args: ProfileArgs, argv: &[String]) -> anyhow::Result<bool> {
     if let Some(php_fpm) = &mut php_fpm {
         php_fpm.stop()?;
     }
-    let path = settings.out.join("profile.md");
-    fs::write(&path, &report).with_context(|| format!("writing {}", path.display()))?;
-    #[allow(clippy::print_stdout, reason = "the report is the command's output")]
-    {
-        print!("{report}");
-    }
-    progress(&format!("profile in {}", path.display()));
+    crate::harness::run::publish(&settings.out, "profile.md", &report)?;
     Ok(true)
 }
 

@@ -33,6 +33,20 @@ pub(crate) fn progress(message: &str) {
     }
 }
 
+/// Writes a command's report into `dir` as `name` (making `dir` first), prints it (stdout
+/// carries only the report) and says on stderr where it is.
+pub(crate) fn publish(dir: &Path, name: &str, report: &str) -> anyhow::Result<()> {
+    fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let path = dir.join(name);
+    fs::write(&path, report).with_context(|| format!("writing {}", path.display()))?;
+    #[allow(clippy::print_stdout, reason = "the report is the command's output")]
+    {
+        print!("{report}");
+    }
+    progress(&format!("report in {}", path.display()));
+    Ok(())
+}
+
 /// Entry point: exit 0 when every row is measured or not supported, 1 when any row failed,
 /// 2 when the run could not be set up at all.
 pub(crate) fn main() -> ExitCode {

@@ -248,14 +248,7 @@ pub(crate) fn run(args: &SoakArgs) -> anyhow::Result<bool> {
     let report = render(
         args, &samples, idle_fds, settled, &tally, &upstream, &verdict,
     );
-    fs::create_dir_all(&out)?;
-    let path = out.join("soak.md");
-    fs::write(&path, &report)?;
-    #[allow(clippy::print_stdout, reason = "the report is the command's output")]
-    {
-        print!("{report}");
-    }
-    progress(&format!("report in {}", path.display()));
+    crate::harness::run::publish(&out, "soak.md", &report)?;
     Ok(verdict.problems.is_empty())
 }
 
