@@ -50,7 +50,7 @@ const WRITE_BUFFER: usize = 64 * 1024;
 const COPY_MAX: usize = 512;
 
 /// What a connection's read and write buffers are given when it has a request to read or
-/// a response to write. An idle keep-alive connection on a plain socket holds neither
+/// a response to write. An idle keep-alive connection on a crowded worker holds neither
 /// (see `Conn::read_more`).
 const BUFFER: usize = 8 * 1024;
 
@@ -368,18 +368,19 @@ enum Read {
     Idle,
 }
 
-/// Reads into `rbuf`, or with `readiness_only` waits until the socket under `io` is
-/// readable ([`Transport::idle_socket`]) and says 1. Cancel-safe, as both are.
+/// Whether there is more to read: reads into `rbuf` (false at the end of the stream), or
+/// with `readiness_only` waits until the socket under `io` is readable
+/// ([`Transport::idle_socket`]). Cancel-safe, as both are.
 async fn input<T: Transport>(
     io: &mut T,
     rbuf: &mut BytesMut,
     readiness_only: bool,
-) -> std::io::Result<usize> {
+) -> std::io::Result<bool> {
     if readiness_only && let Some(socket) = io.idle_socket() {
         std::future::poll_fn(|cx| socket.poll_read_ready(cx)).await?;
-        return Ok(1);
+        return Ok(true);
     }
-    io.read_buf(rbuf).await
+    Ok(io.read_buf(rbuf).await? > 0)
 }
 
 impl<T: Transport> Conn<'_, T> {
@@ -418,7 +419,7 @@ impl<T: Transport> Conn<'_, T> {
             self.wbuf = Vec::new();
             return Ok(Read::Idle);
         }
-        Ok(if self.wait(deadline, false).await? > 0 {
+        Ok(if self.wait(deadline, false).await? {
             Read::Data
         } else {
             Read::Closed
@@ -429,7 +430,7 @@ impl<T: Transport> Conn<'_, T> {
     /// the read buffer has room again), the keep-alive timeout passes or shutdown begins
     /// (false).
     async fn wait_bufferless(&mut self) -> std::io::Result<bool> {
-        let readable = self.wait(None, true).await? > 0;
+        let readable = self.wait(None, true).await?;
         if readable {
             self.rbuf.reserve(BUFFER);
         }
@@ -437,12 +438,12 @@ impl<T: Transport> Conn<'_, T> {
     }
 
     /// Waits for [`input`] until `deadline`, or with none until the keep-alive timeout or
-    /// shutdown; 0 when either comes first (a head's deadline answered 408).
+    /// shutdown; false when either comes first (a head's deadline answered 408).
     async fn wait(
         &mut self,
         deadline: Option<Instant>,
         readiness_only: bool,
-    ) -> std::io::Result<usize> {
+    ) -> std::io::Result<bool> {
         let idle = deadline.is_none();
         let wanted =
             deadline.unwrap_or_else(|| Instant::now() + self.ctx.limits.keep_alive_timeout);
@@ -460,7 +461,7 @@ impl<T: Transport> Conn<'_, T> {
                         continue;
                     }
                 }
-                () = self.shutdown.as_mut(), if idle => return Ok(0),
+                () = self.shutdown.as_mut(), if idle => return Ok(false),
             }
             // The deadline passed.
             if !idle {
@@ -472,7 +473,7 @@ impl<T: Transport> Conn<'_, T> {
                 // wait as large as a response's.
                 Box::pin(self.refuse(&e)).await;
             }
-            return Ok(0);
+            return Ok(false);
         }
     }
 

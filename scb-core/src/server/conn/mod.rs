@@ -136,8 +136,13 @@ pub(crate) async fn read_proxy_header(
 
 /// HTTP/1.1 through scb's driver, on any transport, then hyper for what leaves it (h2c,
 /// an upgrade).
-pub(crate) async fn serve_h1<T, S, B>(io: T, detect_h2: bool, peer: Peer, svc: S, ctx: &Rc<ConnCtx>)
-where
+pub(crate) async fn serve_h1<T, S, B>(
+    io: T,
+    detect_h2: bool,
+    peer: Peer,
+    mut svc: S,
+    ctx: &Rc<ConnCtx>,
+) where
     T: io::Transport + Send + 'static,
     S: Service<Request<Body>, Response = Response<B>> + Clone + 'static,
     S::Error: Into<BoxError>,
@@ -148,7 +153,6 @@ where
     // hyper's connection futures are boxed: inline, they would make the future of every
     // connection (idle keep-alive ones too, see `h1::serve`) as large as theirs. The
     // service is lent to the HTTP/1.1 driver, not cloned: one copy in the future.
-    let mut svc = svc;
     match h1::serve(io, detect_h2, &peer, &mut svc, ctx).await {
         Ok(h1::Outcome::Closed) => {}
         Ok(h1::Outcome::Http2(io)) => Box::pin(hyper::serve_h2(io, peer, svc, ctx)).await,
