@@ -29,22 +29,24 @@ use metrics_exporter_prometheus::{
 use self::histogram::BucketHistogram;
 use self::sharded::{ShardedCounter, ShardedGauge};
 
-/// The exporter's recorder, with scb's histograms for the names given buckets.
+/// The exporter's recorder, with scb's storage for counters, gauges and the histograms
+/// whose names have buckets.
 #[derive(Debug)]
 pub(crate) struct MetricsRecorder {
     prometheus: PrometheusRecorder,
-    histograms: Arc<Histograms>,
+    storage: Arc<Storage>,
 }
 
 /// Renders what a [`MetricsRecorder`] holds; cheap to clone.
 #[derive(Clone, Debug)]
 pub(crate) struct MetricsHandle {
     prometheus: PrometheusHandle,
-    histograms: Arc<Histograms>,
+    storage: Arc<Storage>,
 }
 
+/// What scb keeps of the metrics itself: shared by the recorder and its handles.
 #[derive(Debug)]
-struct Histograms {
+struct Storage {
     /// Metric name -> its bucket bounds, ascending and finite.
     bounds: HashMap<String, Box<[f64]>>,
     /// Counter shards per histogram: the machine's parallelism.
@@ -74,7 +76,7 @@ impl MetricsRecorder {
             .collect();
         Self {
             prometheus: PrometheusBuilder::new().build_recorder(),
-            histograms: Arc::new(Histograms {
+            storage: Arc::new(Storage {
                 bounds,
                 shards: std::thread::available_parallelism().map_or(1, NonZero::get),
                 series: Mutex::default(),
@@ -89,7 +91,7 @@ impl MetricsRecorder {
     pub(crate) fn handle(&self) -> MetricsHandle {
         MetricsHandle {
             prometheus: self.prometheus.handle(),
-            histograms: Arc::clone(&self.histograms),
+            storage: Arc::clone(&self.storage),
         }
     }
 }
@@ -104,8 +106,8 @@ impl Recorder for MetricsRecorder {
     }
 
     fn describe_histogram(&self, key: KeyName, unit: Option<Unit>, description: SharedString) {
-        if self.histograms.bounds.contains_key(key.as_str()) {
-            lock(&self.histograms.descriptions)
+        if self.storage.bounds.contains_key(key.as_str()) {
+            lock(&self.storage.descriptions)
                 .entry(key.as_str().to_owned())
                 .or_insert(description);
         } else {
@@ -114,8 +116,8 @@ impl Recorder for MetricsRecorder {
     }
 
     fn register_counter(&self, key: &Key, metadata: &Metadata<'_>) -> Counter {
-        let shards = self.histograms.shards;
-        Counter::from_arc(registered(&self.histograms.counters, key, || {
+        let shards = self.storage.shards;
+        Counter::from_arc(registered(&self.storage.counters, key, || {
             (
                 Arc::new(ShardedCounter::new(shards)),
                 self.prometheus.register_counter(key, metadata),
@@ -124,8 +126,8 @@ impl Recorder for MetricsRecorder {
     }
 
     fn register_gauge(&self, key: &Key, metadata: &Metadata<'_>) -> Gauge {
-        let shards = self.histograms.shards;
-        Gauge::from_arc(registered(&self.histograms.gauges, key, || {
+        let shards = self.storage.shards;
+        Gauge::from_arc(registered(&self.storage.gauges, key, || {
             (
                 Arc::new(ShardedGauge::new(shards)),
                 self.prometheus.register_gauge(key, metadata),
@@ -134,12 +136,12 @@ impl Recorder for MetricsRecorder {
     }
 
     fn register_histogram(&self, key: &Key, metadata: &Metadata<'_>) -> Histogram {
-        let Some(bounds) = self.histograms.bounds.get(key.name()) else {
+        let Some(bounds) = self.storage.bounds.get(key.name()) else {
             return self.prometheus.register_histogram(key, metadata);
         };
-        let series = lock(&self.histograms.series)
+        let series = lock(&self.storage.series)
             .entry(key.clone())
-            .or_insert_with(|| Arc::new(BucketHistogram::new(bounds, self.histograms.shards)))
+            .or_insert_with(|| Arc::new(BucketHistogram::new(bounds, self.storage.shards)))
             .clone();
         Histogram::from_arc(series)
     }
@@ -149,9 +151,9 @@ impl MetricsHandle {
     /// Every metric in the Prometheus text format: the exporter's, then scb's histograms,
     /// sorted by name and labels.
     pub(crate) fn render(&self) -> String {
-        self.histograms.sum_into_the_exporter();
+        self.storage.sum_into_the_exporter();
         let mut text = self.prometheus.render();
-        self.histograms.render_into(&mut text);
+        self.storage.render_into(&mut text);
         text
     }
 
@@ -162,7 +164,7 @@ impl MetricsHandle {
     }
 }
 
-impl Histograms {
+impl Storage {
     /// Writes each counter's and gauge's sum over its shards into the exporter's handle.
     fn sum_into_the_exporter(&self) {
         for (counter, exporters) in lock(&self.counters).values() {
