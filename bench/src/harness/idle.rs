@@ -140,7 +140,7 @@ fn measure(
     ));
     let mut connections: Vec<Box<dyn Stream>> = Vec::with_capacity(count);
     for i in 0..count {
-        let mut stream = connect(addr, (kind != "plain").then_some(tls))
+        let mut stream = connect(addr, (scenario == Scenario::TlsHandshake).then_some(tls))
             .with_context(|| format!("{server}, {kind}: connection {i}"))?;
         exchange(&mut stream)
             .with_context(|| format!("{server}, {kind}: request on connection {i}"))?;
