@@ -22,12 +22,16 @@ use std::net::{SocketAddr, ToSocketAddrs as _};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, bail};
+use anyhow::Context as _;
 use bytes::{Buf as _, Bytes};
 use clap::Parser;
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{DigitallySignedStruct, SignatureScheme};
+
+#[path = "common/any_certificate.rs"]
+mod any_certificate;
+use any_certificate::AnyCertificate;
+#[path = "common/report.rs"]
+mod report;
+use report::{Counts, parse_duration};
 
 #[derive(Parser, Debug)]
 #[command(about = "HTTP/3 load in h2load's terms")]
@@ -52,105 +56,6 @@ struct Args {
     idle: bool,
     /// `https://HOST:PORT/PATH`.
     url: String,
-}
-
-/// What one thread counted.
-#[derive(Default)]
-struct Counts {
-    done: u64,
-    succeeded: u64,
-    failed: u64,
-    errored: u64,
-    total_us: f64,
-    min_us: f64,
-    max_us: f64,
-}
-
-impl Counts {
-    fn add(&mut self, other: &Counts) {
-        self.done += other.done;
-        self.succeeded += other.succeeded;
-        self.failed += other.failed;
-        self.errored += other.errored;
-        self.total_us += other.total_us;
-        if other.done > 0 {
-            self.min_us = if self.min_us == 0.0 {
-                other.min_us
-            } else {
-                self.min_us.min(other.min_us)
-            };
-            self.max_us = self.max_us.max(other.max_us);
-        }
-    }
-
-    fn record(&mut self, started: Instant, status: Option<u16>) {
-        let us = started.elapsed().as_secs_f64() * 1e6;
-        self.done += 1;
-        match status {
-            Some(s) if s < 400 => self.succeeded += 1,
-            Some(_) => self.failed += 1,
-            None => {
-                self.failed += 1;
-                self.errored += 1;
-            }
-        }
-        self.total_us += us;
-        self.min_us = if self.min_us == 0.0 {
-            us
-        } else {
-            self.min_us.min(us)
-        };
-        self.max_us = self.max_us.max(us);
-    }
-}
-
-/// Accepts any certificate: a load generator, not a client to trust.
-#[derive(Debug)]
-struct AnyCertificate(Arc<rustls::crypto::CryptoProvider>);
-
-impl ServerCertVerifier for AnyCertificate {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
 }
 
 fn client_config() -> anyhow::Result<quinn::ClientConfig> {
@@ -196,16 +101,6 @@ async fn get(send: &mut SendRequest, uri: &http::Uri) -> anyhow::Result<(u16, Ve
         }
     }
     Ok((res.status().as_u16(), body))
-}
-
-fn parse_duration(text: &str) -> anyhow::Result<Duration> {
-    if let Some(ms) = text.strip_suffix("ms") {
-        return Ok(Duration::from_millis(ms.parse()?));
-    }
-    if let Some(s) = text.strip_suffix('s') {
-        return Ok(Duration::from_secs_f64(s.parse()?));
-    }
-    bail!("a duration is `500ms` or `2s`, not {text:?}")
 }
 
 /// One thread's share: `connections` connections, then the load until `end`.
@@ -327,26 +222,6 @@ fn main() -> anyhow::Result<()> {
             .map_err(|_| anyhow::anyhow!("a load thread panicked"))??;
         total.add(&counts);
     }
-    let elapsed = started.elapsed().as_secs_f64();
-    let mean = if total.done > 0 {
-        total.total_us / total.done as f64
-    } else {
-        0.0
-    };
-    println!(
-        "finished in {elapsed:.2}s, {:.2} req/s, 0B/s",
-        total.done as f64 / elapsed
-    );
-    println!(
-        "requests: {done} total, {done} started, {done} done, {} succeeded, {} failed, {} errored, 0 timeout",
-        total.succeeded,
-        total.failed,
-        total.errored,
-        done = total.done,
-    );
-    println!(
-        "time for request: {:.0}us {:.0}us {mean:.2}us 0us 0.00%",
-        total.min_us, total.max_us
-    );
+    report::print(&total, started.elapsed().as_secs_f64());
     Ok(())
 }

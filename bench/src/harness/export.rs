@@ -93,6 +93,7 @@ pub(crate) fn csv(rows: &[Row]) -> String {
             Tool::Wrk => "wrk",
             Tool::H2load => "h2load",
             Tool::H3load => "h3load",
+            Tool::Tlsload => "tlsload",
         });
         let fields = [
             r.server.to_owned(),

@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use anyhow::bail;
+use anyhow::{Context as _, bail};
 use serde::Serialize;
 
 use crate::harness::cpuset::CpuSet;
@@ -29,6 +29,8 @@ pub(crate) enum Tool {
     H2load,
     /// h3load (HTTP/3, the harness's own: `src/bin/h3load.rs`).
     H3load,
+    /// tlsload (TLS handshakes resumed, the harness's own: `src/bin/tlsload.rs`).
+    Tlsload,
 }
 
 /// What a load run measured, in the tool's own terms, normalised.
@@ -112,6 +114,11 @@ pub(crate) enum Target<'a> {
         /// Streams in flight per connection.
         streams: usize,
     },
+    /// A connection per request over TLS, sessions resumed, with tlsload.
+    TlsResume {
+        /// The URL.
+        url: &'a str,
+    },
 }
 
 impl LoadGen {
@@ -181,6 +188,34 @@ impl LoadGen {
                 result.tool = Tool::H3load;
                 Ok(result)
             }
+            Target::TlsResume { url } => {
+                let launch = Launch {
+                    program: tools::tlsload(),
+                    args: vec![
+                        format!("-c{}", self.connections).into(),
+                        format!("-t{}", self.threads()).into(),
+                        "-D".into(),
+                        format!("{}ms", window.as_millis().max(1)).into(),
+                        "--resume".into(),
+                        (*url).into(),
+                    ],
+                    env: vec![],
+                };
+                let out = process::run_tool(&self.cpus, &launch, None, window + OVERRUN)?;
+                keep(transcript, &launch, &self.cpus, &out);
+                let failed = |e: anyhow::Error| {
+                    anyhow::anyhow!(
+                        "{e:#} (tlsload {}; stderr: {}; end of stdout: {})",
+                        out.status,
+                        out.stderr.trim(),
+                        process_tail(&out.stdout)
+                    )
+                };
+                let mut result = h2load::parse(&out.stdout).map_err(failed)?;
+                tlsload_resumed(&out.stdout).map_err(failed)?;
+                result.tool = Tool::Tlsload;
+                Ok(result)
+            }
         }
     }
 }
@@ -196,6 +231,31 @@ fn keep(path: &Path, launch: &Launch, cpus: &CpuSet, out: &process::ToolOutput) 
         out.stderr
     );
     let _ = std::fs::write(path, text);
+}
+
+/// The least share of tlsload's handshakes that must have resumed for its figures to be a
+/// resumed handshake's: each client's first is a full one, and a ticket can expire or be
+/// refused now and then.
+const RESUMED_AT_LEAST: f64 = 0.9;
+
+/// Checks tlsload's `handshakes: F full, R resumed` line: a server that sends no tickets
+/// or refuses them would be measured doing full handshakes under the resumed name.
+fn tlsload_resumed(stdout: &str) -> anyhow::Result<()> {
+    let line = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("handshakes: "))
+        .context("tlsload printed no \"handshakes:\" line")?;
+    let count = |label: &str| -> anyhow::Result<u64> {
+        line.split(',')
+            .find_map(|part| part.trim().strip_suffix(label)?.trim().parse().ok())
+            .with_context(|| format!("no {label:?} count in {line:?}"))
+    };
+    let (full, resumed) = (count("full")?, count("resumed")?);
+    let all = full + resumed;
+    if all == 0 || (resumed as f64) < RESUMED_AT_LEAST * all as f64 {
+        bail!("only {resumed} of {all} handshakes resumed a session");
+    }
+    Ok(())
 }
 
 fn process_tail(text: &str) -> String {
@@ -219,6 +279,17 @@ mod tests {
             p95_us: None,
             p99_us: None,
         }
+    }
+
+    #[test]
+    fn a_resumed_run_must_have_resumed_nine_handshakes_in_ten() {
+        assert!(tlsload_resumed("x\nhandshakes: 64 full, 9000 resumed\n").is_ok());
+        assert!(tlsload_resumed("handshakes: 64 full, 576 resumed").is_ok());
+        let refused = tlsload_resumed("handshakes: 9000 full, 0 resumed").unwrap_err();
+        assert!(refused.to_string().contains("only 0 of 9000"), "{refused}");
+        assert!(tlsload_resumed("handshakes: 65 full, 576 resumed").is_err());
+        assert!(tlsload_resumed("handshakes: 0 full, 0 resumed").is_err());
+        assert!(tlsload_resumed("requests: 10 total").is_err());
     }
 
     #[test]

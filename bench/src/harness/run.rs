@@ -428,6 +428,7 @@ impl Started {
                 url: &self.url,
                 streams: scenario.h2_streams(),
             },
+            Protocol::TlsResume => Target::TlsResume { url: &self.url },
         }
     }
 }
@@ -522,7 +523,7 @@ pub(crate) fn start_verified(
             };
             (http_port, format!("http://127.0.0.1:{http_port}{path}"))
         }
-        Protocol::TlsH2 | Protocol::TlsHttp1 | Protocol::H3 => (
+        Protocol::TlsH2 | Protocol::TlsHttp1 | Protocol::TlsResume | Protocol::H3 => (
             tls_port,
             format!(
                 "https://127.0.0.1:{tls_port}{}",
@@ -535,7 +536,9 @@ pub(crate) fn start_verified(
         Protocol::Http1 => verify::plain(port, expected),
         // Over TLS the URLs are checked with HTTP/2 (curl, ALPN h2): the same listener
         // and certificate the HTTP/1.1 load then uses.
-        Protocol::TlsH2 | Protocol::TlsHttp1 => verify::tls_h2(port, expected, dir),
+        Protocol::TlsH2 | Protocol::TlsHttp1 | Protocol::TlsResume => {
+            verify::tls_h2(port, expected, dir)
+        }
         Protocol::H3 => verify::h3(port, expected),
     }
     .map_err(at(Stage::Verification))?;

@@ -51,6 +51,12 @@ pub(crate) enum Scenario {
     /// per request (wrk does not resume sessions).
     #[value(name = "tls-handshake")]
     TlsHandshake,
+    /// `GET /respond` over TLS 1.3 + HTTP/1.1 with `Connection: close`, every handshake
+    /// but each client's first resuming its session with a ticket the server sent
+    /// (tlsload, the harness's own: 64 clients, each a loop of connections), as a browser
+    /// coming back does.
+    #[value(name = "tls-resume")]
+    TlsResume,
     /// The 13-byte file over TLS 1.3 + HTTP/2 with one stream in flight per connection
     /// (h2load `-m1`), as many HTTP/2 clients use it.
     #[value(name = "tls-h2-static-small-1stream")]
@@ -130,6 +136,9 @@ pub(crate) enum Protocol {
     TlsH2,
     /// HTTP/3 on the TLS port over UDP (h3load).
     H3,
+    /// TLS 1.3 + HTTP/1.1 on the TLS port, a connection per request, sessions resumed
+    /// (tlsload).
+    TlsResume,
 }
 
 /// The path requested by the `proxy` scenario; the upstream answers every path.
@@ -180,7 +189,7 @@ pub(crate) struct Expected {
 
 impl Scenario {
     /// Every scenario, in the report's order.
-    pub(crate) const ALL: [Scenario; 20] = [
+    pub(crate) const ALL: [Scenario; 21] = [
         Scenario::Respond,
         Scenario::StaticSmall,
         Scenario::Static1m,
@@ -192,6 +201,7 @@ impl Scenario {
         Scenario::CloseRespond,
         Scenario::TlsH1StaticSmall,
         Scenario::TlsHandshake,
+        Scenario::TlsResume,
         Scenario::TlsH2StaticSmall1Stream,
         Scenario::ProxyCacheHit,
         Scenario::ProxyCache100k,
@@ -217,6 +227,7 @@ impl Scenario {
             Scenario::CloseRespond => "close-respond",
             Scenario::TlsH1StaticSmall => "tls-h1-static-small",
             Scenario::TlsHandshake => "tls-handshake",
+            Scenario::TlsResume => "tls-resume",
             Scenario::TlsH2StaticSmall1Stream => "tls-h2-static-small-1stream",
             Scenario::ProxyCacheHit => "proxy-cache-hit",
             Scenario::ProxyCache100k => "proxy-cache-100k",
@@ -233,7 +244,7 @@ impl Scenario {
     pub(crate) const fn requires(self) -> &'static [Feature] {
         match self {
             Scenario::Respond | Scenario::CloseRespond => &[Feature::Respond],
-            Scenario::TlsHandshake => &[Feature::Respond, Feature::TlsH2],
+            Scenario::TlsHandshake | Scenario::TlsResume => &[Feature::Respond, Feature::TlsH2],
             Scenario::TlsH1StaticSmall | Scenario::TlsH2StaticSmall1Stream => {
                 &[Feature::StaticFiles, Feature::TlsH2]
             }
@@ -261,6 +272,7 @@ impl Scenario {
             Scenario::TlsH2StaticSmall | Scenario::TlsH2StaticSmall1Stream => Protocol::TlsH2,
             Scenario::TlsH1StaticSmall | Scenario::TlsHandshake => Protocol::TlsHttp1,
             Scenario::H3StaticSmall | Scenario::H3Respond => Protocol::H3,
+            Scenario::TlsResume => Protocol::TlsResume,
             _ => Protocol::Http1,
         }
     }
@@ -268,7 +280,10 @@ impl Scenario {
     /// Whether each request asks for its connection to be closed (`Connection: close`):
     /// a new connection, and over TLS a new full handshake, per request.
     pub(crate) const fn closes(self) -> bool {
-        matches!(self, Scenario::CloseRespond | Scenario::TlsHandshake)
+        matches!(
+            self,
+            Scenario::CloseRespond | Scenario::TlsHandshake | Scenario::TlsResume
+        )
     }
 
     /// HTTP/2 streams in flight per connection (h2load `-m`).
@@ -308,6 +323,7 @@ impl Scenario {
             Scenario::Respond
             | Scenario::CloseRespond
             | Scenario::TlsHandshake
+            | Scenario::TlsResume
             | Scenario::H3Respond => {
                 vec!["/respond".to_owned()]
             }
@@ -339,6 +355,7 @@ impl Scenario {
             Scenario::Respond
             | Scenario::CloseRespond
             | Scenario::TlsHandshake
+            | Scenario::TlsResume
             | Scenario::H3Respond => {
                 vec![Expected {
                     path: "/respond".to_owned(),
@@ -459,7 +476,16 @@ mod tests {
     #[test]
     fn the_closing_scenarios_are_the_connection_per_request_ones() {
         let closing: Vec<_> = Scenario::ALL.into_iter().filter(|s| s.closes()).collect();
-        assert_eq!(closing, [Scenario::CloseRespond, Scenario::TlsHandshake]);
+        assert_eq!(
+            closing,
+            [
+                Scenario::CloseRespond,
+                Scenario::TlsHandshake,
+                Scenario::TlsResume
+            ]
+        );
         assert_eq!(Scenario::TlsHandshake.protocol(), Protocol::TlsHttp1);
+        // wrk resumes no session: the resumed handshakes need the harness's own client.
+        assert_eq!(Scenario::TlsResume.protocol(), Protocol::TlsResume);
     }
 }

@@ -218,7 +218,7 @@ impl Settings {
         Scenario::ALL.into_iter().any(|s| {
             matches!(
                 s.protocol(),
-                Protocol::TlsH2 | Protocol::TlsHttp1 | Protocol::H3
+                Protocol::TlsH2 | Protocol::TlsHttp1 | Protocol::TlsResume | Protocol::H3
             ) && self.runs(s)
         })
     }

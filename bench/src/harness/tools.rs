@@ -81,11 +81,22 @@ pub(crate) fn find(name: &str) -> Option<PathBuf> {
 /// The harness's HTTP/3 load generator: built beside the harness itself (a binary of this
 /// package), else found on PATH.
 pub(crate) fn h3load() -> PathBuf {
+    own("h3load")
+}
+
+/// The harness's load generator of TLS handshakes (`src/bin/tlsload.rs`), found as
+/// [`h3load`] is.
+pub(crate) fn tlsload() -> PathBuf {
+    own("tlsload")
+}
+
+/// A binary of this package: beside the harness's own executable, else on PATH.
+fn own(name: &str) -> PathBuf {
     env::current_exe()
         .ok()
-        .map(|exe| exe.with_file_name("h3load"))
+        .map(|exe| exe.with_file_name(name))
         .filter(|candidate| is_executable(candidate))
-        .unwrap_or_else(|| program("h3load"))
+        .unwrap_or_else(|| program(name))
 }
 
 fn is_executable(path: &Path) -> bool {
