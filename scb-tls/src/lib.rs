@@ -92,6 +92,7 @@ pub mod client;
 mod config;
 mod der;
 mod error;
+mod hkdf;
 mod provider;
 #[cfg(feature = "http3")]
 mod quic;

@@ -5,6 +5,8 @@ use rustls::SupportedCipherSuite;
 use rustls::crypto::CryptoProvider;
 use rustls::crypto::aws_lc_rs::{self, cipher_suite, kx_group};
 
+use crate::hkdf;
+
 /// The cipher suites, chosen here rather than taken from the provider's defaults so that
 /// the list is visible and does not change under us with a rustls upgrade.
 ///
@@ -14,17 +16,21 @@ use rustls::crypto::aws_lc_rs::{self, cipher_suite, kx_group};
 /// and 1.1 do not exist in rustls. AES-128 comes first, as in Mozilla's "intermediate"
 /// profile, though rustls follows the client's order among these (`ignore_client_order`
 /// is off): a client without AES instructions puts ChaCha20 first and gets it.
-static CIPHER_SUITES: &[SupportedCipherSuite] = &[
-    cipher_suite::TLS13_AES_128_GCM_SHA256,
-    cipher_suite::TLS13_AES_256_GCM_SHA384,
-    cipher_suite::TLS13_CHACHA20_POLY1305_SHA256,
-    cipher_suite::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
-    cipher_suite::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
-    cipher_suite::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
-    cipher_suite::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
-    cipher_suite::TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
-    cipher_suite::TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
-];
+///
+/// The TLS 1.3 suites are rustls' with the HKDF of [`crate::hkdf`] (why: that module).
+fn cipher_suites() -> Vec<SupportedCipherSuite> {
+    vec![
+        hkdf::tls13_aes_128_gcm_sha256(),
+        hkdf::tls13_aes_256_gcm_sha384(),
+        hkdf::tls13_chacha20_poly1305_sha256(),
+        cipher_suite::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+        cipher_suite::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+        cipher_suite::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+        cipher_suite::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+        cipher_suite::TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+        cipher_suite::TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
+    ]
+}
 
 /// The provider every config of this crate uses: aws-lc-rs (why: the crate docs) with the
 /// suites above and the key exchange groups X25519MLKEM768 (post-quantum hybrid, TLS 1.3
@@ -35,7 +41,7 @@ static CIPHER_SUITES: &[SupportedCipherSuite] = &[
 /// crate in the same build turning on rustls' `ring` feature changes nothing here.
 pub(crate) fn provider() -> CryptoProvider {
     CryptoProvider {
-        cipher_suites: CIPHER_SUITES.to_vec(),
+        cipher_suites: cipher_suites(),
         kx_groups: vec![
             kx_group::X25519MLKEM768,
             kx_group::X25519,

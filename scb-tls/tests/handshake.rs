@@ -297,6 +297,36 @@ async fn tls13_session_ticket_resumes_the_second_connection() {
     assert_eq!(kinds, (HandshakeKind::Full, HandshakeKind::Resumed));
 }
 
+/// Each TLS 1.3 suite, whose key schedule is scb's own HKDF (scb-tls' `hkdf` module): a
+/// full handshake and a resumed one agree on every key with rustls' client (its own
+/// HKDF), data goes both ways on each, and the suite is the one offered.
+#[tokio::test]
+async fn every_tls13_suite_handshakes_and_resumes() {
+    let pki = Pki::new();
+    for suite in [
+        CipherSuite::TLS13_AES_128_GCM_SHA256,
+        CipherSuite::TLS13_AES_256_GCM_SHA384,
+        CipherSuite::TLS13_CHACHA20_POLY1305_SHA256,
+    ] {
+        let settings = TlsSettings::new([pki.leaf("a", &["a.test"], KeyKind::EcdsaP256Pkcs8)]);
+        let (addr, _outcomes) = serve(TlsAcceptor::new(settings).unwrap()).await;
+        let client = pki.client().resume().tls13_only().suite(suite).build();
+        for (message, kind) in [
+            (&b"full"[..], HandshakeKind::Full),
+            (&b"resumed"[..], HandshakeKind::Resumed),
+        ] {
+            let mut stream = connect(addr, &client, "a.test").await.unwrap();
+            round_trip(&mut stream, message).await;
+            let session = stream.get_ref().1;
+            assert_eq!(session.handshake_kind(), Some(kind), "{suite:?}");
+            assert_eq!(
+                session.negotiated_cipher_suite().map(|s| s.suite()),
+                Some(suite)
+            );
+        }
+    }
+}
+
 #[tokio::test]
 async fn tls12_session_ticket_resumes_the_second_connection() {
     let pki = Pki::new();

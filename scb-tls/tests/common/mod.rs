@@ -198,6 +198,7 @@ impl Pki {
             resume: false,
             verify_as: None,
             schemes: None,
+            suite: None,
         }
     }
 }
@@ -409,6 +410,7 @@ pub(crate) struct ClientBuilder {
     resume: bool,
     verify_as: Option<ServerName<'static>>,
     schemes: Option<Vec<SignatureScheme>>,
+    suite: Option<rustls::CipherSuite>,
 }
 
 impl ClientBuilder {
@@ -464,8 +466,27 @@ impl ClientBuilder {
         self
     }
 
+    /// Offers only this cipher suite.
+    pub(crate) fn suite(mut self, suite: rustls::CipherSuite) -> Self {
+        self.suite = Some(suite);
+        self
+    }
+
     pub(crate) fn build(self) -> Arc<ClientConfig> {
-        let provider = client_provider();
+        let mut provider = client_provider();
+        if let Some(suite) = self.suite {
+            let only = CryptoProvider {
+                cipher_suites: provider
+                    .cipher_suites
+                    .iter()
+                    .filter(|s| s.suite() == suite)
+                    .copied()
+                    .collect(),
+                ..(*provider).clone()
+            };
+            assert_eq!(only.cipher_suites.len(), 1, "rustls has {suite:?}");
+            provider = Arc::new(only);
+        }
         let mut roots = RootCertStore::empty();
         roots.add(self.roots).unwrap();
         let webpki = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
