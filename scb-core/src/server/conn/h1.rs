@@ -91,6 +91,24 @@ struct Conn<'a, T> {
     timer: Pin<Box<Sleep>>,
     /// Completes when the server begins shutting down.
     shutdown: Pin<Box<OwnedNotified>>,
+    /// Where the socket stands with Nagle's algorithm ([`Conn::before_write`]).
+    nagle: Nagle,
+}
+
+/// Nagle's algorithm on a plain socket, turned off (`TCP_NODELAY`) before the
+/// connection's second write, as nginx does when a connection is kept alive: a first
+/// write is never held (nothing of the connection is unacknowledged yet), so a
+/// connection that answers one request in one write and closes, the shape of clients
+/// that do not keep connections, spends no system call on it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Nagle {
+    /// Nothing written yet.
+    BeforeFirstWrite,
+    /// Written once: `TCP_NODELAY` goes on before the next write.
+    AfterFirstWrite,
+    /// `TCP_NODELAY` is on, or is not this driver's business (TLS sets it before its
+    /// handshake).
+    Off,
 }
 
 /// Serves HTTP/1.1 on `io` until the connection ends or leaves HTTP/1.1. With
@@ -119,6 +137,7 @@ where
     // The first request's head deadline runs from accept: a client that connects and
     // sends nothing is a slowloris too.
     let deadline = Instant::now() + ctx.limits.header_read_timeout;
+    let io_is_plain = io.plain_socket().is_some();
     let mut conn = Conn {
         io,
         rbuf: BytesMut::with_capacity(BUFFER),
@@ -126,6 +145,11 @@ where
         ctx,
         timer: Box::pin(tokio::time::sleep_until(deadline)),
         shutdown: Box::pin(ctx.shutdown.notified()),
+        nagle: if io_is_plain {
+            Nagle::BeforeFirstWrite
+        } else {
+            Nagle::Off
+        },
     };
     let mut between = Between {
         deadline: Some(deadline),
@@ -143,8 +167,15 @@ where
         .await?;
         match served {
             Served::Closed => return Ok(Outcome::Closed),
-            Served::Http2(pre) => return Ok(Outcome::Http2(Rewind::new(conn.io, pre))),
-            Served::Upgrade(pre) => return Ok(Outcome::Upgrade(Rewind::new(conn.io, pre))),
+            // hyper's HTTP/2 and upgraded connections write frame after frame.
+            Served::Http2(pre) => {
+                conn.nagle_off();
+                return Ok(Outcome::Http2(Rewind::new(conn.io, pre)));
+            }
+            Served::Upgrade(pre) => {
+                conn.nagle_off();
+                return Ok(Outcome::Upgrade(Rewind::new(conn.io, pre)));
+            }
             Served::Idle => {
                 if !conn.wait_bufferless().await? {
                     return Ok(Outcome::Closed);
@@ -492,8 +523,29 @@ impl<T: Transport> Conn<'_, T> {
         }
     }
 
+    /// Called before each write: from the connection's second write on, Nagle is off
+    /// (see [`Nagle`]).
+    fn before_write(&mut self) {
+        match self.nagle {
+            Nagle::BeforeFirstWrite => self.nagle = Nagle::AfterFirstWrite,
+            Nagle::AfterFirstWrite => self.nagle_off(),
+            Nagle::Off => {}
+        }
+    }
+
+    /// `TCP_NODELAY` on, if this driver has not set it yet.
+    fn nagle_off(&mut self) {
+        if self.nagle != Nagle::Off {
+            if let Some(socket) = self.io.plain_socket() {
+                socket.nodelay();
+            }
+            self.nagle = Nagle::Off;
+        }
+    }
+
     async fn flush(&mut self) -> std::io::Result<()> {
         if !self.wbuf.is_empty() {
+            self.before_write();
             let result =
                 write_all_progress(&mut self.io, &self.wbuf, self.ctx.limits.send_timeout).await;
             self.wbuf.clear();
@@ -509,6 +561,7 @@ impl<T: Transport> Conn<'_, T> {
             self.wbuf.extend_from_slice(data);
             return Ok(());
         }
+        self.before_write();
         let result =
             write_all_vectored(&mut self.io, &self.wbuf, data, self.ctx.limits.send_timeout).await;
         self.wbuf.clear();
@@ -549,6 +602,9 @@ impl<T: Transport> Conn<'_, T> {
                 socket.cork(true);
                 let sent = async {
                     self.flush().await?;
+                    // Before the file, so that uncorking pushes its last partial segment
+                    // out instead of leaving it to Nagle.
+                    self.before_write();
                     let socket = self
                         .io
                         .plain_socket()
@@ -617,6 +673,12 @@ impl<T: Transport> Conn<'_, T> {
         if self.flush().await.is_err() {
             return;
         }
+        // A plain socket that is not lingering needs no shutdown: closing it (the drop)
+        // sends the FIN after what was written, and one system call fewer is a
+        // connection-per-request's gain. Over TLS the shutdown is the close_notify alert.
+        if !linger && self.io.plain_socket().is_some() {
+            return;
+        }
         let _ = self.io.shutdown().await;
         if linger {
             let drain = async {
@@ -634,3 +696,7 @@ impl<T: Transport> Conn<'_, T> {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "h1_tests.rs"]
+mod tests;

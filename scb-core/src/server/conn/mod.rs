@@ -180,6 +180,9 @@ pub(crate) async fn serve_secure<S, B>(
     B: http_body::Body<Data = Bytes> + 'static,
     B::Error: Into<BoxError>,
 {
+    // Nagle off from the start: a handshake's flights and the tickets after it are
+    // several writes, and any of them held for an acknowledgement is a round trip lost.
+    let _ = stream.set_nodelay(true);
     let handshaking = handshake.handshake(stream);
     let secured = tokio::select! {
         biased;

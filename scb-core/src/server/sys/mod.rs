@@ -72,6 +72,16 @@ impl PlainSocket<'_> {
         }
     }
 
+    /// Sends small segments at once (`TCP_NODELAY`: Nagle's algorithm off). Nothing to
+    /// do on a Unix socket.
+    pub(crate) fn nodelay(&self) {
+        if let Self::Tcp(s) = self {
+            // Refused only on a socket that is no longer connected: its next write
+            // will say so.
+            let _ = s.set_nodelay(true);
+        }
+    }
+
     /// Holds partial segments back (`TCP_CORK`) until uncorked: a head and the file
     /// behind it go out in full segments. Nothing to do on a Unix socket.
     pub(crate) fn cork(&self, corked: bool) {

@@ -169,9 +169,10 @@ impl Acceptor {
         match self {
             Self::Tcp(listener, local) => {
                 let (stream, remote) = listener.accept().await?;
-                // Responses are written whole, in as few writes as possible: Nagle
-                // would only delay them.
-                let _ = stream.set_nodelay(true);
+                // No `TCP_NODELAY` yet: a TLS connection gets it before its handshake
+                // (`conn::serve_secure`), a plain one before its second write
+                // (`conn::h1`), so a connection that answers one request in one write
+                // spends no system call on it.
                 Ok(Accepted::Tcp(stream, remote, *local))
             }
             Self::Unix(listener) => Ok(Accepted::Unix(listener.accept().await?.0)),
@@ -507,14 +508,27 @@ async fn accept_loop<S, B>(
                 connections.opened();
                 let guard = (ConnGuard(Rc::clone(connections)), open());
                 let svc = svc.clone();
-                let options = options.borrow().clone();
-                tokio::task::spawn_local(async move {
+                // What this connection needs of the options, not all of them (HTTP/3's
+                // QUIC configuration is several `Arc`s to count up and down again).
+                let (secure, proxy_protocol) = {
+                    let options = options.borrow();
+                    (options.secure.clone(), options.proxy_protocol.clone())
+                };
+                let task = async move {
                     let _guard = guard;
                     let mut stream = stream;
-                    let remote = match &options.proxy_protocol {
+                    let remote = match &proxy_protocol {
                         None => remote,
+                        // Boxed: its buffer and timer would otherwise be part of every
+                        // connection's task, which spawning moves several times.
                         Some(config) => {
-                            match conn::read_proxy_header(&mut stream, remote, config, &ctx).await {
+                            let read = Box::pin(conn::read_proxy_header(
+                                &mut stream,
+                                remote,
+                                config,
+                                &ctx,
+                            ));
+                            match read.await {
                                 Some(client) => client,
                                 None => return,
                             }
@@ -524,7 +538,7 @@ async fn accept_loop<S, B>(
                     // (buffers, TLS state), and a task moves its future more than once
                     // while spawning it; a box moves as a pointer. Measured on a
                     // connection per request (callgrind, see bench/RESULTS.md).
-                    match options.secure {
+                    match secure {
                         None => Box::pin(conn::serve(stream, remote, local, svc, ctx)).await,
                         Some(secure) => {
                             let listener = listener_metrics.as_deref();
@@ -534,7 +548,8 @@ async fn accept_loop<S, B>(
                             .await;
                         }
                     }
-                });
+                };
+                tokio::task::spawn_local(task);
             }
             Err(e) => {
                 // EMFILE and friends: back off instead of spinning on a full table.
