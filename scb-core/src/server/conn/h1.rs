@@ -598,13 +598,10 @@ impl<T: Transport> Conn<'_, T> {
             .and_then(|b| b.file_region().cloned());
         if let Some(region) = region.filter(|r| Some(r.len()) == expected) {
             // Head and file in full segments; uncorked at the end, whatever happened.
-            if self.io.plain_socket().is_some() {
-                // A head and a file are two writes: Nagle off first, so that uncorking
-                // pushes the file's last partial segment out instead of leaving it to
-                // Nagle. Before the cork: turned off while corked, it would push the
-                // corked head out alone.
-                self.nagle_off();
-            }
+            // A head and a file are two writes: Nagle off first, so that uncorking pushes
+            // the file's last partial segment out instead of leaving it to Nagle. Before
+            // the cork: turned off while corked, it would push the corked head out alone.
+            self.nagle_off();
             if let Some(socket) = self.io.plain_socket() {
                 socket.cork(true);
                 let sent = async {
