@@ -257,7 +257,13 @@ where
     }
 
     fn call(&mut self, mut req: Request<ReqB>) -> Self::Future {
-        let value = incoming(req.headers(), &self.header).unwrap_or_else(generate);
+        let mut value = incoming(req.headers(), &self.header).unwrap_or_else(generate);
+        // Sent as HPACK's never-indexed literal: an id is unique to its
+        // request, so entering it into an HTTP/2 connection's header table can never save a
+        // byte, and each one pushed out older fields (content-type, date, ...) that every
+        // later response then had to send and enter again. `sensitive` is the only way to
+        // ask h2 for that encoding; over HTTP/1.1 it changes nothing but `Debug`.
+        value.set_sensitive(true);
         // `insert` drops every existing instance, so exactly one goes upstream.
         req.headers_mut().insert(self.header.clone(), value.clone());
         req.extensions_mut().insert(Id(value.clone()));
@@ -385,6 +391,18 @@ mod tests {
         assert_generated(&id);
         assert_eq!(all(res.headers(), "seen-header"), std::slice::from_ref(&id));
         assert_eq!(all(res.headers(), "seen-extension"), [id]);
+    }
+
+    /// `sensitive` is what makes h2 send a value as a never-indexed literal instead of
+    /// entering it into the connection's header table, where a per-request id only evicts
+    /// fields that repeat.
+    #[tokio::test]
+    async fn ids_are_marked_never_to_be_indexed_going_up_and_coming_back() {
+        for req in [request_with(&[]), request_with(&[b"corr-7"])] {
+            let res = send(req).await;
+            assert!(res.headers()["x-request-id"].is_sensitive());
+            assert!(res.headers()["seen-header"].is_sensitive());
+        }
     }
 
     #[tokio::test]
