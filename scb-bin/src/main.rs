@@ -74,8 +74,8 @@ process drains and exits. Under systemd, use dist/systemd/scb.socket instead.
 Config: TOML; ${VAR} and ${VAR:-default} come from the environment, `include =
 [\"conf.d/*.toml\"]` appends files of tables; `scb check --print` shows the result.
 
-Environment: RUST_LOG filters the process's log (default `info`; `scb::access=info`
-adds the access log's tracing events); LISTEN_FDS/LISTEN_PID (systemd) hand sockets
+Environment: RUST_LOG filters the process's log (default `info`, `debug` at most in a
+release build; `scb::access=info` adds the access log's tracing events); LISTEN_FDS/LISTEN_PID (systemd) hand sockets
 over.
 
 Exit status: 0 after a clean stop or a valid check, 1 on any error.";
