@@ -167,7 +167,11 @@ where
         let mut svc = svc.clone();
         let ctx = Rc::clone(&ctx);
         let peer = peer.clone();
-        async move {
+        // Boxed: hyper spawns each stream's future as a task of its own and moves it
+        // several times on the way (into the stream's state, the task's cell, out again on
+        // completion); this future holds the whole service stack's future, kilobytes, where
+        // a box is a pointer.
+        Box::pin(async move {
             let limits = &ctx.limits;
             let deadline = Instant::now() + limits.body_read_timeout;
             let head = req.method() == Method::HEAD;
@@ -223,7 +227,7 @@ where
                 rest => rest.map(|rest| rest.body),
             };
             Ok(finish(res, head, rest))
-        }
+        })
     })
 }
 
