@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
-use super::key::Key;
+use super::key::{ByDigest, Key};
 
 /// How long a key whose answer could not be stored goes upstream without collapsing.
 pub(crate) const PASS_FOR: Duration = Duration::from_secs(10);
@@ -30,7 +30,7 @@ const MAX_SLOTS: usize = 16 * 1024;
 /// The fills in progress and the keys that pass, shared by every worker.
 #[derive(Debug, Default)]
 pub(crate) struct Fills {
-    slots: Mutex<HashMap<Key, Slot>>,
+    slots: Mutex<HashMap<Key, Slot, ByDigest>>,
     next_id: AtomicU64,
 }
 
@@ -77,7 +77,7 @@ impl Follower {
 }
 
 impl Fills {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Slot>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Slot, ByDigest>> {
         // Every change is one insert or remove: a panic leaves a consistent map.
         self.slots.lock().unwrap_or_else(PoisonError::into_inner)
     }

@@ -15,7 +15,7 @@
 //! serialized by one more lock so that a variant list is never updated from a stale
 //! copy and no fill stores across a purge it overlapped.
 
-use std::hash::{Hash, RandomState};
+use std::hash::Hash;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
@@ -24,7 +24,7 @@ use quick_cache::sync::Cache as Map;
 use quick_cache::{Equivalent, Lifecycle, Weighter};
 
 use super::disk::{Disk, DiskShape, Job, Loaded, Written};
-use super::key::{Key, KeyRef, Keying, Source, Url};
+use super::key::{ByDigest, Key, KeyRef, Keying, Source, Url};
 use super::metrics::CacheMetrics;
 use super::policy::{Policy, copy_head};
 use super::stored::StoredBody;
@@ -159,9 +159,9 @@ pub(crate) struct Store {
     /// read may be what the purge was for).
     generation: AtomicU64,
     labels: Arc<Labels>,
-    /// SipHash with a random key ([`RandomState`]): the keys are the clients' URLs,
-    /// chosen to collide if the hash let them.
-    map: Map<Key, Arc<Variants>, ByBytes, RandomState, CountEvictions>,
+    /// Hashed by the keys' digests (SipHash with a random key, taken once per key): the
+    /// keys are the clients' URLs, chosen to collide if the hash let them.
+    map: Map<Key, Arc<Variants>, ByBytes, ByDigest, CountEvictions>,
     /// Held by every write, never by a hit.
     writer: Mutex<()>,
     /// Sealed memory files and disk records its bodies hold open (`stored.rs`).
@@ -208,7 +208,7 @@ impl Store {
             map: Map::with_options(
                 options,
                 ByBytes,
-                RandomState::new(),
+                ByDigest,
                 CountEvictions(Arc::clone(&labels)),
             ),
             labels,

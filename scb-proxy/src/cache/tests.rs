@@ -382,23 +382,22 @@ async fn a_scan_of_cold_objects_leaves_the_hot_ones_stored() {
 
 #[test]
 fn a_borrowed_key_hashes_and_compares_as_the_stored_one() {
-    let key = key::Key {
-        secure: true,
-        host: "example.com".into(),
-        target: "/a?b=c".into(),
-    };
-    let borrowed = key::KeyRef {
-        secure: true,
-        host: std::borrow::Cow::Borrowed("example.com"),
-        target: std::borrow::Cow::Borrowed("/a?b=c"),
-    };
+    use std::borrow::Cow;
+    let key = key::Key::new(true, "example.com".into(), "/a?b=c".into());
+    let borrowed = key::KeyRef::new(true, Cow::Borrowed("example.com"), Cow::Borrowed("/a?b=c"));
     assert!(key::hashes_agree(&key, &borrowed));
     assert!(quick_cache::Equivalent::equivalent(&borrowed, &key));
-    let other = key::KeyRef {
-        secure: false,
-        ..borrowed
-    };
-    assert!(!quick_cache::Equivalent::equivalent(&other, &key));
+    assert_eq!(borrowed.to_key(), key);
+    for (secure, host, target) in [
+        (false, "example.com", "/a?b=c"),
+        (true, "example.org", "/a?b=c"),
+        (true, "example.com", "/a?b=d"),
+        (true, "example.co", "m/a?b=c"),
+    ] {
+        let other = key::KeyRef::new(secure, Cow::Borrowed(host), Cow::Borrowed(target));
+        assert!(!quick_cache::Equivalent::equivalent(&other, &key));
+        assert_ne!(other.to_key(), key);
+    }
 }
 
 #[tokio::test]

@@ -7,13 +7,13 @@
 //! again. Only the writer thread changes it, so that its changes and the files' stay in
 //! the order the store made them; requests only read it.
 
-use std::hash::{Hash, RandomState};
+use std::hash::Hash;
 use std::sync::Arc;
 
 use quick_cache::sync::Cache as Map;
 use quick_cache::{Equivalent, Lifecycle, Weighter};
 
-use crate::cache::key::{Key, Source};
+use crate::cache::key::{ByDigest, Key, Source};
 
 /// One record on disk.
 #[derive(Clone, Debug)]
@@ -53,7 +53,7 @@ impl Lifecycle<Key, Refs> for CollectEvicted {
 
 /// The records on disk, by key, within the tier's bound.
 pub(crate) struct Index {
-    map: Map<Key, Refs, ByFileBytes, RandomState, CollectEvicted>,
+    map: Map<Key, Refs, ByFileBytes, ByDigest, CollectEvicted>,
 }
 
 impl std::fmt::Debug for Index {
@@ -71,7 +71,7 @@ impl Index {
     pub(crate) fn new(max_bytes: u64, max_object: u64) -> Self {
         let options = crate::cache::sizing::options(max_bytes, max_object);
         Self {
-            map: Map::with_options(options, ByFileBytes, RandomState::new(), CollectEvicted),
+            map: Map::with_options(options, ByFileBytes, ByDigest, CollectEvicted),
         }
     }
 

@@ -162,11 +162,7 @@ pub(crate) fn decode(layout: &Layout, head: &[u8]) -> Result<Meta, Unreadable> {
 }
 
 fn read(r: &mut Reader<'_>) -> Option<Meta> {
-    let key = Key {
-        secure: r.flag()?,
-        host: r.str()?.into(),
-        target: r.str()?.into(),
-    };
+    let key = Key::new(r.flag()?, r.str()?.into(), r.str()?.into());
     let source = Source {
         host: r.str()?.into(),
         target: r.str()?.into(),
@@ -317,11 +313,7 @@ mod tests {
     use super::*;
 
     fn meta() -> (Key, Source, Policy, Parts) {
-        let key = Key {
-            secure: true,
-            host: "example.com".into(),
-            target: "/a?b=c".into(),
-        };
+        let key = Key::new(true, "example.com".into(), "/a?b=c".into());
         let source = Source {
             host: "example.com".into(),
             target: "/a?b=c".into(),

@@ -25,7 +25,7 @@ use http::response::Parts;
 use super::index::Ref;
 use super::record;
 use super::{Shared, file_name, read_record};
-use crate::cache::key::{Key, Source};
+use crate::cache::key::{ByDigest, Key, Source};
 use crate::cache::policy::Policy;
 use crate::cache::sizing::MAX_VARIANTS;
 use crate::cache::stored::{SEALED_MIN, StoredBody};
@@ -185,7 +185,7 @@ impl Writer {
 
     /// Indexes the records in the directory; those that cannot be read are removed.
     fn scan(&self) {
-        let mut by_key: HashMap<Key, Vec<(SystemTime, Ref)>> = HashMap::new();
+        let mut by_key: HashMap<Key, Vec<(SystemTime, Ref)>, ByDigest> = HashMap::default();
         let mut removed = 0usize;
         let Ok(entries) = fs::read_dir(&self.dir) else {
             return;
