@@ -227,6 +227,44 @@ fn a_cache_route_stores_answers_invalidates_collapses_and_serves_stale_when_the_
     );
 }
 
+/// `curl --http2 http://...` asks to upgrade; scb answers over HTTP/1.1 through hyper, which
+/// stops reading a body once its declared length is written. The answer is stored all the
+/// same, and the next request (plain, then upgrading again) is a hit. (`close` as well: the
+/// test reads each answer to its end.)
+#[test]
+fn a_get_that_asks_to_upgrade_to_h2c_is_stored_like_any_other() {
+    let origin = Origin::start(60);
+    let server = Server::start(&format!(
+        "[[listen]]\naddr = \"127.0.0.1:0\"\n\
+         [[route]]\nprefix = \"/\"\nproxy = {{ upstreams = [\"{}\"] }}\n\
+         cache = {{ max_bytes = \"1MiB\" }}\n",
+        origin.addr
+    ));
+    let addr = server.addr();
+    let upgrade = "Connection: Upgrade, HTTP2-Settings, close\r\nUpgrade: h2c\r\n\
+                   HTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n";
+    let first = raw(
+        addr,
+        &format!("GET /u HTTP/1.1\r\nHost: test\r\n{upgrade}\r\n"),
+    );
+    assert!(first.starts_with("HTTP/1.1 200"), "{first}");
+    assert!(
+        first.contains("cache-status: scb; fwd=uri-miss; stored\r\n"),
+        "{first}"
+    );
+    assert!(first.ends_with("response 1\n"), "{first}");
+    let plain = send(addr, "GET", "/u", "");
+    assert_eq!(plain.header("cache-status"), Some("scb; hit"));
+    assert_eq!(plain.text(), "response 1\n");
+    let again = raw(
+        addr,
+        &format!("GET /u HTTP/1.1\r\nHost: test\r\n{upgrade}\r\n"),
+    );
+    assert!(again.contains("cache-status: scb; hit\r\n"), "{again}");
+    assert!(again.ends_with("response 1\n"), "{again}");
+    assert_eq!(origin.seen(), 1);
+}
+
 #[test]
 fn a_cache_key_on_a_route_without_a_proxy_is_refused_with_its_place() {
     let out = support::check(

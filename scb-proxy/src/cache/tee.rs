@@ -1,6 +1,12 @@
 //! A response body that goes to the client as it arrives and is stored when it has
 //! arrived whole: a body that fails, is cut short, has trailers or grows past the object
 //! bound is never stored.
+//!
+//! "Whole" is known three ways, because not every consumer polls a body to its end:
+//! the end polled (`None`); the inner body reporting `is_end_stream` after a data frame
+//! (hyper's HTTP/1.1 server and h2 stop there); and, when the body is dropped, exactly the
+//! declared `Content-Length` copied (hyper's HTTP/1.1 stops writing, and drops the body,
+//! once the declared length is out, even when the body never says it has ended).
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -52,6 +58,42 @@ impl Tee {
             pending: Some(pending),
         }
     }
+
+    /// The body has arrived whole: what was copied is stored (once).
+    fn store(&mut self) {
+        if let Some(p) = self.pending.take() {
+            let body = StoredBody::store(std::mem::take(&mut self.buf), p.store.sealed());
+            p.store.insert_from(
+                p.generation,
+                p.key,
+                Arc::new(Entry::new(p.policy, p.head, body, p.source)),
+                p.replaces.as_ref(),
+            );
+            // Stored before the waiters wake.
+            drop(p.guard);
+        }
+    }
+}
+
+impl Drop for Tee {
+    fn drop(&mut self) {
+        let whole = self.pending.as_ref().is_some_and(|p| {
+            declared_length(&p.head.headers).is_some_and(|n| n == self.buf.len() as u64)
+        });
+        if whole {
+            self.store();
+        }
+    }
+}
+
+/// The response's `Content-Length`, if it has one that parses.
+fn declared_length(headers: &http::HeaderMap) -> Option<u64> {
+    headers
+        .get(http::header::CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .parse()
+        .ok()
 }
 
 impl HttpBody for Tee {
@@ -73,6 +115,9 @@ impl HttpBody for Tee {
                         .is_some_and(|p| this.buf.len() + data.len() <= p.max_object);
                     if fits {
                         this.buf.extend_from_slice(data);
+                        if this.inner.is_end_stream() {
+                            this.store();
+                        }
                     } else {
                         this.pending = None;
                     }
@@ -82,26 +127,15 @@ impl HttpBody for Tee {
             },
             // Failed or cut short: nothing is stored.
             Some(Err(_)) => this.pending = None,
-            None => {
-                if let Some(p) = this.pending.take() {
-                    let body = StoredBody::store(std::mem::take(&mut this.buf), p.store.sealed());
-                    p.store.insert_from(
-                        p.generation,
-                        p.key,
-                        Arc::new(Entry::new(p.policy, p.head, body, p.source)),
-                        p.replaces.as_ref(),
-                    );
-                    // Stored before the waiters wake.
-                    drop(p.guard);
-                }
-            }
+            None => this.store(),
         }
         Poll::Ready(frame)
     }
 
     fn is_end_stream(&self) -> bool {
-        // Not the inner body's answer: the end must be polled, so that it is stored.
-        false
+        // Until it is stored, the end must be polled (or seen after a data frame): an
+        // empty body is stored when its `None` is polled.
+        self.pending.is_none() && self.inner.is_end_stream()
     }
 
     fn size_hint(&self) -> SizeHint {

@@ -326,6 +326,95 @@ async fn a_body_that_fails_or_is_too_large_is_not_stored() {
     assert_eq!(origin.calls(), 2);
 }
 
+/// A body whose frames are `chunks` and which never says it has ended before its `None`
+/// is polled (as a stream from an upstream that does not know its own end).
+fn unannounced(chunks: &[&'static str]) -> Body {
+    let frames: Vec<Result<http_body::Frame<Bytes>, std::io::Error>> = chunks
+        .iter()
+        .map(|c| Ok(http_body::Frame::data(Bytes::from_static(c.as_bytes()))))
+        .collect();
+    Body::new(http_body_util::StreamBody::new(futures_util::stream::iter(
+        frames,
+    )))
+}
+
+/// Reads one data frame from a miss and drops the body there, as hyper's HTTP/1.1 server
+/// does once the declared length is written.
+async fn read_one_frame_and_drop(svc: &Cache<Origin>, path: &str) -> Bytes {
+    let res = svc.clone().oneshot(get(path)).await.unwrap();
+    let mut body = res.into_body();
+    let frame = body.frame().await.unwrap().unwrap();
+    frame.into_data().unwrap()
+}
+
+#[tokio::test]
+async fn a_body_dropped_after_its_last_byte_is_stored_and_one_cut_short_is_not() {
+    // Whole, and the body says so after its last data frame.
+    let origin = Scripted::new();
+    let svc =
+        cache(origin.origin(|_, _| response(200, &[("cache-control", "max-age=60")], "hello")));
+    assert_eq!(read_one_frame_and_drop(&svc, "/said").await, "hello");
+    let (res, body) = send(&svc, get("/said")).await;
+    assert_eq!((status_of(&res), &body[..]), ("scb; hit", &b"hello"[..]));
+    assert_eq!(origin.calls(), 1);
+
+    // Whole by its Content-Length, though the body never said it had ended.
+    let origin = Scripted::new();
+    let svc = cache(origin.origin(|_, _| {
+        let mut res = Response::new(unannounced(&["hello"]));
+        let headers = res.headers_mut();
+        headers.insert(
+            header::CACHE_CONTROL,
+            HeaderValue::from_static("max-age=60"),
+        );
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(5));
+        res
+    }));
+    assert_eq!(read_one_frame_and_drop(&svc, "/counted").await, "hello");
+    let (res, body) = send(&svc, get("/counted")).await;
+    assert_eq!((status_of(&res), &body[..]), ("scb; hit", &b"hello"[..]));
+    assert_eq!(origin.calls(), 1);
+
+    // An empty body that nobody polls: whole by its length of zero.
+    let origin = Scripted::new();
+    let svc = cache(origin.origin(|_, _| {
+        let mut res = Response::new(unannounced(&[]));
+        let headers = res.headers_mut();
+        headers.insert(
+            header::CACHE_CONTROL,
+            HeaderValue::from_static("max-age=60"),
+        );
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(0));
+        res
+    }));
+    drop(svc.clone().oneshot(get("/empty")).await.unwrap());
+    let (res, body) = send(&svc, get("/empty")).await;
+    assert_eq!((status_of(&res), body.len()), ("scb; hit", 0));
+    assert_eq!(origin.calls(), 1);
+
+    // Dropped short of its length, and with no length at all: neither is stored.
+    for (path, length) in [("/short", Some(10)), ("/unknown", None)] {
+        let origin = Scripted::new();
+        let svc = cache(origin.origin(move |_, _| {
+            let mut res = Response::new(unannounced(&["hello", "world"]));
+            let headers = res.headers_mut();
+            headers.insert(
+                header::CACHE_CONTROL,
+                HeaderValue::from_static("max-age=60"),
+            );
+            if let Some(n) = length {
+                headers.insert(header::CONTENT_LENGTH, HeaderValue::from(n));
+            }
+            res
+        }));
+        assert_eq!(read_one_frame_and_drop(&svc, path).await, "hello");
+        let (res, body) = send(&svc, get(path)).await;
+        assert_eq!(body, "helloworld");
+        assert_eq!(status_of(&res), "scb; fwd=uri-miss; stored", "{path}");
+        assert_eq!(origin.calls(), 2, "{path}");
+    }
+}
+
 #[tokio::test]
 async fn the_store_stays_within_its_bound() {
     let origin = Scripted::new();
