@@ -98,8 +98,8 @@ async fn serve_scb(io: DuplexStream) {
         metrics: None,
     });
     let io: Box<dyn SecureIo> = Box::new(io);
-    let svc = tower::service_fn(handled::<crate::Body>);
-    serve_h1(io, false, ConnPeer::plain(info), svc, &ctx).await;
+    let mut svc = tower::service_fn(handled::<crate::Body>);
+    serve_h1(io, false, &ConnPeer::plain(info), &mut svc, &ctx).await;
 }
 
 async fn serve_hyper(io: DuplexStream) {

@@ -497,11 +497,12 @@ async fn accept_loop<S, B>(
             Ok(Accepted::Unix(stream)) => {
                 connections.opened();
                 let guard = (ConnGuard(Rc::clone(connections)), open());
-                let svc = svc.clone();
+                let (peer, local) = (ConnectInfo::UNIX_PEER, ConnectInfo::UNIX_LOCAL);
+                // Boxed where it is made, as a TCP connection's below.
+                let serving = Box::pin(conn::serve(stream, peer, local, svc.clone(), ctx));
                 tokio::task::spawn_local(async move {
                     let _guard = guard;
-                    let (peer, local) = (ConnectInfo::UNIX_PEER, ConnectInfo::UNIX_LOCAL);
-                    Box::pin(conn::serve(stream, peer, local, svc, ctx)).await;
+                    serving.await;
                 });
             }
             Ok(Accepted::Tcp(stream, remote, local)) => {
@@ -514,40 +515,19 @@ async fn accept_loop<S, B>(
                     let options = options.borrow();
                     (options.secure.clone(), options.proxy_protocol.clone())
                 };
+                let options = conn::TcpOptions {
+                    secure,
+                    proxy_protocol,
+                    listener: listener_metrics,
+                };
+                // The connection's future is boxed where it is made: it is kilobytes
+                // (the service, buffers' handles, TLS state), and a task moves its future
+                // more than once while spawning it; a box moves as a pointer. Measured on
+                // a connection per request (callgrind, see bench/RESULTS.md).
+                let serving = Box::pin(conn::serve_tcp(stream, remote, local, options, svc, ctx));
                 let task = async move {
                     let _guard = guard;
-                    let mut stream = stream;
-                    let remote = match &proxy_protocol {
-                        None => remote,
-                        // Boxed: its buffer and timer would otherwise be part of every
-                        // connection's task, which spawning moves several times.
-                        Some(config) => {
-                            let read = Box::pin(conn::read_proxy_header(
-                                &mut stream,
-                                remote,
-                                config,
-                                &ctx,
-                            ));
-                            match read.await {
-                                Some(client) => client,
-                                None => return,
-                            }
-                        }
-                    };
-                    // The connection's future is boxed where it is made: it is kilobytes
-                    // (buffers, TLS state), and a task moves its future more than once
-                    // while spawning it; a box moves as a pointer. Measured on a
-                    // connection per request (callgrind, see bench/RESULTS.md).
-                    match secure {
-                        None => Box::pin(conn::serve(stream, remote, local, svc, ctx)).await,
-                        Some(secure) => {
-                            let listener = listener_metrics.as_deref();
-                            Box::pin(conn::serve_secure(
-                                stream, remote, local, &*secure.0, listener, svc, ctx,
-                            ))
-                            .await;
-                        }
-                    }
+                    serving.await;
                 };
                 tokio::task::spawn_local(task);
             }
