@@ -24,11 +24,11 @@ use tokio::sync::futures::OwnedNotified;
 use tokio::time::{Instant, Sleep};
 use tower::Service;
 
-use super::Peer;
 use super::body::Feeder;
 use super::encode::{self, Framing, RequestInfo};
 use super::head::{self, BodyFraming, HeadError, HeadLimits, Scratch};
 use super::{ConnCtx, call_service, error_response};
+use super::{Peer, hyper};
 use crate::server::io::{Rewind, Transport, write_all_progress, write_all_vectored};
 use crate::server::sys;
 use crate::{Body, BoxError};
@@ -73,8 +73,8 @@ pub(super) const DISCARD_MAX: u64 = 64 * 1024;
 const LINGER_TIME: std::time::Duration = std::time::Duration::from_secs(2);
 const LINGER_BYTES: usize = 1 << 20;
 
-/// How a connection ended.
-pub(crate) enum Outcome<T> {
+/// How the HTTP/1.1 part of a connection ended.
+enum Outcome<T> {
     Closed,
     Http2(Rewind<T>),
     Upgrade(Rewind<T>),
@@ -111,26 +111,33 @@ enum Nagle {
     Off,
 }
 
-/// Serves HTTP/1.1 on `io` until the connection ends or leaves HTTP/1.1. With
-/// `detect_h2`, a connection that opens with the HTTP/2 preface is handed back as
-/// [`Outcome::Http2`] (h2c with prior knowledge, on a plain listener; over TLS, ALPN
-/// decides instead).
+/// Serves HTTP/1.1 on `io` until the connection ends, then hands to hyper what leaves
+/// HTTP/1.1: with `detect_h2`, a connection that opens with the HTTP/2 preface (h2c with
+/// prior knowledge, on a plain listener; over TLS, ALPN decides instead), and an upgrade
+/// or CONNECT. hyper's connection futures are boxed: inline, they would make every
+/// connection's future as large as theirs. The service is lent, and cloned only for
+/// hyper, which owns the service it drives.
 ///
 /// The requests are served by a boxed future of their own ([`serve_requests`]: it holds
 /// the service's and the response's futures, kilobytes), which on a crowded worker ends
 /// when the connection goes idle: what waits for the next request is then this small
 /// future and the connection's state without its buffers (see [`Conn::read_more`]).
-pub(crate) async fn serve<T, S, B>(
+///
+/// Not an `async fn`: its future would hold the transport twice (the argument, and the
+/// connection's state made from it). The state is made first and the `async` block holds
+/// it once; every idle connection holds this future.
+pub(crate) fn serve<'a, T, S, B>(
     io: T,
     detect_h2: bool,
-    peer: &Peer,
-    svc: &mut S,
-    ctx: &Rc<ConnCtx>,
-) -> std::io::Result<Outcome<T>>
+    peer: &'a Peer,
+    svc: &'a mut S,
+    ctx: &'a Rc<ConnCtx>,
+) -> impl Future<Output = ()> + 'a
 where
-    T: Transport,
-    S: Service<Request<Body>, Response = Response<B>>,
+    T: Transport + Send + 'static,
+    S: Service<Request<Body>, Response = Response<B>> + Clone + 'static,
     S::Error: Into<BoxError>,
+    S::Future: 'static,
     B: http_body::Body<Data = Bytes> + 'static,
     B::Error: Into<BoxError>,
 {
@@ -156,30 +163,45 @@ where
         first: true,
         scratch: Scratch::default(),
     };
-    loop {
-        let served = Box::pin(serve_requests(
-            &mut conn,
-            &mut between,
-            detect_h2,
-            peer,
-            svc,
-        ))
-        .await?;
-        match served {
-            Served::Closed => return Ok(Outcome::Closed),
-            // hyper's HTTP/2 and upgraded connections write frame after frame.
-            Served::Http2(pre) => {
-                conn.nagle_off();
-                return Ok(Outcome::Http2(Rewind::new(conn.io, pre)));
-            }
-            Served::Upgrade(pre) => {
-                conn.nagle_off();
-                return Ok(Outcome::Upgrade(Rewind::new(conn.io, pre)));
-            }
-            Served::Idle => {
-                if !conn.wait_bufferless().await? {
-                    return Ok(Outcome::Closed);
+    async move {
+        let outcome = loop {
+            let served = Box::pin(serve_requests(
+                &mut conn,
+                &mut between,
+                detect_h2,
+                peer,
+                &mut *svc,
+            ))
+            .await;
+            match served {
+                Ok(Served::Closed) => break Ok(Outcome::Closed),
+                // hyper's HTTP/2 and upgraded connections write frame after frame.
+                Ok(Served::Http2(pre)) => {
+                    conn.nagle_off();
+                    break Ok(Outcome::Http2(Rewind::new(conn.io, pre)));
                 }
+                Ok(Served::Upgrade(pre)) => {
+                    conn.nagle_off();
+                    break Ok(Outcome::Upgrade(Rewind::new(conn.io, pre)));
+                }
+                Ok(Served::Idle) => match conn.wait_bufferless().await {
+                    Ok(true) => {}
+                    Ok(false) => break Ok(Outcome::Closed),
+                    Err(e) => break Err(e),
+                },
+                Err(e) => break Err(e),
+            }
+        };
+        match outcome {
+            Ok(Outcome::Closed) => {}
+            Ok(Outcome::Http2(io)) => {
+                Box::pin(hyper::serve_h2(io, peer.clone(), svc.clone(), ctx)).await;
+            }
+            Ok(Outcome::Upgrade(io)) => {
+                Box::pin(hyper::serve_h1(io, peer.clone(), svc.clone(), ctx)).await;
+            }
+            Err(e) => {
+                tracing::debug!(peer = %peer.info.remote, error = %e, "connection ended with an error");
             }
         }
     }
