@@ -338,6 +338,21 @@ fn unannounced(chunks: &[&'static str]) -> Body {
     )))
 }
 
+/// A storable answer (`max-age=60`) whose body is [`unannounced`], with `length` as its
+/// `Content-Length` if given.
+fn unannounced_response(chunks: &[&'static str], length: Option<u64>) -> Response<Body> {
+    let mut res = Response::new(unannounced(chunks));
+    let headers = res.headers_mut();
+    headers.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("max-age=60"),
+    );
+    if let Some(n) = length {
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(n));
+    }
+    res
+}
+
 /// Reads one data frame from a miss and drops the body there, as hyper's HTTP/1.1 server
 /// does once the declared length is written.
 async fn read_one_frame_and_drop(svc: &Cache<Origin>, path: &str) -> Bytes {
@@ -360,16 +375,7 @@ async fn a_body_dropped_after_its_last_byte_is_stored_and_one_cut_short_is_not()
 
     // Whole by its Content-Length, though the body never said it had ended.
     let origin = Scripted::new();
-    let svc = cache(origin.origin(|_, _| {
-        let mut res = Response::new(unannounced(&["hello"]));
-        let headers = res.headers_mut();
-        headers.insert(
-            header::CACHE_CONTROL,
-            HeaderValue::from_static("max-age=60"),
-        );
-        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(5));
-        res
-    }));
+    let svc = cache(origin.origin(|_, _| unannounced_response(&["hello"], Some(5))));
     assert_eq!(read_one_frame_and_drop(&svc, "/counted").await, "hello");
     let (res, body) = send(&svc, get("/counted")).await;
     assert_eq!((status_of(&res), &body[..]), ("scb; hit", &b"hello"[..]));
@@ -377,16 +383,7 @@ async fn a_body_dropped_after_its_last_byte_is_stored_and_one_cut_short_is_not()
 
     // An empty body that nobody polls: whole by its length of zero.
     let origin = Scripted::new();
-    let svc = cache(origin.origin(|_, _| {
-        let mut res = Response::new(unannounced(&[]));
-        let headers = res.headers_mut();
-        headers.insert(
-            header::CACHE_CONTROL,
-            HeaderValue::from_static("max-age=60"),
-        );
-        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(0));
-        res
-    }));
+    let svc = cache(origin.origin(|_, _| unannounced_response(&[], Some(0))));
     drop(svc.clone().oneshot(get("/empty")).await.unwrap());
     let (res, body) = send(&svc, get("/empty")).await;
     assert_eq!((status_of(&res), body.len()), ("scb; hit", 0));
@@ -395,18 +392,8 @@ async fn a_body_dropped_after_its_last_byte_is_stored_and_one_cut_short_is_not()
     // Dropped short of its length, and with no length at all: neither is stored.
     for (path, length) in [("/short", Some(10)), ("/unknown", None)] {
         let origin = Scripted::new();
-        let svc = cache(origin.origin(move |_, _| {
-            let mut res = Response::new(unannounced(&["hello", "world"]));
-            let headers = res.headers_mut();
-            headers.insert(
-                header::CACHE_CONTROL,
-                HeaderValue::from_static("max-age=60"),
-            );
-            if let Some(n) = length {
-                headers.insert(header::CONTENT_LENGTH, HeaderValue::from(n));
-            }
-            res
-        }));
+        let svc =
+            cache(origin.origin(move |_, _| unannounced_response(&["hello", "world"], length)));
         assert_eq!(read_one_frame_and_drop(&svc, path).await, "hello");
         let (res, body) = send(&svc, get(path)).await;
         assert_eq!(body, "helloworld");

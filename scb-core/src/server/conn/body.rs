@@ -10,6 +10,13 @@ use tokio::sync::mpsc;
 use crate::BoxError;
 use crate::http1::chunked::{ChunkedDecoder, Decoded};
 
+/// The most of an unread request body read and dropped after the response so that the
+/// connection can carry the next request (within the body's own deadline): a GET that
+/// came with a small body its handler ignored keeps its connection, as with nginx. Beyond
+/// this the connection is closed: reading a large body nobody wants costs more than a new
+/// connection.
+pub(super) const DISCARD_MAX: u64 = 64 * 1024;
+
 /// One message from the driver to the body.
 #[derive(Debug)]
 pub(crate) enum Msg {

@@ -24,7 +24,7 @@ use tokio::sync::futures::OwnedNotified;
 use tokio::time::{Instant, Sleep};
 use tower::Service;
 
-use super::body::Feeder;
+use super::body::{DISCARD_MAX, Feeder};
 use super::encode::{self, Framing, RequestInfo};
 use super::head::{self, BodyFraming, HeadError, HeadLimits, Scratch};
 use super::{ConnCtx, call_service, error_response};
@@ -59,13 +59,6 @@ const BUFFER: usize = 8 * 1024;
 /// buffers are 4 MiB, and giving them back and taking them again costs a busy
 /// keep-alive connection about 1,100 instructions a request (bench/RESULTS.md).
 const KEEP_IDLE_BUFFERS_UP_TO: usize = 256;
-
-/// The most of an unread request body read and dropped after the response so that the
-/// connection can carry the next request (within the body's own deadline): a GET that
-/// came with a small body its handler ignored keeps its connection, as with nginx. Beyond
-/// this the connection is closed: reading a large body nobody wants costs more than a new
-/// connection.
-pub(super) const DISCARD_MAX: u64 = 64 * 1024;
 
 /// How long, and how much, to keep reading after deciding to close a connection whose
 /// client may still be sending: closing with unread input makes the kernel send RST, which

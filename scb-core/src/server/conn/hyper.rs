@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex};
 
 use super::Peer;
 use super::body::BodyError;
-use super::h1::DISCARD_MAX;
+use super::body::DISCARD_MAX;
 use super::{ConnCtx, call_service, error_response};
 use crate::server::io::{Activity, TimedIo};
 use crate::{Body, BoxError};
