@@ -177,11 +177,16 @@ where
                     conn.nagle_off();
                     break Ok(Outcome::Upgrade(Rewind::new(conn.io, pre)));
                 }
-                Ok(Served::Idle) => match conn.wait_bufferless().await {
-                    Ok(true) => {}
-                    Ok(false) => break Ok(Outcome::Closed),
-                    Err(e) => break Err(e),
-                },
+                Ok(Served::Idle) => {
+                    // The head's field offsets go with the buffers: a browser's twenty
+                    // fields are 640 bytes of them, kept for the next head otherwise.
+                    between.scratch = Scratch::default();
+                    match conn.wait_bufferless().await {
+                        Ok(true) => {}
+                        Ok(false) => break Ok(Outcome::Closed),
+                        Err(e) => break Err(e),
+                    }
+                }
                 Err(e) => break Err(e),
             }
         };
