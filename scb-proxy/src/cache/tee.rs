@@ -15,6 +15,7 @@ use std::task::{Context, Poll};
 use bytes::{Bytes, BytesMut};
 use http::response::Parts;
 use http_body::{Body as HttpBody, Frame, SizeHint};
+use scb_core::http1::parse_content_length;
 use scb_core::{Body, BoxError};
 
 use super::fill::FillGuard;
@@ -78,22 +79,16 @@ impl Tee {
 impl Drop for Tee {
     fn drop(&mut self) {
         let whole = self.pending.as_ref().is_some_and(|p| {
-            declared_length(&p.head.headers).is_some_and(|n| n == self.buf.len() as u64)
+            p.head
+                .headers
+                .get(http::header::CONTENT_LENGTH)
+                .and_then(|v| parse_content_length(v.as_bytes()))
+                .is_some_and(|n| n == self.buf.len() as u64)
         });
         if whole {
             self.store();
         }
     }
-}
-
-/// The response's `Content-Length`, if it has one that parses.
-fn declared_length(headers: &http::HeaderMap) -> Option<u64> {
-    headers
-        .get(http::header::CONTENT_LENGTH)?
-        .to_str()
-        .ok()?
-        .parse()
-        .ok()
 }
 
 impl HttpBody for Tee {
