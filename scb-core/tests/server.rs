@@ -897,10 +897,19 @@ fn idle_connections_of_a_crowded_worker_serve_their_next_requests_whole() {
             }
         }
     }
-    // And once more each, after all of that.
+    // And once more each, after all of that: parked between requests, each still knows
+    // who it is with.
     for (s, buf) in &mut conns {
         s.write_all(HELLO.as_bytes()).unwrap();
         assert_eq!(read_response(s, buf, false).unwrap().body, b"Hello, world!");
+        let local = s.local_addr().unwrap();
+        s.write_all(b"GET /peer HTTP/1.1\r\nHost: t\r\n\r\n")
+            .unwrap();
+        let body = read_response(s, buf, false).unwrap().body;
+        assert_eq!(
+            String::from_utf8(body).unwrap(),
+            format!("{:?}", Some(local))
+        );
     }
     server.stop();
     for (s, _) in &mut conns {

@@ -12,7 +12,7 @@ use http::{HeaderName, Request, Response};
 use http_body_util::{BodyExt as _, Full};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _, DuplexStream};
 
-use crate::server::conn::{ConnCtx, Peer as ConnPeer, serve_h1};
+use crate::server::conn::{ConnCtx, Peer as ConnPeer, Start, serve_h1};
 use crate::server::shutdown::Trigger;
 use crate::server::{ConnectInfo, Limits, SecureIo};
 
@@ -99,7 +99,8 @@ async fn serve_scb(io: DuplexStream) {
     });
     let io: Box<dyn SecureIo> = Box::new(io);
     let mut svc = tower::service_fn(handled::<crate::Body>);
-    serve_h1(io, false, &ConnPeer::plain(info), &mut svc, &ctx).await;
+    let start = Start::New { detect_h2: false };
+    serve_h1(io, start, false, &ConnPeer::plain(info), &mut svc, &ctx).await;
 }
 
 async fn serve_hyper(io: DuplexStream) {

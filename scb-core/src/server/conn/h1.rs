@@ -104,6 +104,17 @@ enum Nagle {
     Off,
 }
 
+/// How a connection comes to [`serve`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Start {
+    /// Just accepted (or secured): its first head's deadline runs from accept, and with
+    /// `detect_h2` it may open with the HTTP/2 preface.
+    New { detect_h2: bool },
+    /// A keep-alive connection its worker parked between requests (see
+    /// [`serve`]'s `park`), whose socket has become readable.
+    Resumed,
+}
+
 /// Serves HTTP/1.1 on `io` until the connection ends, then hands to hyper what leaves
 /// HTTP/1.1: with `detect_h2`, a connection that opens with the HTTP/2 preface (h2c with
 /// prior knowledge, on a plain listener; over TLS, ALPN decides instead), and an upgrade
@@ -113,19 +124,24 @@ enum Nagle {
 ///
 /// The requests are served by a boxed future of their own ([`serve_requests`]: it holds
 /// the service's and the response's futures, kilobytes), which on a crowded worker ends
-/// when the connection goes idle: what waits for the next request is then this small
-/// future and the connection's state without its buffers (see [`Conn::read_more`]).
+/// when the connection goes idle. With `park`, the transport is then returned (Nagle
+/// off, no buffer, no timer): the caller parks it with its worker, which keeps no task
+/// for it and serves it again from [`Start::Resumed`] when its socket becomes readable.
+/// Without, what waits for the next request is this small future and the connection's
+/// state without its buffers (see [`Conn::read_more`]). Returns `None` when the
+/// connection is done.
 ///
 /// Not an `async fn`: its future would hold the transport twice (the argument, and the
 /// connection's state made from it). The state is made first and the `async` block holds
-/// it once; every idle connection holds this future.
+/// it once.
 pub(crate) fn serve<'a, T, S, B>(
     io: T,
-    detect_h2: bool,
+    start: Start,
+    park: bool,
     peer: &'a Peer,
     svc: &'a mut S,
     ctx: &'a Rc<ConnCtx>,
-) -> impl Future<Output = ()> + 'a
+) -> impl Future<Output = Option<T>> + 'a
 where
     T: Transport + Send + 'static,
     S: Service<Request<Body>, Response = Response<B>> + Clone + 'static,
@@ -134,26 +150,37 @@ where
     B: http_body::Body<Data = Bytes> + 'static,
     B::Error: Into<BoxError>,
 {
-    // The first request's head deadline runs from accept: a client that connects and
-    // sends nothing is a slowloris too.
-    let deadline = Instant::now() + ctx.limits.header_read_timeout;
-    let io_is_plain = io.plain_socket().is_some();
+    let (deadline, detect_h2, first, wbuf) = match start {
+        // The first request's head deadline runs from accept: a client that connects and
+        // sends nothing is a slowloris too.
+        Start::New { detect_h2 } => (
+            Some(Instant::now() + ctx.limits.header_read_timeout),
+            detect_h2,
+            true,
+            Vec::with_capacity(BUFFER),
+        ),
+        // Between requests; the write buffer is taken with the first response.
+        Start::Resumed => (None, false, false, Vec::new()),
+    };
+    let timer_at = deadline.unwrap_or_else(|| Instant::now() + ctx.limits.keep_alive_timeout);
+    let nagle = match start {
+        _ if io.plain_socket().is_none() => Nagle::Off,
+        Start::New { .. } => Nagle::BeforeFirstWrite,
+        // Parked with Nagle off.
+        Start::Resumed => Nagle::Off,
+    };
     let mut conn = Conn {
         io,
         rbuf: BytesMut::with_capacity(BUFFER),
-        wbuf: Vec::with_capacity(BUFFER),
+        wbuf,
         ctx,
-        timer: Box::pin(tokio::time::sleep_until(deadline)),
+        timer: Box::pin(tokio::time::sleep_until(timer_at)),
         shutdown: Box::pin(ctx.shutdown.notified()),
-        nagle: if io_is_plain {
-            Nagle::BeforeFirstWrite
-        } else {
-            Nagle::Off
-        },
+        nagle,
     };
     let mut between = Between {
-        deadline: Some(deadline),
-        first: true,
+        deadline,
+        first,
         scratch: Scratch::default(),
     };
     async move {
@@ -176,6 +203,12 @@ where
                 Ok(Served::Upgrade(pre)) => {
                     conn.nagle_off();
                     break Ok(Outcome::Upgrade(Rewind::new(conn.io, pre)));
+                }
+                // Its next write is its second or later: Nagle goes off now, while the
+                // connection still knows where it stands with it.
+                Ok(Served::Idle) if park => {
+                    conn.nagle_off();
+                    return Some(conn.io);
                 }
                 Ok(Served::Idle) => {
                     // The head's field offsets go with the buffers: a browser's twenty
@@ -202,6 +235,7 @@ where
                 tracing::debug!(peer = %peer.info.remote, error = %e, "connection ended with an error");
             }
         }
+        None
     }
 }
 

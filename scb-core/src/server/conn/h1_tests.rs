@@ -8,7 +8,7 @@ use std::rc::Rc;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
 
-use super::serve;
+use super::{Start, serve};
 use crate::Body;
 use crate::server::Limits;
 use crate::server::conn::{ConnCtx, ConnectInfo, Peer};
@@ -50,7 +50,8 @@ async fn accept_and_serve(
     let mut svc = tower::service_fn(|_req: http::Request<Body>| async {
         Ok::<_, std::convert::Infallible>(http::Response::new(Body::from("hello")))
     });
-    serve(stream, false, &peer, &mut svc, &ctx).await;
+    let start = Start::New { detect_h2: false };
+    serve(stream, start, false, &peer, &mut svc, &ctx).await;
 }
 
 /// Nagle stays on for a connection that answers one request in one write and closes

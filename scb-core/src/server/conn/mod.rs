@@ -112,7 +112,10 @@ where
         local,
         secure: false,
     });
-    async move { serve_h1(stream, true, &peer, &mut svc, &ctx).await }
+    async move {
+        let start = Start::New { detect_h2: true };
+        serve_h1(stream, start, false, &peer, &mut svc, &ctx).await;
+    }
 }
 
 /// What a TCP connection of a listener needs of the listener's options.
@@ -125,8 +128,22 @@ pub(crate) struct TcpOptions {
     pub(crate) listener: Option<Rc<super::metrics::ListenerMetrics>>,
 }
 
-/// Serves one accepted TCP connection until it closes: its PROXY header if the listener
-/// expects one, its handshake on a secure listener, then HTTP.
+/// A plain HTTP/1.1 keep-alive connection between requests on a crowded worker, handed to
+/// the worker to wait for its next request without a task of its own: the socket, who it
+/// is with (the PROXY header's client included) and the settings it started with. Served
+/// again by [`resume`].
+#[derive(Debug)]
+pub(crate) struct Parked {
+    pub(crate) stream: TcpStream,
+    pub(crate) info: ConnectInfo,
+    pub(crate) ctx: Rc<ConnCtx>,
+}
+
+/// Serves one accepted TCP connection until it closes or is parked: its PROXY header if
+/// the listener expects one, its handshake on a secure listener, then HTTP. A plain
+/// HTTP/1.1 connection that goes idle on a crowded worker is returned to be parked
+/// ([`Parked`]; a TLS connection waits in its task, on its socket, its session's keys and
+/// state being most of what it holds).
 ///
 /// The service lives once in this future, lent to the drivers under it (see [`serve`]);
 /// the caller boxes the future where it is made, so that spawning it moves a pointer.
@@ -137,7 +154,7 @@ pub(crate) fn serve_tcp<S, B>(
     options: TcpOptions,
     mut svc: S,
     ctx: Rc<ConnCtx>,
-) -> impl Future<Output = ()> + 'static
+) -> impl Future<Output = Option<Parked>> + 'static
 where
     S: Service<Request<Body>, Response = Response<B>> + Clone + 'static,
     S::Error: Into<BoxError>,
@@ -159,11 +176,19 @@ where
             let read = Box::pin(read_proxy_header(&mut stream, proxy, config, &ctx));
             match read.await {
                 Some(client) => peer.info.remote = client,
-                None => return,
+                None => return None,
             }
         }
         match &options.secure {
-            None => serve_h1(stream, true, &peer, &mut svc, &ctx).await,
+            None => {
+                let start = Start::New { detect_h2: true };
+                let stream = serve_h1(stream, start, true, &peer, &mut svc, &ctx).await?;
+                Some(Parked {
+                    stream,
+                    info: peer.info,
+                    ctx,
+                })
+            }
             // Boxed: the handshake's state would make every plain connection's future
             // as large as a secure one's.
             Some(secure) => {
@@ -173,8 +198,31 @@ where
                     stream, remote, local, &*secure.0, listener, &mut svc, &ctx,
                 ))
                 .await;
+                None
             }
         }
+    }
+}
+
+/// Serves a [`Parked`] connection whose socket has become readable, as [`serve_tcp`]
+/// serves a new one (and returns it again if it goes idle again).
+pub(crate) fn resume<S, B>(parked: Parked, mut svc: S) -> impl Future<Output = Option<Parked>>
+where
+    S: Service<Request<Body>, Response = Response<B>> + Clone + 'static,
+    S::Error: Into<BoxError>,
+    S::Future: 'static,
+    B: http_body::Body<Data = Bytes> + 'static,
+    B::Error: Into<BoxError>,
+{
+    let Parked { stream, info, ctx } = parked;
+    let peer = Peer::plain(info);
+    async move {
+        let stream = serve_h1(stream, Start::Resumed, true, &peer, &mut svc, &ctx).await?;
+        Some(Parked {
+            stream,
+            info: peer.info,
+            ctx,
+        })
     }
 }
 
@@ -208,7 +256,7 @@ pub(crate) async fn read_proxy_header(
 
 /// HTTP/1.1 through scb's driver, on any transport, then hyper for what leaves it (h2c,
 /// an upgrade).
-pub(crate) use h1::serve as serve_h1;
+pub(crate) use h1::{Start, serve as serve_h1};
 
 /// Serves one connection of a secure listener: the handshake (bounded by the handshake
 /// timeout), then HTTP/2 through hyper or HTTP/1.1 through scb's driver, as ALPN chose.
@@ -275,7 +323,8 @@ pub(crate) async fn serve_secure<S, B>(
                 io: secured.io,
                 socket: secured.socket,
             };
-            serve_h1(io, false, &peer, svc, ctx).await;
+            let start = Start::New { detect_h2: false };
+            serve_h1(io, start, false, &peer, svc, ctx).await;
         }
     }
 }

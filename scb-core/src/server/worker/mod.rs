@@ -19,7 +19,9 @@ use super::metrics::ListenerMetrics;
 use super::shutdown::Trigger;
 use super::{ConnectInfo, Server, WorkerInfo};
 use crate::{Body, BoxError};
+use parked::ParkedConnections;
 
+mod parked;
 #[cfg(feature = "http3")]
 mod quic;
 #[cfg(feature = "http3")]
@@ -271,7 +273,12 @@ impl Connections {
     }
 }
 
-/// Decrements the count when a connection task ends, however it ends.
+/// What an open connection holds until it closes: its place in the worker's count and in
+/// its listener's metrics.
+type Open = (ConnGuard, Option<super::metrics::OpenConnection>);
+
+/// Decrements the count when a connection closes, however it ends (its task ends, or it
+/// is closed while parked).
 struct ConnGuard(Rc<Connections>);
 
 impl Drop for ConnGuard {
@@ -321,6 +328,7 @@ pub(super) fn run<S, B>(
 
     local.block_on(&runtime, async {
         let svc = make_service(&info);
+        let parked = ParkedConnections::start(svc.clone(), shutdown.clone());
         // By bound address: a worker may accept on several sockets of one address (those
         // an upgrade handed over).
         let mut accepting: HashMap<ListenKey, Vec<Accepting>> = HashMap::new();
@@ -381,6 +389,7 @@ pub(super) fn run<S, B>(
                 Rc::clone(&options),
                 svc.clone(),
                 Rc::clone(&current),
+                Rc::clone(&parked),
             ));
             accepting
                 .entry(key)
@@ -458,6 +467,7 @@ async fn accept_loop<S, B>(
     options: Rc<RefCell<super::ListenOptions>>,
     svc: S,
     current: Rc<Current>,
+    parked: Rc<ParkedConnections<S, Open>>,
 ) where
     S: Service<Request<Body>, Response = Response<B>> + Clone + 'static,
     S::Error: Into<BoxError>,
@@ -525,11 +535,7 @@ async fn accept_loop<S, B>(
                 // more than once while spawning it; a box moves as a pointer. Measured on
                 // a connection per request (callgrind, see bench/RESULTS.md).
                 let serving = Box::pin(conn::serve_tcp(stream, remote, local, options, svc, ctx));
-                let task = async move {
-                    let _guard = guard;
-                    serving.await;
-                };
-                tokio::task::spawn_local(task);
+                parked.spawn(serving, guard);
             }
             Err(e) => {
                 // EMFILE and friends: back off instead of spinning on a full table.
