@@ -9,6 +9,7 @@ set -euo pipefail
 bin=${1:-target/release/scb}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+keep=${KEEP:-}
 cat > "$work/scb.toml" <<TOML
 [server]
 workers = 1
@@ -34,4 +35,5 @@ for conns in 8 300; do
     kill "$pid"; wait "$pid" 2>/dev/null || true
     total=$(awk '/^totals:/ {print $2; exit}' "$out")
     echo "wrk -c$conns: $n requests, $((total / n)) instructions per request"
+    if [ -n "$keep" ]; then cp "$out" "$keep.c$conns"; fi
 done

@@ -3,9 +3,12 @@
 //! For each server, twice (plain HTTP/1.1, then HTTP/1.1 over TLS 1.3): start it from its
 //! committed config, read the resident memory of its process tree, open the connections
 //! one after another with one `GET /respond` each (the answer read whole, the connection
-//! kept open), read the resident memory again, and check that every tenth connection
-//! still answers a second request (the figure is of connections the server kept, not of
-//! ones it dropped). The difference over the count is the memory per idle connection.
+//! kept open), read the resident memory again at once and after the connections have been
+//! idle for `--settle` seconds, and check that every tenth connection still answers a
+//! second request (the figure is of connections the server kept, not of ones it
+//! dropped). The difference over the count is the memory per idle connection: just
+//! opened (between requests), and settled (idle for a while: scb parks a connection idle
+//! for a second, two for those that went idle before their worker was crowded).
 //! Browsers and mobile clients leave keep-alive connections open by the thousand; this
 //! is what each one costs.
 
@@ -36,6 +39,9 @@ pub(crate) struct IdleArgs {
     /// TLS connections to hold open.
     #[arg(long, default_value_t = 2_000, value_name = "N")]
     pub(crate) tls: usize,
+    /// Seconds the connections stay idle before the settled reading.
+    #[arg(long, default_value_t = 3, value_name = "S")]
+    pub(crate) settle: u64,
     /// Everything else as for a run (`--servers` as given, default scb and nginx;
     /// `--scenarios`, `--duration` and `--rounds` are ignored).
     #[command(flatten)]
@@ -58,12 +64,15 @@ struct Row {
     kind: &'static str,
     connections: usize,
     before_kib: u64,
+    /// Read as soon as the last connection's answer came.
     with_them_kib: u64,
+    /// Read after they were idle for `--settle` seconds.
+    settled_kib: u64,
 }
 
 impl Row {
-    fn kib_per_connection(&self) -> f64 {
-        self.with_them_kib.saturating_sub(self.before_kib) as f64 / self.connections as f64
+    fn kib_per_connection(&self, with_them_kib: u64) -> f64 {
+        with_them_kib.saturating_sub(self.before_kib) as f64 / self.connections as f64
     }
 }
 
@@ -97,10 +106,11 @@ pub(crate) fn run(args: IdleArgs, argv: &[String]) -> anyhow::Result<bool> {
             if count == 0 || !server.supports(scenario) {
                 continue;
             }
-            rows.push(measure(&ctx, server, scenario, count, &tls)?);
+            let settle = Duration::from_secs(args.settle);
+            rows.push(measure(&ctx, server, scenario, count, &tls, settle)?);
         }
     }
-    let report = table(&rows, &settings);
+    let report = table(&rows, &settings, Duration::from_secs(args.settle));
     crate::harness::run::publish(&settings.out, "idle.md", &report)?;
     Ok(true)
 }
@@ -111,6 +121,7 @@ fn measure(
     scenario: Scenario,
     count: usize,
     tls: &Arc<rustls::ClientConfig>,
+    settle: Duration,
 ) -> anyhow::Result<Row> {
     let kind = if scenario == Scenario::TlsHandshake {
         "TLS 1.3"
@@ -147,6 +158,8 @@ fn measure(
         connections.push(stream);
     }
     let with_them_kib = proctree::tree_rss_kib(pid)?;
+    std::thread::sleep(settle);
+    let settled_kib = proctree::tree_rss_kib(pid)?;
     // Kept, not dropped: a second request on every tenth connection is answered.
     for (i, stream) in connections.iter_mut().enumerate().step_by(10) {
         exchange(stream)
@@ -161,36 +174,45 @@ fn measure(
         connections: count,
         before_kib,
         with_them_kib,
+        settled_kib,
     };
     progress(&format!(
-        "[idle] {server}, {kind}: {:.1} KiB per connection ({} KiB before, {} KiB with them)",
-        row.kib_per_connection(),
+        "[idle] {server}, {kind}: {:.1} KiB per connection settled, {:.1} just opened ({} KiB \
+         before, {} KiB with them, {} KiB settled)",
+        row.kib_per_connection(row.settled_kib),
+        row.kib_per_connection(row.with_them_kib),
         row.before_kib,
-        row.with_them_kib
+        row.with_them_kib,
+        row.settled_kib
     ));
     Ok(row)
 }
 
-fn table(rows: &[Row], settings: &Settings) -> String {
+fn table(rows: &[Row], settings: &Settings, settle: Duration) -> String {
     let mut out = format!(
         "# Idle keep-alive connections\n\nEach connection made one `GET /respond` (HTTP/1.1, \
-         keep-alive) and stayed open; resident memory of the server's process tree before and \
-         with them. {} worker(s), server CPUs {}.\n\n\
-         | server | connections | count | RSS before MiB | RSS with them MiB | KiB per connection |\n\
-         |---|---|--:|--:|--:|--:|\n",
+         keep-alive) and stayed open; resident memory of the server's process tree before, \
+         with them just opened, and after they were idle for {} s. {} worker(s), server CPUs \
+         {}.\n\n\
+         | server | connections | count | RSS before MiB | RSS with them MiB | settled MiB | \
+         KiB per connection, just opened | KiB per connection, settled |\n\
+         |---|---|--:|--:|--:|--:|--:|--:|\n",
+        settle.as_secs(),
         settings.workers,
         settings.server_cpus.as_str()
     );
     for row in rows {
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {:.1} | {:.1} | {:.1} |",
+            "| {} | {} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
             row.server,
             row.kind,
             row.connections,
             row.before_kib as f64 / 1024.0,
             row.with_them_kib as f64 / 1024.0,
-            row.kib_per_connection()
+            row.settled_kib as f64 / 1024.0,
+            row.kib_per_connection(row.with_them_kib),
+            row.kib_per_connection(row.settled_kib)
         );
     }
     out

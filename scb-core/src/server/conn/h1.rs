@@ -60,6 +60,14 @@ const BUFFER: usize = 8 * 1024;
 /// keep-alive connection about 1,100 instructions a request (bench/RESULTS.md).
 const KEEP_IDLE_BUFFERS_UP_TO: usize = 256;
 
+/// How often an idle keep-alive connection holding its buffers asks whether its worker
+/// has become crowded since the wait began (then gives them back), and how long one
+/// holding none waits in its task before it is parked (`serve`'s `park`): a busy
+/// keep-alive client's next request comes within it, and parking and resuming costs a
+/// task (about 2,500 instructions a request, bench/RESULTS.md), while the memory it saves
+/// is that of connections idle for longer.
+const IDLE_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// How long, and how much, to keep reading after deciding to close a connection whose
 /// client may still be sending: closing with unread input makes the kernel send RST, which
 /// can destroy the response the client has not read yet.
@@ -104,6 +112,14 @@ enum Nagle {
     Off,
 }
 
+/// An idle keep-alive connection [`serve`] hands back to be parked.
+#[derive(Debug)]
+pub(crate) struct Parkable<T> {
+    pub(crate) io: T,
+    /// When it is to be closed if no request comes first.
+    pub(crate) keep_alive_until: Instant,
+}
+
 /// How a connection comes to [`serve`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Start {
@@ -124,12 +140,12 @@ pub(crate) enum Start {
 ///
 /// The requests are served by a boxed future of their own ([`serve_requests`]: it holds
 /// the service's and the response's futures, kilobytes), which on a crowded worker ends
-/// when the connection goes idle. With `park`, the transport is then returned (Nagle
-/// off, no buffer, no timer): the caller parks it with its worker, which keeps no task
-/// for it and serves it again from [`Start::Resumed`] when its socket becomes readable.
-/// Without, what waits for the next request is this small future and the connection's
-/// state without its buffers (see [`Conn::read_more`]). Returns `None` when the
-/// connection is done.
+/// when the connection goes idle: what waits for the next request is then this small
+/// future and the connection's state without its buffers (see [`Conn::read_more`]). With
+/// `park`, a connection still idle after [`IDLE_CHECK`] is returned (Nagle off, no
+/// buffer, no timer): the caller parks it with its worker, which keeps no task for it and
+/// serves it again from [`Start::Resumed`] when its socket becomes readable. Returns
+/// `None` when the connection is done.
 ///
 /// Not an `async fn`: its future would hold the transport twice (the argument, and the
 /// connection's state made from it). The state is made first and the `async` block holds
@@ -141,7 +157,7 @@ pub(crate) fn serve<'a, T, S, B>(
     peer: &'a Peer,
     svc: &'a mut S,
     ctx: &'a Rc<ConnCtx>,
-) -> impl Future<Output = Option<T>> + 'a
+) -> impl Future<Output = Option<Parkable<T>>> + 'a
 where
     T: Transport + Send + 'static,
     S: Service<Request<Body>, Response = Response<B>> + Clone + 'static,
@@ -204,19 +220,20 @@ where
                     conn.nagle_off();
                     break Ok(Outcome::Upgrade(Rewind::new(conn.io, pre)));
                 }
-                // Its next write is its second or later: Nagle goes off now, while the
-                // connection still knows where it stands with it.
-                Ok(Served::Idle) if park => {
-                    conn.nagle_off();
-                    return Some(conn.io);
-                }
                 Ok(Served::Idle) => {
                     // The head's field offsets go with the buffers: a browser's twenty
                     // fields are 640 bytes of them, kept for the next head otherwise.
                     between.scratch = Scratch::default();
-                    match conn.wait_bufferless().await {
-                        Ok(true) => {}
-                        Ok(false) => break Ok(Outcome::Closed),
+                    match conn.wait_bufferless(park).await {
+                        Ok(Waited::Input) => {}
+                        Ok(Waited::Park { until }) => {
+                            conn.nagle_off();
+                            return Some(Parkable {
+                                io: conn.io,
+                                keep_alive_until: until,
+                            });
+                        }
+                        Ok(Waited::Closed | Waited::Crowded) => break Ok(Outcome::Closed),
                         Err(e) => break Err(e),
                     }
                 }
@@ -453,6 +470,51 @@ enum Read {
     Idle,
 }
 
+/// Whether the worker on this thread has so many connections open that its idle ones give
+/// back what they hold.
+fn crowded() -> bool {
+    crate::server::open_connections::here() > KEEP_IDLE_BUFFERS_UP_TO
+}
+
+/// What [`Conn::wait`] waits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Until {
+    /// The rest of a head, until its deadline.
+    Head(Instant),
+    /// The next request.
+    Idle(IdleWait),
+}
+
+/// An idle wait, by what the connection holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum IdleWait {
+    /// Its buffers: it looks every [`IDLE_CHECK`] whether its worker has become crowded.
+    Buffered,
+    /// No buffer; with `park`, it is parked after [`IDLE_CHECK`].
+    Bufferless { park: bool },
+}
+
+/// What an idle wait looks out for on its timer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Check {
+    Crowded,
+    ParkAt(Instant),
+}
+
+/// How [`Conn::wait`] ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Waited {
+    /// Input (or its end) is there to read.
+    Input,
+    /// The deadline passed (a head's answered 408), the client closed, or shutdown began.
+    Closed,
+    /// Idle with its buffers, on a worker that has become crowded.
+    Crowded,
+    /// Idle without buffers for [`IDLE_CHECK`]: to be parked, and closed `until` its
+    /// keep-alive deadline if no request comes.
+    Park { until: Instant },
+}
+
 /// Whether there is more to read: reads into `rbuf` (false at the end of the stream), or
 /// with `readiness_only` waits until the socket under `io` is readable
 /// ([`Transport::idle_socket`]). Cancel-safe, as both are.
@@ -482,7 +544,8 @@ impl<T: Transport> Conn<'_, T> {
     /// 16 KiB of buffers and a request's future each (nginx's idle connections hold
     /// neither). The read attempted first keeps this off the path of a client whose next
     /// request is already there, and clears the socket's readiness so that the wait is a
-    /// real one.
+    /// real one. A connection that began its wait holding its buffers (its worker was not
+    /// crowded then) gives them back too if the worker becomes crowded while it waits.
     async fn read_more(&mut self, deadline: Option<Instant>) -> std::io::Result<Read> {
         self.flush().await?;
         self.rbuf.reserve(BUFFER);
@@ -490,63 +553,104 @@ impl<T: Transport> Conn<'_, T> {
         if idle && self.ctx.shutdown.is_fired() {
             return Ok(Read::Closed);
         }
-        if idle
-            && self.rbuf.is_empty()
-            && self.io.idle_socket().is_some()
-            && crate::server::open_connections::here() > KEEP_IDLE_BUFFERS_UP_TO
-        {
+        if idle && self.rbuf.is_empty() && self.io.idle_socket().is_some() && crowded() {
             let mut read = pin!(self.io.read_buf(&mut self.rbuf));
             let mut now = std::task::Context::from_waker(std::task::Waker::noop());
             if let Poll::Ready(read) = read.as_mut().poll(&mut now) {
                 return Ok(if read? > 0 { Read::Data } else { Read::Closed });
             }
-            self.rbuf = BytesMut::new();
-            self.wbuf = Vec::new();
-            return Ok(Read::Idle);
+            return Ok(self.give_buffers_back());
         }
-        Ok(if self.wait(deadline, false).await? {
-            Read::Data
-        } else {
-            Read::Closed
+        let until = match deadline {
+            Some(deadline) => Until::Head(deadline),
+            None => Until::Idle(IdleWait::Buffered),
+        };
+        Ok(match self.wait(until).await? {
+            Waited::Input => Read::Data,
+            // Its worker became crowded while it waited.
+            Waited::Crowded => self.give_buffers_back(),
+            Waited::Closed | Waited::Park { .. } => Read::Closed,
         })
     }
 
-    /// Waits, holding no buffer, until an idle connection's socket is readable (true, and
-    /// the read buffer has room again), the keep-alive timeout passes or shutdown begins
-    /// (false).
-    async fn wait_bufferless(&mut self) -> std::io::Result<bool> {
-        let readable = self.wait(None, true).await?;
-        if readable {
-            self.rbuf.reserve(BUFFER);
-        }
-        Ok(readable)
+    /// An idle connection's buffers given back: [`Read::Idle`].
+    fn give_buffers_back(&mut self) -> Read {
+        self.rbuf = BytesMut::new();
+        self.wbuf = Vec::new();
+        Read::Idle
     }
 
-    /// Waits for [`input`] until `deadline`, or with none until the keep-alive timeout or
-    /// shutdown; false when either comes first (a head's deadline answered 408).
-    async fn wait(
-        &mut self,
-        deadline: Option<Instant>,
-        readiness_only: bool,
-    ) -> std::io::Result<bool> {
-        let idle = deadline.is_none();
-        let wanted =
-            deadline.unwrap_or_else(|| Instant::now() + self.ctx.limits.keep_alive_timeout);
-        if wanted < self.timer.deadline() {
-            self.timer.as_mut().reset(wanted);
+    /// Waits, holding no buffer, until an idle connection's socket is readable (and the
+    /// read buffer has room again), the keep-alive timeout passes or shutdown begins; with
+    /// `park`, at most [`IDLE_CHECK`], after which the connection is to be parked.
+    async fn wait_bufferless(&mut self, park: bool) -> std::io::Result<Waited> {
+        let waited = self
+            .wait(Until::Idle(IdleWait::Bufferless { park }))
+            .await?;
+        if waited == Waited::Input {
+            self.rbuf.reserve(BUFFER);
         }
+        Ok(waited)
+    }
+
+    /// Waits for [`input`] until a head's deadline (then answers 408), or between
+    /// requests until the keep-alive timeout, shutdown, or what `IdleWait` looks out for.
+    ///
+    /// One timer serves all of it: moved only when a deadline must come sooner or when it
+    /// fires before the one wanted now, so a keep-alive request costs no timer-wheel
+    /// insert; an idle wait's checks make it fire every [`IDLE_CHECK`] instead of once a
+    /// keep-alive timeout.
+    async fn wait(&mut self, until: Until) -> std::io::Result<Waited> {
+        let (wanted, check, readiness_only) = match until {
+            Until::Head(deadline) => (deadline, None, false),
+            Until::Idle(idle) => {
+                let now = Instant::now();
+                let wanted = now + self.ctx.limits.keep_alive_timeout;
+                match idle {
+                    // Only a connection that could give its buffers back looks.
+                    IdleWait::Buffered if self.io.idle_socket().is_some() => {
+                        (wanted, Some(Check::Crowded), false)
+                    }
+                    IdleWait::Buffered => (wanted, None, false),
+                    IdleWait::Bufferless { park: true } => {
+                        (wanted, Some(Check::ParkAt(now + IDLE_CHECK)), true)
+                    }
+                    IdleWait::Bufferless { park: false } => (wanted, None, true),
+                }
+            }
+        };
+        let next = |now: Instant| match check {
+            None => wanted,
+            Some(Check::Crowded) => wanted.min(now + IDLE_CHECK),
+            Some(Check::ParkAt(at)) => wanted.min(at),
+        };
+        let first = next(Instant::now());
+        if first < self.timer.deadline() {
+            self.timer.as_mut().reset(first);
+        }
+        let idle = matches!(until, Until::Idle(_));
         loop {
             tokio::select! {
                 biased;
-                read = input(&mut self.io, &mut self.rbuf, readiness_only) => return read,
+                read = input(&mut self.io, &mut self.rbuf, readiness_only) => {
+                    return Ok(if read? { Waited::Input } else { Waited::Closed });
+                }
                 () = self.timer.as_mut() => {
-                    if Instant::now() < wanted {
-                        // Fired for an earlier deadline; the one wanted now is later.
-                        self.timer.as_mut().reset(wanted);
+                    let now = Instant::now();
+                    if now < wanted {
+                        match check {
+                            Some(Check::Crowded) if crowded() => return Ok(Waited::Crowded),
+                            Some(Check::ParkAt(at)) if now >= at => {
+                                return Ok(Waited::Park { until: wanted });
+                            }
+                            // Fired for an earlier deadline, or nothing to do yet.
+                            _ => {}
+                        }
+                        self.timer.as_mut().reset(next(now));
                         continue;
                     }
                 }
-                () = self.shutdown.as_mut(), if idle => return Ok(false),
+                () = self.shutdown.as_mut(), if idle => return Ok(Waited::Closed),
             }
             // The deadline passed.
             if !idle {
@@ -558,7 +662,7 @@ impl<T: Transport> Conn<'_, T> {
                 // wait as large as a response's.
                 Box::pin(self.refuse(&e)).await;
             }
-            return Ok(false);
+            return Ok(Waited::Closed);
         }
     }
 

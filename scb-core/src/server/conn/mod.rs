@@ -137,6 +137,8 @@ pub(crate) struct Parked {
     pub(crate) stream: TcpStream,
     pub(crate) info: ConnectInfo,
     pub(crate) ctx: Rc<ConnCtx>,
+    /// When it is to be closed if no request comes first.
+    pub(crate) keep_alive_until: tokio::time::Instant,
 }
 
 /// Serves one accepted TCP connection until it closes or is parked: its PROXY header if
@@ -182,11 +184,12 @@ where
         match &options.secure {
             None => {
                 let start = Start::New { detect_h2: true };
-                let stream = serve_h1(stream, start, true, &peer, &mut svc, &ctx).await?;
+                let idle = serve_h1(stream, start, true, &peer, &mut svc, &ctx).await?;
                 Some(Parked {
-                    stream,
+                    stream: idle.io,
                     info: peer.info,
                     ctx,
+                    keep_alive_until: idle.keep_alive_until,
                 })
             }
             // Boxed: the handshake's state would make every plain connection's future
@@ -214,14 +217,17 @@ where
     B: http_body::Body<Data = Bytes> + 'static,
     B::Error: Into<BoxError>,
 {
-    let Parked { stream, info, ctx } = parked;
+    let Parked {
+        stream, info, ctx, ..
+    } = parked;
     let peer = Peer::plain(info);
     async move {
-        let stream = serve_h1(stream, Start::Resumed, true, &peer, &mut svc, &ctx).await?;
+        let idle = serve_h1(stream, Start::Resumed, true, &peer, &mut svc, &ctx).await?;
         Some(Parked {
-            stream,
+            stream: idle.io,
             info: peer.info,
             ctx,
+            keep_alive_until: idle.keep_alive_until,
         })
     }
 }

@@ -6,15 +6,18 @@
 //! the service, the driver's state, its timer and shutdown futures), tokio's task cell and
 //! the allocations around them, where nginx keeps a few hundred bytes of connection state.
 //! A parked connection is an entry of a slab (its socket, its peer, the settings it
-//! started with, its place in the worker's count), its keep-alive deadline in a
-//! [`DelayQueue`] and a small waker: one task per worker waits for all of them, and a
-//! connection whose socket becomes readable is served by a new task from where it left
-//! off ([`conn::resume`]). The queue closes connections whose keep-alive timeout passes;
-//! shutdown closes them all.
+//! started with, its keep-alive deadline, its place in the worker's count) and a small
+//! waker: one task per worker waits for all of them, and a connection whose socket becomes
+//! readable is served by a new task from where it left off ([`conn::resume`]).
 //!
 //! Readiness is tokio's (`TcpStream::poll_read_ready` with the entry's own waker), so
 //! what wakes a parked connection is the same edge that wakes a task: no polling of idle
-//! sockets.
+//! sockets. Deadlines are kept to the second: the task looks through the entries once a
+//! second while there are any and closes those whose keep-alive deadline has passed. A
+//! timer wheel (tokio-util's `DelayQueue`, tried first) cost each entry 64 more bytes and
+//! each park and resume an insert and a removal; a keep-alive timeout needs no finer
+//! precision, and a look through ten thousand entries is a few tens of microseconds a
+//! second.
 
 use std::cell::RefCell;
 use std::future::Future;
@@ -22,19 +25,22 @@ use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll, Wake, Waker};
+use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::task::AtomicWaker;
 use http::{Request, Response};
 use slab::Slab;
-use tokio::time::Instant;
-use tokio_util::time::DelayQueue;
-use tokio_util::time::delay_queue::Key as DeadlineKey;
+use tokio::time::{Instant, Sleep};
 use tower::Service;
 
 use crate::server::conn::{self, Parked};
 use crate::server::shutdown::Trigger;
 use crate::{Body, BoxError};
+
+/// How often the parked connections are looked through for passed keep-alive deadlines:
+/// a parked connection is closed at most this long after its deadline.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 /// The parked connections of one worker, and the service their next requests go to. `G`
 /// is what a connection holds while it is open (its place in the worker's count), moved
@@ -48,8 +54,6 @@ pub(super) struct ParkedConnections<S, G> {
 
 struct State<G> {
     entries: Slab<Entry<G>>,
-    /// The entries' slab keys by keep-alive deadline.
-    deadlines: DelayQueue<usize>,
     /// Tells an entry apart from an earlier one under the same slab key.
     serial: u64,
 }
@@ -66,12 +70,12 @@ impl<S, G> std::fmt::Debug for ParkedConnections<S, G> {
 struct Entry<G> {
     parked: Parked,
     guard: G,
-    deadline: DeadlineKey,
     serial: u64,
 }
 
 /// The slab keys (with serials) of parked connections whose sockets became readable, and
-/// the waker of the task that serves them.
+/// the waker of the task that serves them (also woken when the first entry arrives, for
+/// it to start looking through them).
 #[derive(Debug, Default)]
 struct Woken {
     keys: Mutex<Vec<(usize, u64)>>,
@@ -117,7 +121,6 @@ where
             svc,
             state: RefCell::new(State {
                 entries: Slab::new(),
-                deadlines: DelayQueue::new(),
                 serial: 0,
             }),
             woken: Arc::default(),
@@ -142,19 +145,14 @@ where
     }
 
     /// Parks a connection until its socket is readable (then serves it again), its
-    /// keep-alive timeout passes or shutdown begins (then closes it).
+    /// keep-alive deadline passes or shutdown begins (then closes it).
     fn park(self: &Rc<Self>, parked: Parked, guard: G) {
         if self.shutdown.is_fired() {
             return;
         }
         let mut state = self.state.borrow_mut();
-        let State {
-            entries,
-            deadlines,
-            serial,
-        } = &mut *state;
-        *serial = serial.wrapping_add(1);
-        let (key, serial) = (entries.vacant_key(), *serial);
+        state.serial = state.serial.wrapping_add(1);
+        let (key, serial) = (state.entries.vacant_key(), state.serial);
         let waker = Waker::from(Arc::new(EntryWaker {
             key,
             serial,
@@ -169,12 +167,13 @@ where
             drop(state);
             return self.resume(parked, guard);
         }
-        let deadline =
-            deadlines.insert_at(key, Instant::now() + parked.ctx.limits.keep_alive_timeout);
-        entries.insert(Entry {
+        if state.entries.is_empty() {
+            // The task starts looking through the entries for deadlines.
+            self.woken.task.wake();
+        }
+        state.entries.insert(Entry {
             parked,
             guard,
-            deadline,
             serial,
         });
     }
@@ -186,22 +185,26 @@ where
     }
 
     /// The worker's task: serves the connections whose sockets became readable, closes
-    /// those whose keep-alive timeout passed, and all of them at shutdown.
+    /// those whose keep-alive deadline passed, and all of them at shutdown.
     async fn wait(self: Rc<Self>) {
         let shutdown = self.shutdown.clone();
+        let mut sweep = Box::pin(tokio::time::sleep(SWEEP_EVERY));
+        let mut sweeping = false;
         tokio::select! {
             () = shutdown.fired() => {}
-            () = std::future::poll_fn(|cx| self.poll(cx)) => {}
+            () = std::future::poll_fn(|cx| self.poll(cx, sweep.as_mut(), &mut sweeping)) => {}
         }
-        let mut state = self.state.borrow_mut();
-        state.deadlines.clear();
         // Dropped after the borrow ends: a guard's drop wakes the worker's drain.
-        let entries = std::mem::take(&mut state.entries);
-        drop(state);
+        let entries = std::mem::take(&mut self.state.borrow_mut().entries);
         drop(entries);
     }
 
-    fn poll(self: &Rc<Self>, cx: &mut Context<'_>) -> Poll<()> {
+    fn poll(
+        self: &Rc<Self>,
+        cx: &mut Context<'_>,
+        mut sweep: Pin<&mut Sleep>,
+        sweeping: &mut bool,
+    ) -> Poll<()> {
         self.woken.task.register(cx.waker());
         let woken = std::mem::take(
             &mut *self
@@ -214,27 +217,42 @@ where
             let entry = {
                 let mut state = self.state.borrow_mut();
                 if state.entries.get(key).is_none_or(|e| e.serial != serial) {
-                    // Closed (or served) before this wake was seen.
+                    // Closed before this wake was seen.
                     continue;
                 }
-                let entry = state.entries.remove(key);
-                state.deadlines.remove(&entry.deadline);
-                entry
+                state.entries.remove(key)
             };
             self.resume(entry.parked, entry.guard);
         }
-        loop {
-            let expired = self.state.borrow_mut().deadlines.poll_expired(cx);
-            match expired {
-                Poll::Ready(Some(expired)) => {
-                    // Closed: the keep-alive timeout passed with no request.
-                    let entry = self.state.borrow_mut().entries.remove(expired.into_inner());
-                    drop(entry);
-                }
-                // Empty: woken again by the next insert.
-                Poll::Ready(None) | Poll::Pending => return Poll::Pending,
-            }
+        if *sweeping && sweep.as_mut().poll(cx).is_ready() {
+            *sweeping = false;
+            self.close_expired(Instant::now());
         }
+        if !*sweeping && !self.state.borrow().entries.is_empty() {
+            sweep.as_mut().reset(Instant::now() + SWEEP_EVERY);
+            *sweeping = true;
+            // Registers the timer's waker; it cannot have fired already.
+            let _ = sweep.as_mut().poll(cx);
+        }
+        Poll::Pending
+    }
+
+    /// Closes the parked connections whose keep-alive deadline is past.
+    fn close_expired(&self, now: Instant) {
+        let expired: Vec<Entry<G>> = {
+            let mut state = self.state.borrow_mut();
+            let keys: Vec<usize> = state
+                .entries
+                .iter()
+                .filter(|(_, e)| e.parked.keep_alive_until <= now)
+                .map(|(key, _)| key)
+                .collect();
+            keys.into_iter()
+                .map(|key| state.entries.remove(key))
+                .collect()
+        };
+        // Dropped after the borrow ends, as at shutdown.
+        drop(expired);
     }
 }
 
@@ -288,6 +306,7 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (connected, accepted) = tokio::join!(TcpStream::connect(addr), listener.accept());
+        let keep_alive_until = tokio::time::Instant::now() + limits.keep_alive_timeout;
         let ctx = Rc::new(ConnCtx {
             limits,
             request_id_header: crate::request_id::X_REQUEST_ID,
@@ -307,6 +326,7 @@ mod tests {
                 secure: false,
             },
             ctx,
+            keep_alive_until,
         };
         (connected.unwrap(), parked)
     }
@@ -349,7 +369,6 @@ mod tests {
             let closed = Rc::new(Cell::new(false));
             set.park(parked, Guard(Rc::clone(&closed)));
             assert_eq!(set.state.borrow().entries.len(), 1);
-            assert_eq!(set.state.borrow().deadlines.len(), 1);
 
             // Two requests in a row: the first wakes it, the second finds it served by
             // its new task (not crowded here: it stays in that task).
@@ -362,7 +381,6 @@ mod tests {
                 assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
             }
             assert_eq!(set.state.borrow().entries.len(), 0);
-            assert_eq!(set.state.borrow().deadlines.len(), 0);
             assert!(
                 !closed.get(),
                 "the connection's guard went before it closed"
