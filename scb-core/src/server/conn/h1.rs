@@ -601,22 +601,23 @@ impl<T: Transport> Conn<'_, T> {
     /// insert; an idle wait's checks make it fire every [`IDLE_CHECK`] instead of once a
     /// keep-alive timeout.
     async fn wait(&mut self, until: Until) -> std::io::Result<Waited> {
-        let (wanted, check, readiness_only) = match until {
-            Until::Head(deadline) => (deadline, None, false),
+        let (wanted, check, readiness_only, now) = match until {
+            Until::Head(deadline) => (deadline, None, false, None),
             Until::Idle(idle) => {
                 let now = Instant::now();
                 let wanted = now + self.ctx.limits.keep_alive_timeout;
-                match idle {
+                let (check, readiness_only) = match idle {
                     // Only a connection that could give its buffers back looks.
                     IdleWait::Buffered if self.io.idle_socket().is_some() => {
-                        (wanted, Some(Check::Crowded), false)
+                        (Some(Check::Crowded), false)
                     }
-                    IdleWait::Buffered => (wanted, None, false),
+                    IdleWait::Buffered => (None, false),
                     IdleWait::Bufferless { park: true } => {
-                        (wanted, Some(Check::ParkAt(now + IDLE_CHECK)), true)
+                        (Some(Check::ParkAt(now + IDLE_CHECK)), true)
                     }
-                    IdleWait::Bufferless { park: false } => (wanted, None, true),
-                }
+                    IdleWait::Bufferless { park: false } => (None, true),
+                };
+                (wanted, check, readiness_only, Some(now))
             }
         };
         let next = |now: Instant| match check {
@@ -624,7 +625,8 @@ impl<T: Transport> Conn<'_, T> {
             Some(Check::Crowded) => wanted.min(now + IDLE_CHECK),
             Some(Check::ParkAt(at)) => wanted.min(at),
         };
-        let first = next(Instant::now());
+        // The clock is read once a wait, and a head's wait reads none.
+        let first = now.map_or(wanted, next);
         if first < self.timer.deadline() {
             self.timer.as_mut().reset(first);
         }
