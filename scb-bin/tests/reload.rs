@@ -243,7 +243,9 @@ fn parked_connections_follow_a_reload_and_close_at_shutdown() {
         server.signal(Signal::HUP);
         server.wait_for_line(|l| l.contains("reloaded "));
         for (i, c) in conns.iter_mut().enumerate() {
-            let res = c.get("/gen").unwrap_or_else(|e| panic!("connection {i}: {e}"));
+            let res = c
+                .get("/gen")
+                .unwrap_or_else(|e| panic!("connection {i}: {e}"));
             assert_eq!(res.text(), n.to_string(), "connection {i}");
             assert!(!c.closing(), "connection {i}");
         }
@@ -257,7 +259,10 @@ fn parked_connections_follow_a_reload_and_close_at_shutdown() {
         server.log.join("\n")
     );
     for (i, c) in conns.iter_mut().enumerate() {
-        let e = c.get("/gen").map(|r| r.status).expect_err("still answering");
+        let e = c
+            .get("/gen")
+            .map(|r| r.status)
+            .expect_err("still answering");
         assert_eq!(
             e.kind(),
             std::io::ErrorKind::ConnectionReset,
