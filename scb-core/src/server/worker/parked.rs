@@ -386,9 +386,14 @@ mod tests {
                 "the connection's guard went before it closed"
             );
             drop(client);
-            while !closed.get() {
-                tokio::task::yield_now().await;
-            }
+            let closing = async {
+                while !closed.get() {
+                    tokio::task::yield_now().await;
+                }
+            };
+            tokio::time::timeout(Duration::from_secs(10), closing)
+                .await
+                .expect("still open 10 s after its client closed");
         });
     }
 
