@@ -27,6 +27,7 @@ use tower::Service;
 use super::body::{DISCARD_MAX, Feeder};
 use super::encode::{self, Framing, RequestInfo};
 use super::head::{self, BodyFraming, HeadError, HeadLimits, Scratch};
+use super::service::{ConnService, ResponseBody};
 use super::{ConnCtx, call_service, error_response};
 use super::{Peer, hyper};
 use crate::server::io::{Rewind, Transport, write_all_progress, write_all_vectored};
@@ -160,11 +161,8 @@ pub(crate) fn serve<'a, T, S, B>(
 ) -> impl Future<Output = Option<Parkable<T>>> + 'a
 where
     T: Transport + Send + 'static,
-    S: Service<Request<Body>, Response = Response<B>> + Clone + 'static,
-    S::Error: Into<BoxError>,
-    S::Future: 'static,
-    B: http_body::Body<Data = Bytes> + 'static,
-    B::Error: Into<BoxError>,
+    S: ConnService<B>,
+    B: ResponseBody,
 {
     let (deadline, detect_h2, first, wbuf) = match start {
         // The first request's head deadline runs from accept: a client that connects and

@@ -18,13 +18,13 @@ use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::time::Instant;
-use tower::Service;
 
 use std::sync::{Arc, Mutex};
 
 use super::Peer;
 use super::body::BodyError;
 use super::body::DISCARD_MAX;
+use super::service::{ConnService, ResponseBody};
 use super::{ConnCtx, call_service, error_response};
 use crate::server::io::{Activity, TimedIo};
 use crate::{Body, BoxError};
@@ -45,11 +45,8 @@ where
 pub(crate) async fn serve_h2<I, S, B>(io: I, peer: Peer, svc: S, ctx: &Rc<ConnCtx>)
 where
     I: AsyncRead + AsyncWrite + Unpin + 'static,
-    S: Service<Request<Body>, Response = Response<B>> + Clone + 'static,
-    S::Error: Into<BoxError>,
-    S::Future: 'static,
-    B: http_body::Body<Data = Bytes> + 'static,
-    B::Error: Into<BoxError>,
+    S: ConnService<B>,
+    B: ResponseBody,
 {
     let limits = &ctx.limits;
     let max_header_list = u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX);
@@ -80,11 +77,8 @@ where
 pub(crate) async fn serve_h1<I, S, B>(io: I, peer: Peer, svc: S, ctx: &Rc<ConnCtx>)
 where
     I: AsyncRead + AsyncWrite + Send + Unpin + 'static,
-    S: Service<Request<Body>, Response = Response<B>> + Clone + 'static,
-    S::Error: Into<BoxError>,
-    S::Future: 'static,
-    B: http_body::Body<Data = Bytes> + 'static,
-    B::Error: Into<BoxError>,
+    S: ConnService<B>,
+    B: ResponseBody,
 {
     let limits = &ctx.limits;
     let activity = Activity::new();
@@ -156,11 +150,8 @@ fn adapter<S, B>(
     Future = impl Future<Output = Result<Response<AdapterBody<B>>, Infallible>> + 'static,
 > + 'static
 where
-    S: Service<Request<Body>, Response = Response<B>> + Clone + 'static,
-    S::Error: Into<BoxError>,
-    S::Future: 'static,
-    B: http_body::Body<Data = Bytes> + 'static,
-    B::Error: Into<BoxError>,
+    S: ConnService<B>,
+    B: ResponseBody,
 {
     let ctx = Rc::clone(ctx);
     hyper::service::service_fn(move |req: Request<Incoming>| {

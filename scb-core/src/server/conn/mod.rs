@@ -12,6 +12,8 @@ mod hyper;
 mod quic;
 #[cfg(feature = "http3")]
 pub(crate) use quic::serve_quic;
+mod service;
+pub(crate) use service::{ConnService, ResponseBody};
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -20,7 +22,6 @@ use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll, ready};
 
-use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Request, Response, StatusCode, header};
 use tokio::net::TcpStream;
 use tower::Service;
@@ -101,11 +102,8 @@ pub(crate) fn serve<T, S, B>(
 ) -> impl Future<Output = ()> + 'static
 where
     T: io::Transport + Send + 'static,
-    S: Service<Request<Body>, Response = Response<B>> + Clone + 'static,
-    S::Error: Into<BoxError>,
-    S::Future: 'static,
-    B: http_body::Body<Data = Bytes> + 'static,
-    B::Error: Into<BoxError>,
+    S: ConnService<B>,
+    B: ResponseBody,
 {
     let peer = Peer::plain(ConnectInfo {
         remote,
@@ -158,11 +156,8 @@ pub(crate) fn serve_tcp<S, B>(
     ctx: Rc<ConnCtx>,
 ) -> impl Future<Output = Option<Parked>> + 'static
 where
-    S: Service<Request<Body>, Response = Response<B>> + Clone + 'static,
-    S::Error: Into<BoxError>,
-    S::Future: 'static,
-    B: http_body::Body<Data = Bytes> + 'static,
-    B::Error: Into<BoxError>,
+    S: ConnService<B>,
+    B: ResponseBody,
 {
     // Made before the `async` block, which then holds the addresses once.
     let mut peer = Peer::plain(ConnectInfo {
@@ -211,11 +206,8 @@ where
 /// serves a new one (and returns it again if it goes idle again).
 pub(crate) fn resume<S, B>(parked: Parked, mut svc: S) -> impl Future<Output = Option<Parked>>
 where
-    S: Service<Request<Body>, Response = Response<B>> + Clone + 'static,
-    S::Error: Into<BoxError>,
-    S::Future: 'static,
-    B: http_body::Body<Data = Bytes> + 'static,
-    B::Error: Into<BoxError>,
+    S: ConnService<B>,
+    B: ResponseBody,
 {
     let Parked {
         stream, info, ctx, ..
@@ -275,11 +267,8 @@ pub(crate) async fn serve_secure<S, B>(
     svc: &mut S,
     ctx: &Rc<ConnCtx>,
 ) where
-    S: Service<Request<Body>, Response = Response<B>> + Clone + 'static,
-    S::Error: Into<BoxError>,
-    S::Future: 'static,
-    B: http_body::Body<Data = Bytes> + 'static,
-    B::Error: Into<BoxError>,
+    S: ConnService<B>,
+    B: ResponseBody,
 {
     // Nagle off from the start: a handshake's flights and the tickets after it are
     // several writes, and any of them held for an acknowledgement is a round trip lost.

@@ -23,8 +23,8 @@ use bytes::{Buf, Bytes};
 use http::{Method, Request, Response, StatusCode};
 use http_body::{Frame, SizeHint};
 use tokio::time::Instant;
-use tower::Service;
 
+use super::service::{ConnService, ResponseBody};
 use super::{ConnCtx, Peer, call_service, error_response};
 use crate::connection::{ConnectInfo, TlsInfo};
 use crate::{Body, BoxError};
@@ -43,11 +43,8 @@ pub(crate) async fn serve_quic<S, B>(
     svc: S,
     ctx: Rc<ConnCtx>,
 ) where
-    S: Service<Request<Body>, Response = Response<B>> + Clone + 'static,
-    S::Error: Into<BoxError>,
-    S::Future: 'static,
-    B: http_body::Body<Data = Bytes> + 'static,
-    B::Error: Into<BoxError>,
+    S: ConnService<B>,
+    B: ResponseBody,
 {
     let remote = incoming.remote_address();
     let connecting = match incoming.accept() {
@@ -144,11 +141,8 @@ async fn serve_request<S, B>(
     mut svc: S,
     ctx: &ConnCtx,
 ) where
-    S: Service<Request<Body>, Response = Response<B>> + Clone + 'static,
-    S::Error: Into<BoxError>,
-    S::Future: 'static,
-    B: http_body::Body<Data = Bytes> + 'static,
-    B::Error: Into<BoxError>,
+    S: ConnService<B>,
+    B: ResponseBody,
 {
     let (mut send, recv) = stream.split();
     let limits = &ctx.limits;

@@ -6,19 +6,15 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Duration;
 
-use bytes::Bytes;
-use http::{Request, Response};
 use socket2::{Domain, Protocol, Socket, Type};
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
 use tokio::sync::mpsc::UnboundedReceiver;
-use tower::Service;
 
-use super::conn::{self, ConnCtx};
+use super::conn::{self, ConnCtx, ConnService, ResponseBody};
 use super::metrics::ListenerMetrics;
 use super::shutdown::Trigger;
 use super::{ConnectInfo, Server, WorkerInfo};
-use crate::{Body, BoxError};
 use parked::ParkedConnections;
 
 mod parked;
@@ -297,11 +293,8 @@ pub(super) fn run<S, B>(
     mut updates: UnboundedReceiver<Update>,
     make_service: impl FnOnce(&WorkerInfo) -> S,
 ) where
-    S: Service<Request<Body>, Response = Response<B>> + Clone + 'static,
-    S::Error: Into<BoxError>,
-    S::Future: 'static,
-    B: http_body::Body<Data = Bytes> + 'static,
-    B::Error: Into<BoxError>,
+    S: ConnService<B>,
+    B: ResponseBody,
 {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -469,11 +462,8 @@ async fn accept_loop<S, B>(
     current: Rc<Current>,
     parked: Rc<ParkedConnections<S, Open>>,
 ) where
-    S: Service<Request<Body>, Response = Response<B>> + Clone + 'static,
-    S::Error: Into<BoxError>,
-    S::Future: 'static,
-    B: http_body::Body<Data = Bytes> + 'static,
-    B::Error: Into<BoxError>,
+    S: ConnService<B>,
+    B: ResponseBody,
 {
     let connections = &current.connections;
     // Registered the first time metrics are on for a connection of this listener (at

@@ -27,16 +27,15 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
-use bytes::Bytes;
 use futures_util::task::AtomicWaker;
 use http::{Request, Response};
 use slab::Slab;
 use tokio::time::{Instant, Sleep};
 use tower::Service;
 
-use crate::server::conn::{self, Parked};
+use crate::Body;
+use crate::server::conn::{self, ConnService, Parked, ResponseBody};
 use crate::server::shutdown::Trigger;
-use crate::{Body, BoxError};
 
 /// How often the parked connections are looked through for passed keep-alive deadlines:
 /// a parked connection is closed at most this long after its deadline.
@@ -106,11 +105,9 @@ impl Wake for EntryWaker {
 
 impl<S, B, G> ParkedConnections<S, G>
 where
-    S: Service<Request<Body>, Response = Response<B>> + Clone + 'static,
-    S::Error: Into<BoxError>,
-    S::Future: 'static,
-    B: http_body::Body<Data = Bytes> + 'static,
-    B::Error: Into<BoxError>,
+    // The response type named again: it is what ties `B` to `S` in an impl block.
+    S: ConnService<B> + Service<Request<Body>, Response = Response<B>>,
+    B: ResponseBody,
     G: 'static,
 {
     /// Starts the worker's task that waits for the parked connections: call on the

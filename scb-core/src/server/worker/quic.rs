@@ -7,16 +7,12 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use bytes::Bytes;
-use http::{Request, Response};
 use socket2::{Protocol, Type};
-use tower::Service;
 
 use super::{ConnGuard, Current};
 use crate::server::Http3;
 use crate::server::Limits;
-use crate::server::conn;
-use crate::{Body, BoxError};
+use crate::server::conn::{self, ConnService, ResponseBody};
 
 /// A UDP socket on `addr` that every worker binds (`SO_REUSEPORT`).
 pub(super) fn reuseport_udp(addr: SocketAddr) -> std::io::Result<std::net::UdpSocket> {
@@ -79,11 +75,8 @@ pub(super) async fn accept_loop<S, B>(
     current: Rc<Current>,
     options: Rc<RefCell<crate::server::ListenOptions>>,
 ) where
-    S: Service<Request<Body>, Response = Response<B>> + Clone + 'static,
-    S::Error: Into<BoxError>,
-    S::Future: 'static,
-    B: http_body::Body<Data = Bytes> + 'static,
-    B::Error: Into<BoxError>,
+    S: ConnService<B>,
+    B: ResponseBody,
 {
     let connections = &current.connections;
     let handshaking = Rc::new(Cell::new(0usize));
