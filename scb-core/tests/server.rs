@@ -946,6 +946,48 @@ fn idle_connections_of_a_crowded_worker_are_closed_at_the_keep_alive_timeout() {
     assert_eq!(status_on_new_connection(server.addr, HELLO), 200);
 }
 
+/// At `max_connections`, a worker makes room for a new connection by closing one of its
+/// parked idle keep-alive connections (as nginx reuses its idle ones) instead of leaving
+/// the new client in the backlog until a keep-alive timeout passes.
+#[test]
+fn at_max_connections_an_idle_connection_makes_room_for_a_new_one() {
+    let mut limits = Limits::default();
+    limits.max_connections = 260;
+    limits.keep_alive_timeout = Duration::from_secs(600);
+    let server = TestServer::start(1, limits);
+    let mut conns: Vec<(TcpStream, Vec<u8>)> = (0..260)
+        .map(|_| {
+            let mut s = server.connect();
+            let mut buf = Vec::new();
+            s.write_all(HELLO.as_bytes()).unwrap();
+            assert_eq!(read_response(&mut s, &mut buf, false).unwrap().status, 200);
+            (s, buf)
+        })
+        .collect();
+    // The 261st: accepted once one of the others is parked and closed for it (within
+    // seconds), not after the ten-minute keep-alive timeout.
+    for _ in 0..3 {
+        let mut s = server.connect();
+        s.write_all(HELLO.as_bytes()).unwrap();
+        let answered = read_response(&mut s, &mut Vec::new(), false).expect("not accepted");
+        assert_eq!(answered.body, b"Hello, world!");
+        conns.push((s, Vec::new()));
+    }
+    // Three of the first were closed for them, idle between requests; the rest answer.
+    let mut closed = 0;
+    for (s, buf) in &mut conns {
+        if s.write_all(HELLO.as_bytes()).is_err() {
+            closed += 1;
+            continue;
+        }
+        match read_response(s, buf, false) {
+            Some(r) => assert_eq!(r.body, b"Hello, world!"),
+            None => closed += 1,
+        }
+    }
+    assert_eq!(closed, 3);
+}
+
 #[test]
 fn two_workers_both_serve() {
     let server = TestServer::start(2, Limits::default());

@@ -32,8 +32,11 @@ pub struct Limits {
     /// that grows past it ends with an error and the connection is closed. Defaults to
     /// 16 MiB.
     pub max_body_bytes: u64,
-    /// Most open connections per worker; at the limit the worker stops accepting until
-    /// one closes (the kernel's listen backlog holds the rest). Defaults to 10,000.
+    /// Most open connections per worker; at the limit a new connection takes the place
+    /// of an idle keep-alive connection the worker has parked (idle for a second or more;
+    /// the one nearest its keep-alive deadline is closed), and with none parked the worker
+    /// stops accepting until one closes or is parked (the kernel's listen backlog holds
+    /// the rest). Defaults to 10,000.
     pub max_connections: usize,
     /// Deadline for a TLS handshake on a secure listener, from accept. Defaults to 10
     /// seconds.

@@ -25,6 +25,10 @@ mod steer;
 #[cfg(feature = "http3")]
 pub(super) use steer::Peers as QuicPeers;
 
+/// How often, at most, an accept loop logs that it closes idle connections to stay under
+/// `max_connections`.
+const REUSE_WARNING_EVERY: Duration = Duration::from_secs(60);
+
 /// Listen backlog per worker socket: connections the kernel holds while the worker is busy
 /// or at its connection limit.
 const BACKLOG: i32 = 4096;
@@ -469,14 +473,26 @@ async fn accept_loop<S, B>(
     // Registered the first time metrics are on for a connection of this listener (at
     // start, or after a reload turned them on).
     let mut counted: Option<Rc<ListenerMetrics>> = None;
+    // When the worker last said it closes idle connections to make room.
+    let mut reuse_warned: Option<tokio::time::Instant> = None;
     loop {
         let ctx = Rc::clone(&current.ctx.borrow());
         let max = ctx.limits.max_connections.max(1);
-        // At the limit, wait for a connection to close (or for shutdown).
+        // At the limit, wait for a connection to close or to be parked (or for shutdown).
+        // With one parked, the next new connection takes its place: the parked one
+        // nearest its deadline is closed once the new one is accepted, as nginx reuses
+        // its idle connections.
+        let mut reuse = false;
         while connections.open() >= max {
             let changed = connections.changed.notified();
+            let parked_one = parked.parked_one();
+            if parked.any() {
+                reuse = true;
+                break;
+            }
             tokio::select! {
                 () = changed => {}
+                () = parked_one => {}
                 () = ctx.shutdown.fired() => return,
             }
         }
@@ -485,6 +501,20 @@ async fn accept_loop<S, B>(
             () = ctx.shutdown.fired() => return,
             accepted = listener.accept() => accepted,
         };
+        // Room made: the limit holds (over by one only if every parked connection woke or
+        // closed while this one was awaited, and then none is left to close).
+        if reuse
+            && connections.open() >= max
+            && parked.close_oldest()
+            && reuse_warned.is_none_or(|at| at.elapsed() >= REUSE_WARNING_EVERY)
+        {
+            reuse_warned = Some(tokio::time::Instant::now());
+            tracing::warn!(
+                worker,
+                max_connections = max,
+                "at max_connections: closing idle keep-alive connections to accept new ones"
+            );
+        }
         // The settings as they are now, not as they were when the wait began.
         let ctx = Rc::clone(&current.ctx.borrow());
         let listener_metrics = ctx.metrics.as_ref().map(|_| {

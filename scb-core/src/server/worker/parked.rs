@@ -30,6 +30,7 @@ use std::time::Duration;
 use futures_util::task::AtomicWaker;
 use http::{Request, Response};
 use slab::Slab;
+use tokio::sync::Notify;
 use tokio::time::{Instant, Sleep};
 use tower::Service;
 
@@ -49,6 +50,9 @@ pub(super) struct ParkedConnections<S, G> {
     state: RefCell<State<G>>,
     woken: Arc<Woken>,
     shutdown: Trigger,
+    /// Told each time a connection is parked: an accept loop at its connection limit
+    /// waits for one to close.
+    parked_one: Notify,
 }
 
 struct State<G> {
@@ -122,6 +126,7 @@ where
             }),
             woken: Arc::default(),
             shutdown,
+            parked_one: Notify::new(),
         });
         tokio::task::spawn_local(Rc::clone(&parked).wait());
         parked
@@ -173,6 +178,36 @@ where
             guard,
             serial,
         });
+        drop(state);
+        self.parked_one.notify_waiters();
+    }
+
+    /// Whether any connection is parked.
+    pub(super) fn any(&self) -> bool {
+        !self.state.borrow().entries.is_empty()
+    }
+
+    /// Completes when a connection is parked after this call.
+    pub(super) fn parked_one(&self) -> tokio::sync::futures::Notified<'_> {
+        self.parked_one.notified()
+    }
+
+    /// Closes the parked connection nearest its keep-alive deadline, to make room for a
+    /// new one accepted by a worker at its connection limit; false when none is parked. An idle
+    /// keep-alive connection may be closed at any time (RFC 9112 §9.8: its client retries
+    /// on a new connection), and one idle for a second or more is the least missed.
+    pub(super) fn close_oldest(&self) -> bool {
+        let entry = {
+            let mut state = self.state.borrow_mut();
+            let oldest = state
+                .entries
+                .iter()
+                .min_by_key(|(_, e)| e.parked.keep_alive_until)
+                .map(|(key, _)| key);
+            oldest.map(|key| state.entries.remove(key))
+        };
+        // Dropped after the borrow ends, as at shutdown.
+        entry.is_some()
     }
 
     /// Serves a connection again, in a task of its own.
