@@ -64,8 +64,8 @@ const KEEP_IDLE_BUFFERS_UP_TO: usize = 256;
 /// How often an idle keep-alive connection holding its buffers asks whether its worker
 /// has become crowded since the wait began (then gives them back), and how long one
 /// holding none waits in its task before it is parked (`serve`'s `park`): a busy
-/// keep-alive client's next request comes within it, and parking and resuming costs a
-/// task (about 2,500 instructions a request, bench/RESULTS.md), while the memory it saves
+/// keep-alive client's next request comes within it, and resuming a parked connection
+/// costs a task (about 3,600 instructions, bench/RESULTS.md), while the memory it saves
 /// is that of connections idle for longer.
 const IDLE_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
 
@@ -177,11 +177,11 @@ where
         Start::Resumed => (None, false, false, Vec::new()),
     };
     let timer_at = deadline.unwrap_or_else(|| Instant::now() + ctx.limits.keep_alive_timeout);
-    let nagle = match start {
-        _ if io.plain_socket().is_none() => Nagle::Off,
-        Start::New { .. } => Nagle::BeforeFirstWrite,
-        // Parked with Nagle off.
-        Start::Resumed => Nagle::Off,
+    // A resumed connection was parked with Nagle off.
+    let nagle = if matches!(start, Start::New { .. }) && io.plain_socket().is_some() {
+        Nagle::BeforeFirstWrite
+    } else {
+        Nagle::Off
     };
     let mut conn = Conn {
         io,

@@ -502,8 +502,10 @@ async fn accept_loop<S, B>(
             accepted = listener.accept() => accepted,
         };
         // Room made: the limit holds (over by one only if every parked connection woke or
-        // closed while this one was awaited, and then none is left to close).
+        // closed while this one was awaited, and then none is left to close). A failed
+        // accept closes nothing.
         if reuse
+            && accepted.is_ok()
             && connections.open() >= max
             && parked.close_oldest()
             && reuse_warned.is_none_or(|at| at.elapsed() >= REUSE_WARNING_EVERY)

@@ -193,9 +193,10 @@ where
     }
 
     /// Closes the parked connection nearest its keep-alive deadline, to make room for a
-    /// new one accepted by a worker at its connection limit; false when none is parked. An idle
-    /// keep-alive connection may be closed at any time (RFC 9112 §9.8: its client retries
-    /// on a new connection), and one idle for a second or more is the least missed.
+    /// new one accepted by a worker at its connection limit; false when none is parked.
+    /// An idle keep-alive connection may be closed at any time (RFC 9112 §9.5: its client
+    /// retries on a new connection), and one idle for a second or more is the least
+    /// missed.
     pub(super) fn close_oldest(&self) -> bool {
         let entry = {
             let mut state = self.state.borrow_mut();
