@@ -96,6 +96,12 @@ pub(crate) trait Transport: AsyncRead + AsyncWrite + Unpin {
     }
 }
 
+impl Transport for super::lazy_tcp::LazyTcpStream {
+    fn plain_socket(&self) -> Option<PlainSocket<'_>> {
+        Some(PlainSocket::LazyTcp(self))
+    }
+}
+
 impl Transport for tokio::net::TcpStream {
     fn plain_socket(&self) -> Option<PlainSocket<'_>> {
         Some(PlainSocket::Tcp(self))

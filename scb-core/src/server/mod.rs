@@ -34,6 +34,7 @@
 pub(crate) mod conn;
 mod handshake;
 mod io;
+mod lazy_tcp;
 mod limits;
 pub mod metrics;
 mod open_connections;

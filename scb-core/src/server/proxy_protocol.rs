@@ -21,7 +21,8 @@ use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use tokio::io::{AsyncReadExt as _, Interest};
-use tokio::net::TcpStream;
+
+use super::lazy_tcp::LazyTcpStream;
 
 use crate::client_ip::Networks;
 
@@ -300,16 +301,17 @@ impl Refused {
 /// Reads the PROXY header, if `peer` must or may send one, and says who the client is;
 /// the stream is left at the first byte after the header. The caller bounds the time.
 pub(crate) async fn read(
-    stream: &mut TcpStream,
+    stream: &mut LazyTcpStream,
     peer: SocketAddr,
     config: &ProxyProtocol,
 ) -> Result<SocketAddr, Refused> {
     let trusted = config.trusted.contains(peer.ip());
     let mut buf = vec![0u8; MAX_HEADER];
     let parsed = loop {
-        stream.readable().await?;
-        let peeked = stream.try_io(Interest::READABLE, || {
-            let (n, _) = rustix::net::recv(&*stream, &mut buf[..], rustix::net::RecvFlags::PEEK)?;
+        // Tried before waiting: the header has usually arrived by the time the connection
+        // is accepted, and an unregistered socket then never joins the reactor.
+        let peeked = stream.try_io(Interest::READABLE, |socket| {
+            let (n, _) = rustix::net::recv(socket, &mut buf[..], rustix::net::RecvFlags::PEEK)?;
             if n == 0 {
                 return Ok(None);
             }
@@ -323,7 +325,9 @@ pub(crate) async fn read(
         match peeked {
             Ok(Some(parsed)) => break parsed,
             Ok(None) => return Err(Refused::Closed),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                std::future::poll_fn(|cx| stream.poll_read_ready(cx)).await?;
+            }
             Err(e) => return Err(e.into()),
         }
     };

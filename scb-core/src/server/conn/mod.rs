@@ -23,10 +23,10 @@ use std::rc::Rc;
 use std::task::{Context, Poll, ready};
 
 use http::{HeaderName, HeaderValue, Request, Response, StatusCode, header};
-use tokio::net::TcpStream;
 use tower::Service;
 
 use super::io;
+use super::lazy_tcp::LazyTcpStream;
 use super::shutdown::Trigger;
 use super::{ClientCertificate, ConnectInfo, Handshake, Limits, Protocol, TlsInfo};
 use crate::{Body, BoxError};
@@ -132,7 +132,7 @@ pub(crate) struct TcpOptions {
 /// again by [`resume`].
 #[derive(Debug)]
 pub(crate) struct Parked {
-    pub(crate) stream: TcpStream,
+    pub(crate) stream: LazyTcpStream,
     pub(crate) info: ConnectInfo,
     pub(crate) ctx: Rc<ConnCtx>,
     /// When it is to be closed if no request comes first.
@@ -148,7 +148,7 @@ pub(crate) struct Parked {
 /// The service lives once in this future, lent to the drivers under it (see [`serve`]);
 /// the caller boxes the future where it is made, so that spawning it moves a pointer.
 pub(crate) fn serve_tcp<S, B>(
-    mut stream: TcpStream,
+    mut stream: LazyTcpStream,
     remote: SocketAddr,
     local: SocketAddr,
     options: TcpOptions,
@@ -190,6 +190,15 @@ where
             // Boxed: the handshake's state would make every plain connection's future
             // as large as a secure one's.
             Some(secure) => {
+                // The handshake runs on tokio's stream: it waits for the client's
+                // flights, so the socket joins the reactor anyway.
+                let stream = match stream.into_registered() {
+                    Ok(stream) => stream,
+                    Err(e) => {
+                        tracing::debug!(peer = %peer.info.remote, error = %e, "could not register");
+                        return None;
+                    }
+                };
                 let listener = options.listener.as_deref();
                 let (remote, local) = (peer.info.remote, peer.info.local);
                 Box::pin(serve_secure(
@@ -228,7 +237,7 @@ where
 /// timeout and giving way to shutdown; the client's address, or `None` (logged and
 /// counted) when the connection is to be closed.
 pub(crate) async fn read_proxy_header(
-    stream: &mut TcpStream,
+    stream: &mut LazyTcpStream,
     peer: SocketAddr,
     config: &super::ProxyProtocol,
     ctx: &ConnCtx,
@@ -259,7 +268,7 @@ pub(crate) use h1::{Start, serve as serve_h1};
 /// Serves one connection of a secure listener: the handshake (bounded by the handshake
 /// timeout), then HTTP/2 through hyper or HTTP/1.1 through scb's driver, as ALPN chose.
 pub(crate) async fn serve_secure<S, B>(
-    stream: TcpStream,
+    stream: tokio::net::TcpStream,
     remote: SocketAddr,
     local: SocketAddr,
     handshake: &dyn Handshake,

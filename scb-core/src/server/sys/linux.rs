@@ -4,7 +4,6 @@ use std::time::Duration;
 
 use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
 use tokio::io::Interest;
-use tokio::net::TcpStream;
 
 use super::PlainSocket;
 use crate::FileRegion;
@@ -36,8 +35,8 @@ pub(crate) fn raise_nofile_limit() {
 /// the transmission to be driven by the client's acknowledgements, and on loopback the
 /// client's softirq time becomes the limit (a third of the corked rate for 1 MiB files;
 /// bench/RESULTS.md).
-pub(crate) fn cork(stream: &TcpStream, corked: bool) {
-    if let Err(e) = rustix::net::sockopt::set_tcp_cork(stream, corked) {
+pub(crate) fn cork(socket: std::os::fd::BorrowedFd<'_>, corked: bool) {
+    if let Err(e) = rustix::net::sockopt::set_tcp_cork(socket, corked) {
         tracing::debug!(error = %e, "TCP_CORK could not be changed");
     }
 }
@@ -73,8 +72,8 @@ async fn send_range(
 ) -> io::Result<()> {
     while *offset < end {
         let count = (end - *offset).min(MAX_SENDFILE_CHUNK) as usize;
-        let result = stream.try_io(Interest::WRITABLE, || {
-            rustix::fs::sendfile(stream, file, Some(&mut *offset), count).map_err(io::Error::from)
+        let result = stream.try_io(Interest::WRITABLE, |socket| {
+            rustix::fs::sendfile(socket, file, Some(&mut *offset), count).map_err(io::Error::from)
         });
         match result {
             Ok(0) => {

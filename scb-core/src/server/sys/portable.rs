@@ -3,14 +3,12 @@ use std::io;
 use std::os::unix::fs::FileExt as _;
 use std::time::Duration;
 
-use tokio::net::TcpStream;
-
 use crate::body::FileShrunk;
 
 pub(crate) fn raise_nofile_limit() {}
 
 /// No `TCP_CORK` here: segments go as they are written.
-pub(crate) fn cork(_stream: &TcpStream, _corked: bool) {}
+pub(crate) fn cork(_socket: std::os::fd::BorrowedFd<'_>, _corked: bool) {}
 
 /// Portable stand-in for `sendfile(2)`: positional reads and ordinary writes.
 pub(crate) async fn send_file(

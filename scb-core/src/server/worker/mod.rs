@@ -7,11 +7,11 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use socket2::{Domain, Protocol, Socket, Type};
-use tokio::net::TcpListener;
 use tokio::sync::Notify;
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::conn::{self, ConnCtx, ConnService, ResponseBody};
+use super::lazy_tcp::LazyTcpStream;
 use super::metrics::ListenerMetrics;
 use super::shutdown::Trigger;
 use super::{ConnectInfo, Server, WorkerInfo};
@@ -139,14 +139,14 @@ pub(super) enum ListenKey {
 
 /// A registered listening socket, as its accept loop uses it.
 enum Acceptor {
-    Tcp(TcpListener, SocketAddr),
+    Tcp(ReadyListener, SocketAddr),
     Unix(tokio::net::UnixListener),
 }
 
 /// An accepted connection.
 enum Accepted {
     /// The stream, the peer's address and the listener's.
-    Tcp(tokio::net::TcpStream, SocketAddr, SocketAddr),
+    Tcp(LazyTcpStream, SocketAddr, SocketAddr),
     Unix(tokio::net::UnixStream),
 }
 
@@ -157,7 +157,7 @@ impl Acceptor {
                 let addr = socket.local_addr()?;
                 Ok((
                     ListenKey::Tcp(addr),
-                    Self::Tcp(TcpListener::from_std(socket)?, addr),
+                    Self::Tcp(ReadyListener::new(socket)?, addr),
                 ))
             }
             ListenSocket::Unix(socket, path) => Ok((
@@ -178,6 +178,49 @@ impl Acceptor {
                 Ok(Accepted::Tcp(stream, remote, *local))
             }
             Self::Unix(listener) => Ok(Accepted::Unix(listener.accept().await?.0)),
+        }
+    }
+}
+
+/// A listening TCP socket registered with the reactor for its readiness alone, so that
+/// what it accepts is not registered: tokio's `TcpListener` registers every connection it
+/// accepts (see [`LazyTcpStream`]), and `AsyncFd`'s safe constructors are deprecated
+/// (tokio#8587) while its `register` is `unsafe`. tokio's `TcpStream` waits and runs
+/// `try_io` on any socket it owns, a listening one too; nothing else of it is used.
+struct ReadyListener(tokio::net::TcpStream);
+
+impl ReadyListener {
+    fn new(socket: std::net::TcpListener) -> std::io::Result<Self> {
+        let socket = std::net::TcpStream::from(std::os::fd::OwnedFd::from(socket));
+        Ok(Self(tokio::net::TcpStream::from_std(socket)?))
+    }
+
+    /// Accepts a connection, non-blocking and outside the reactor: it joins the reactor
+    /// only if it has to wait ([`LazyTcpStream`]).
+    async fn accept(&self) -> std::io::Result<(LazyTcpStream, SocketAddr)> {
+        use rustix::net::SocketFlags;
+        let listener = &self.0;
+        loop {
+            // Through the socket's one reader waker (one accept loop a listener), not the
+            // waiter list `readable()` locks.
+            std::future::poll_fn(|cx| listener.poll_read_ready(cx)).await?;
+            let accepted = listener.try_io(tokio::io::Interest::READABLE, || {
+                let flags = SocketFlags::NONBLOCK | SocketFlags::CLOEXEC;
+                Ok(rustix::net::acceptfrom_with(listener, flags)?)
+            });
+            match accepted {
+                Ok((socket, Some(remote))) => {
+                    // A TCP listener's peers have internet addresses; another is closed.
+                    if let Ok(remote) = SocketAddr::try_from(remote) {
+                        let stream = LazyTcpStream::new(std::net::TcpStream::from(socket));
+                        return Ok((stream, remote));
+                    }
+                }
+                Ok((_, None)) => {}
+                // Nothing left to accept: the readiness is cleared, and awaited again.
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(e),
+            }
         }
     }
 }

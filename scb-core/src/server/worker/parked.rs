@@ -352,7 +352,7 @@ mod tests {
         let read = stream.try_read(&mut [0u8; 1]);
         assert!(read.is_err_and(|e| e.kind() == std::io::ErrorKind::WouldBlock));
         let parked = Parked {
-            stream,
+            stream: stream.into(),
             info: ConnectInfo {
                 remote: client,
                 local: addr,
@@ -442,7 +442,13 @@ mod tests {
                 .await
                 .unwrap();
             // Readable before it is parked: never entered.
-            parked.stream.readable().await.unwrap();
+            parked
+                .stream
+                .registered()
+                .unwrap()
+                .readable()
+                .await
+                .unwrap();
             set.park(parked, Guard(Rc::new(Cell::new(false))));
             assert_eq!(set.state.borrow().entries.len(), 0);
             let answer = read_until(&mut client, "192.0.2.8:1").await;
