@@ -7,6 +7,14 @@ use crate::body::FileShrunk;
 
 pub(crate) fn raise_nofile_limit() {}
 
+/// No `TCP_DEFER_ACCEPT` here: connections are accepted as they complete.
+pub(crate) fn set_defer_accept(
+    _listener: std::os::fd::BorrowedFd<'_>,
+    _seconds: u32,
+) -> io::Result<()> {
+    Ok(())
+}
+
 /// No `TCP_CORK` here: segments go as they are written.
 pub(crate) fn cork(_socket: std::os::fd::BorrowedFd<'_>, _corked: bool) {}
 

@@ -3,6 +3,7 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::os::fd::AsFd as _;
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -24,6 +25,12 @@ mod quic;
 mod steer;
 #[cfg(feature = "http3")]
 pub(super) use steer::Peers as QuicPeers;
+
+/// How long the kernel holds a connection whose client has sent nothing before handing it
+/// over anyway (`TCP_DEFER_ACCEPT`; the kernel waits for its next SYN-ACK retransmission):
+/// the shortest, so that a client that connects ahead of its request (a browser's
+/// preconnect) meets the header-read timeout about as it would without the option.
+const DEFER_ACCEPT_SECONDS: u32 = 1;
 
 /// How often, at most, an accept loop logs that it closes idle connections to stay under
 /// `max_connections`.
@@ -155,6 +162,15 @@ impl Acceptor {
         match socket {
             ListenSocket::Tcp(socket) => {
                 let addr = socket.local_addr()?;
+                // Without it a connection is accepted before its request comes: the worker
+                // reads nothing, registers the socket, waits, and takes it out of the
+                // epoll set again at close. With it the request is there when the
+                // connection is accepted, and a connection answered in one write never
+                // joins the epoll set ([`LazyTcpStream`]). Set on every worker's socket
+                // (a shared one more than once), inherited ones too.
+                if let Err(e) = super::sys::set_defer_accept(socket.as_fd(), DEFER_ACCEPT_SECONDS) {
+                    tracing::debug!(%addr, error = %e, "TCP_DEFER_ACCEPT not set");
+                }
                 Ok((
                     ListenKey::Tcp(addr),
                     Self::Tcp(ReadyListener::new(socket)?, addr),
