@@ -714,6 +714,34 @@ impl tower::Service<Request<Body>> for NeverReady {
 }
 
 #[test]
+fn a_client_that_connects_ahead_of_its_request_is_answered_and_a_silent_one_closed() {
+    // A listener hands a connection over once its client has sent something
+    // (TCP_DEFER_ACCEPT), or after about a second of silence: a client that connects ahead
+    // of its request (a browser's preconnect) is answered when the request comes, and one
+    // that never speaks is closed at the header deadline, counted from when it was handed
+    // over.
+    let mut limits = Limits::default();
+    limits.header_read_timeout = Duration::from_secs(1);
+    let server = TestServer::start(1, limits);
+    let mut late = server.connect();
+    let mut silent = server.connect();
+    std::thread::sleep(Duration::from_millis(1500));
+    late.write_all(b"GET /hello HTTP/1.1\r\nHost: t\r\n\r\n")
+        .unwrap();
+    let mut buf = Vec::new();
+    let r = read_response(&mut late, &mut buf, false).unwrap();
+    assert_eq!(r.status, 200);
+    late.write_all(b"GET /hello HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let r = read_response(&mut late, &mut buf, false).unwrap();
+    assert_eq!(r.status, 200);
+    assert!(
+        closed_by_server(&mut silent),
+        "a silent client was never closed"
+    );
+}
+
+#[test]
 fn slowloris_is_closed_at_the_header_deadline() {
     let mut limits = Limits::default();
     limits.header_read_timeout = Duration::from_millis(500);

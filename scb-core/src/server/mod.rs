@@ -486,6 +486,7 @@ fn spread(
     let mut sockets = Vec::with_capacity(inherited.len().max(workers));
     for socket in &inherited {
         socket.set_nonblocking(true).map_err(named)?;
+        worker::defer_accept(socket, addr);
     }
     for i in inherited.len()..workers {
         let socket = if reuseport {

@@ -3,7 +3,7 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::os::fd::AsFd as _;
+use std::os::fd::AsFd;
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -44,8 +44,25 @@ const BACKLOG: i32 = 4096;
 /// the kernel spreads new connections across workers, no accept lock, no hand-off.
 pub(super) fn reuseport_listener(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
     let socket = reuseport_socket(addr, Type::STREAM, Protocol::TCP)?;
+    // Before `listen`: no connection is queued without it.
+    defer_accept(&socket, addr);
     socket.listen(BACKLOG)?;
     Ok(socket.into())
+}
+
+/// Has the kernel hand a TCP listener's connections over once their clients have sent
+/// something (`TCP_DEFER_ACCEPT`, for [`DEFER_ACCEPT_SECONDS`]): on every listening socket,
+/// scb's own and inherited ones.
+///
+/// Without it a connection is accepted before its request comes: the worker reads nothing,
+/// registers the socket, waits, and takes it out of the epoll set again at close. With it
+/// the request is there when the connection is accepted, and a connection answered in one
+/// write never joins the epoll set ([`LazyTcpStream`]). A socket that refuses it works as
+/// before.
+pub(super) fn defer_accept(socket: &impl AsFd, addr: SocketAddr) {
+    if let Err(e) = super::sys::set_defer_accept(socket.as_fd(), DEFER_ACCEPT_SECONDS) {
+        tracing::debug!(%addr, error = %e, "TCP_DEFER_ACCEPT not set");
+    }
 }
 
 /// A non-blocking socket of `kind` bound to `addr` with `SO_REUSEPORT` (and
@@ -162,15 +179,6 @@ impl Acceptor {
         match socket {
             ListenSocket::Tcp(socket) => {
                 let addr = socket.local_addr()?;
-                // Without it a connection is accepted before its request comes: the worker
-                // reads nothing, registers the socket, waits, and takes it out of the
-                // epoll set again at close. With it the request is there when the
-                // connection is accepted, and a connection answered in one write never
-                // joins the epoll set ([`LazyTcpStream`]). Set on every worker's socket
-                // (a shared one more than once), inherited ones too.
-                if let Err(e) = super::sys::set_defer_accept(socket.as_fd(), DEFER_ACCEPT_SECONDS) {
-                    tracing::debug!(%addr, error = %e, "TCP_DEFER_ACCEPT not set");
-                }
                 Ok((
                     ListenKey::Tcp(addr),
                     Self::Tcp(ReadyListener::new(socket)?, addr),
