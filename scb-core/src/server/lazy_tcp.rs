@@ -213,23 +213,43 @@ impl AsyncRead for LazyTcpStream {
     }
 }
 
-impl AsyncWrite for LazyTcpStream {
-    fn poll_write(
-        self: Pin<&mut Self>,
+impl LazyTcpStream {
+    /// A write: `direct` on the socket while it is unregistered (within the task's budget,
+    /// as tokio's own writes), `registered` on tokio's stream once it is registered or once
+    /// the direct write would block.
+    fn poll_write_with(
+        &mut self,
         cx: &mut Context<'_>,
-        buf: &[u8],
+        direct: impl FnOnce(&std::net::TcpStream) -> io::Result<usize>,
+        registered: impl FnOnce(
+            Pin<&mut tokio::net::TcpStream>,
+            &mut Context<'_>,
+        ) -> Poll<io::Result<usize>>,
     ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        if this.registered.get().is_none() {
+        if self.registered.get().is_none() {
             let coop = ready!(tokio::task::coop::poll_proceed(cx));
-            if let Some(written) = this.unregistered(|mut socket| socket.write(buf))
+            if let Some(written) = self.unregistered(direct)
                 && !would_block(&written)
             {
                 coop.made_progress();
                 return Poll::Ready(written);
             }
         }
-        Pin::new(this.registered_mut()?).poll_write(cx, buf)
+        registered(Pin::new(self.registered_mut()?), cx)
+    }
+}
+
+impl AsyncWrite for LazyTcpStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        self.get_mut().poll_write_with(
+            cx,
+            |mut socket| socket.write(buf),
+            |registered, cx| registered.poll_write(cx, buf),
+        )
     }
 
     fn poll_write_vectored(
@@ -237,17 +257,11 @@ impl AsyncWrite for LazyTcpStream {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        if this.registered.get().is_none() {
-            let coop = ready!(tokio::task::coop::poll_proceed(cx));
-            if let Some(written) = this.unregistered(|mut socket| socket.write_vectored(bufs))
-                && !would_block(&written)
-            {
-                coop.made_progress();
-                return Poll::Ready(written);
-            }
-        }
-        Pin::new(this.registered_mut()?).poll_write_vectored(cx, bufs)
+        self.get_mut().poll_write_with(
+            cx,
+            |mut socket| socket.write_vectored(bufs),
+            |registered, cx| registered.poll_write_vectored(cx, bufs),
+        )
     }
 
     fn is_write_vectored(&self) -> bool {
