@@ -4,16 +4,12 @@
 //! compiling with plain std calls.
 
 #[cfg(target_os = "linux")]
-mod defer_accept;
-#[cfg(target_os = "linux")]
 mod linux;
 #[cfg(not(target_os = "linux"))]
 mod portable;
 
 #[cfg(target_os = "linux")]
-pub(crate) use defer_accept::set_defer_accept;
-#[cfg(target_os = "linux")]
-pub(crate) use linux::{cork, raise_nofile_limit, send_file};
+pub(crate) use linux::{cork, raise_nofile_limit, send_file, set_defer_accept};
 #[cfg(not(target_os = "linux"))]
 pub(crate) use portable::{cork, raise_nofile_limit, send_file, set_defer_accept};
 
