@@ -110,9 +110,9 @@ impl LazyTcpStream {
         Ok(f(socket.as_fd()))
     }
 
-    /// Runs `f` (a non-blocking system call on the socket's descriptor) at once if the socket is not
-    /// registered, else as tokio's `try_io` does: only if the socket is ready for
-    /// `interest`, clearing the readiness when it says `WouldBlock`.
+    /// Runs `f` (a non-blocking system call on the socket's descriptor) at once if the
+    /// socket is not registered, else as tokio's `try_io` does: only if the socket is ready
+    /// for `interest`, clearing the readiness when it says `WouldBlock`.
     pub(crate) fn try_io<R>(
         &self,
         interest: Interest,
@@ -136,34 +136,44 @@ impl LazyTcpStream {
 
     /// Writes what the socket takes now, without waiting.
     pub(crate) fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
-        match self.unregistered(|mut socket| socket.write(buf)) {
-            Some(written) => written,
-            None => self.registered()?.try_write(buf),
-        }
+        self.either(
+            |mut socket| socket.write(buf),
+            |registered| registered.try_write(buf),
+        )
     }
 
     /// [`try_write`](Self::try_write) of several buffers in one call.
     pub(crate) fn try_write_vectored(&self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
-        match self.unregistered(|mut socket| socket.write_vectored(bufs)) {
-            Some(written) => written,
-            None => self.registered()?.try_write_vectored(bufs),
-        }
+        self.either(
+            |mut socket| socket.write_vectored(bufs),
+            |registered| registered.try_write_vectored(bufs),
+        )
     }
 
     /// Sets `TCP_NODELAY`.
     pub(crate) fn set_nodelay(&self, nodelay: bool) -> io::Result<()> {
-        match self.unregistered(|socket| socket.set_nodelay(nodelay)) {
-            Some(set) => set,
-            None => self.registered()?.set_nodelay(nodelay),
-        }
+        self.either(
+            |socket| socket.set_nodelay(nodelay),
+            |registered| registered.set_nodelay(nodelay),
+        )
     }
 
     /// `TCP_NODELAY`, as set.
     #[cfg(test)]
     pub(crate) fn nodelay(&self) -> io::Result<bool> {
-        match self.unregistered(std::net::TcpStream::nodelay) {
-            Some(nodelay) => nodelay,
-            None => self.registered()?.nodelay(),
+        self.either(std::net::TcpStream::nodelay, tokio::net::TcpStream::nodelay)
+    }
+
+    /// `direct` on the socket while it is unregistered, `registered` on tokio's stream
+    /// once it is (neither registers it).
+    fn either<R>(
+        &self,
+        direct: impl FnOnce(&std::net::TcpStream) -> io::Result<R>,
+        registered: impl FnOnce(&tokio::net::TcpStream) -> io::Result<R>,
+    ) -> io::Result<R> {
+        match self.unregistered(direct) {
+            Some(done) => done,
+            None => registered(self.registered()?),
         }
     }
 }
