@@ -43,6 +43,32 @@ fn no_conditional_fields_proceed() {
 }
 
 #[test]
+fn each_precondition_field_is_seen_among_others_and_none_without_them() {
+    let with = |name: &str| {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::HOST, HeaderValue::from_static("a"));
+        headers.insert(header::RANGE, HeaderValue::from_static("bytes=0-1"));
+        if !name.is_empty() {
+            headers.insert(
+                header::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                HeaderValue::from_static("x"),
+            );
+        }
+        has_preconditions(&headers)
+    };
+    assert!(!with(""));
+    assert!(!with("if-range"));
+    for name in [
+        "if-match",
+        "If-Unmodified-Since",
+        "if-none-match",
+        "if-modified-since",
+    ] {
+        assert!(with(name), "{name}");
+    }
+}
+
+#[test]
 fn if_match_with_the_current_strong_tag_proceeds() {
     assert_eq!(eval(&[("if-match", "\"a\"")]), Proceed);
     assert_eq!(eval(&[("if-match", "\"x\", \"a\"")]), Proceed);

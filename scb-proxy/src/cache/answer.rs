@@ -54,11 +54,8 @@ pub(crate) fn from_entry(
     status: &str,
 ) -> Response<Body> {
     let age = HeaderValue::from(entry.policy.age(now).as_secs());
-    if status == HIT
-        && !ANSWER_CHANGING
-            .iter()
-            .any(|name| headers.contains_key(name))
-    {
+    // One pass over the request's few names costs less than five lookups.
+    if status == HIT && !headers.keys().any(|name| ANSWER_CHANGING.contains(name)) {
         // The common hit: one map, sized once, and no precondition or range to weigh.
         let mut res = Response::new(if method == Method::HEAD {
             Body::empty()

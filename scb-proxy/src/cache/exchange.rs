@@ -9,7 +9,7 @@ use http::{Method, Request, Response, StatusCode};
 use http_body::Body as _;
 use http_body_util::BodyExt as _;
 use scb_core::Body;
-use scb_core::conditional::{Precondition, Validators, evaluate_validators};
+use scb_core::conditional::{Precondition, Validators, evaluate_validators, has_preconditions};
 use tower::{Service, ServiceExt as _};
 
 use super::Settings;
@@ -371,6 +371,7 @@ where
         }
         let (head, body) = res.into_parts();
         let not_modified = head.status.is_success()
+            && has_preconditions(client)
             && evaluate_validators(method, client, Validators::of(&head.headers))
                 == Precondition::NotModified;
         let answer_head = (not_modified || method == Method::HEAD).then(|| copy_head(&head));

@@ -39,6 +39,10 @@ pub(crate) struct ResponseHead {
     pub(crate) keep_alive: bool,
 }
 
+/// Fields a response's map has room for beyond the upstream's own, as the server's
+/// request parser leaves.
+const SPARE_FIELDS: usize = 4;
+
 /// Parses one response head (to a request with `method`) from the front of `buf`.
 ///
 /// `Ok(None)`: not complete yet. On success the head's bytes are taken off `buf`. The
@@ -76,8 +80,10 @@ pub(crate) fn parse(
     );
     let head = buf.split_to(len).freeze();
     let mut rules = Rules::new(version);
+    // Room for what the layers above add (a request id, `Cache-Status`, `Via`...)
+    // without growing the map, which costs a rehash of every field.
     let headers = scratch
-        .to_map(&head, 0, |name, value| rules.see(name, value))
+        .to_map(&head, SPARE_FIELDS, |name, value| rules.see(name, value))
         .map_err(|e| match e {
             FieldError::Name => "invalid header name",
             FieldError::Value => "invalid header value",
