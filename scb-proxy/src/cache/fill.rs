@@ -15,7 +15,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use tokio::sync::watch;
+use tokio::sync::Notify;
+use tokio::sync::futures::OwnedNotified;
 
 use super::key::{ByDigest, Key};
 
@@ -37,7 +38,7 @@ pub(crate) struct Fills {
 #[derive(Debug)]
 enum Slot {
     /// A request is fetching the key: wait on this for it to end.
-    Filling { id: u64, done: watch::Receiver<()> },
+    Filling { id: u64, done: Arc<Notify> },
     /// The key's answer could not be stored; until then, do not wait for it.
     Pass { until: Instant },
 }
@@ -59,20 +60,23 @@ pub(crate) struct FillGuard {
     fills: Arc<Fills>,
     key: Key,
     id: u64,
-    /// Never sent on: the waiters wake when it is dropped.
-    _done: watch::Sender<()>,
+    /// Notified when the guard is dropped, after the slot is gone. A `Notify` rather
+    /// than a `watch` channel: a miss makes one of these, and a channel's state (eight
+    /// `Notify`s to wake many waiters) cost about 800 instructions to make and drop.
+    done: Arc<Notify>,
 }
 
-/// A request waiting for another's fill.
+/// A request waiting for another's fill: made under the fills' lock while the fill is
+/// in progress, so the leader's notification, sent after it removes the slot under the
+/// same lock, always comes after it and reaches it (a `Notified` hears every
+/// `notify_waiters` from the moment it is made, polled or not).
 #[derive(Debug)]
-pub(crate) struct Follower(watch::Receiver<()>);
+pub(crate) struct Follower(OwnedNotified);
 
 impl Follower {
     /// Waits until the fill ends or `timeout` passes, whichever is first.
-    pub(crate) async fn wait(mut self, timeout: Duration) {
-        // `changed` fails when the leader's sender is dropped, which is the only way a
-        // fill ends: either way the wait is over.
-        let _ = tokio::time::timeout(timeout, self.0.changed()).await;
+    pub(crate) async fn wait(self, timeout: Duration) {
+        let _ = tokio::time::timeout(timeout, self.0).await;
     }
 }
 
@@ -88,7 +92,9 @@ impl Fills {
         // One hash of the key for the look and the insert.
         let slot = match slots.entry(key.clone()) {
             Entry::Occupied(slot) => match slot.get() {
-                Slot::Filling { done, .. } => return Join::Follow(Follower(done.clone())),
+                Slot::Filling { done, .. } => {
+                    return Join::Follow(Follower(Arc::clone(done).notified_owned()));
+                }
                 Slot::Pass { until } if *until > Instant::now() => return Join::Pass,
                 Slot::Pass { .. } => slot.into_mut(),
             },
@@ -97,13 +103,16 @@ impl Fills {
             }),
         };
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let (sender, done) = watch::channel(());
-        *slot = Slot::Filling { id, done };
+        let done = Arc::new(Notify::new());
+        *slot = Slot::Filling {
+            id,
+            done: Arc::clone(&done),
+        };
         Join::Lead(FillGuard {
             fills: Arc::clone(self),
             key: key.clone(),
             id,
-            _done: sender,
+            done,
         })
     }
 
@@ -149,5 +158,7 @@ impl Drop for FillGuard {
         {
             slots.insert(self.key.clone(), slot);
         }
+        drop(slots);
+        self.done.notify_waiters();
     }
 }

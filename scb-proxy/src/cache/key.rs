@@ -36,13 +36,15 @@ pub(crate) struct Key {
     /// `https` rather than `http`: the two are different URIs, and may be answered
     /// differently (a redirect to https on one, the page on the other).
     pub(crate) secure: bool,
-    pub(crate) host: Box<str>,
-    pub(crate) target: Box<str>,
+    /// Shared, not boxed: a miss clones its key for the fill it leads and the guard that
+    /// ends it, and a clone is then a count, not two allocations and copies.
+    pub(crate) host: Arc<str>,
+    pub(crate) target: Arc<str>,
     digest: u64,
 }
 
 impl Key {
-    pub(crate) fn new(secure: bool, host: Box<str>, target: Box<str>) -> Self {
+    pub(crate) fn new(secure: bool, host: Arc<str>, target: Arc<str>) -> Self {
         let digest = digest(secure, &host, &target);
         Self {
             secure,
