@@ -49,6 +49,9 @@ impl Delta {
     }
 }
 
+/// `Surrogate-Control` (W3C Edge Architecture).
+const SURROGATE_CONTROL: header::HeaderName = header::HeaderName::from_static("surrogate-control");
+
 /// The directives of a response that a shared cache acts on.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct ResponseDirectives {
@@ -94,7 +97,7 @@ pub(crate) struct RequestDirectives {
 impl ResponseDirectives {
     pub(crate) fn parse(headers: &HeaderMap) -> Self {
         let mut d = Self::default();
-        for (name, value) in directives(headers) {
+        directives_of(headers, &header::CACHE_CONTROL, |(name, value)| {
             let first = |slot: &mut Option<Delta>| first_delta(slot, value.as_deref());
             match &*name {
                 "no-store" => d.no_store = true,
@@ -116,16 +119,16 @@ impl ResponseDirectives {
                 "must-understand" => d.must_understand = true,
                 _ => {}
             }
+        });
+        // Seldom sent: one pass over the names is cheaper than hashing this one.
+        if !headers.keys().any(|name| name == SURROGATE_CONTROL) {
+            return d;
         }
-        let surrogate = directives_of(
-            headers,
-            &header::HeaderName::from_static("surrogate-control"),
-        );
         // A directive with a `;target` is for the surrogate it names, not for one
         // without a name.
-        for (name, value) in surrogate {
+        directives_of(headers, &SURROGATE_CONTROL, |(name, value)| {
             if value.as_deref().is_some_and(|v| v.contains(';')) || name.contains(';') {
-                continue;
+                return;
             }
             match &*name {
                 "max-age" if d.surrogate_max_age.is_none() => {
@@ -134,7 +137,7 @@ impl ResponseDirectives {
                 "no-store" => d.surrogate_no_store = true,
                 _ => {}
             }
-        }
+        });
         d
     }
 }
@@ -150,7 +153,7 @@ impl RequestDirectives {
         {
             return d;
         }
-        for (name, value) in directives(headers) {
+        directives_of(headers, &header::CACHE_CONTROL, |(name, value)| {
             let first = |slot: &mut Option<Delta>| first_delta(slot, value.as_deref());
             match &*name {
                 "no-cache" => d.no_cache = true,
@@ -164,7 +167,7 @@ impl RequestDirectives {
                 "stale-if-error" => first(&mut d.stale_if_error),
                 _ => {}
             }
-        }
+        });
         if !headers.contains_key(header::CACHE_CONTROL) {
             d.no_cache = headers
                 .get_all(header::PRAGMA)
@@ -201,21 +204,20 @@ fn field_names(list: &str) -> impl Iterator<Item = String> + '_ {
         .map(str::to_ascii_lowercase)
 }
 
-/// Every directive of the Cache-Control fields: lower-cased names, unquoted values.
-fn directives(headers: &HeaderMap) -> Vec<Directive<'_>> {
-    directives_of(headers, &header::CACHE_CONTROL)
-}
-
 /// A directive's name and value, borrowed from the field where they are written as they
 /// are read (lower case, no quotes): most are, and a miss then allocates nothing here.
 type Directive<'a> = (Cow<'a, str>, Option<Cow<'a, str>>);
 
-fn directives_of<'a>(headers: &'a HeaderMap, name: &header::HeaderName) -> Vec<Directive<'a>> {
-    let mut out = Vec::new();
+/// Every directive of the `name` fields, in order, to `each`: lower-cased names,
+/// unquoted values. Handed over one by one rather than collected (a `Vec` a head).
+fn directives_of<'a>(
+    headers: &'a HeaderMap,
+    name: &header::HeaderName,
+    mut each: impl FnMut(Directive<'a>),
+) {
     for field in headers.get_all(name) {
-        parse_field(field, &mut out);
+        parse_field(field, &mut each);
     }
-    out
 }
 
 /// `bytes` as text, lower-cased; borrowed when it already is.
@@ -236,7 +238,7 @@ fn trim_end(bytes: &[u8]) -> &[u8] {
     &bytes[..bytes.len() - spaces]
 }
 
-fn parse_field<'a>(field: &'a HeaderValue, out: &mut Vec<Directive<'a>>) {
+fn parse_field<'a>(field: &'a HeaderValue, each: &mut impl FnMut(Directive<'a>)) {
     let bytes = field.as_bytes();
     let mut at = 0;
     while at < bytes.len() {
@@ -287,7 +289,7 @@ fn parse_field<'a>(field: &'a HeaderValue, out: &mut Vec<Directive<'a>>) {
             }
         }
         if !name.is_empty() && !spaced {
-            out.push((name, value));
+            each((name, value));
         }
     }
 }
