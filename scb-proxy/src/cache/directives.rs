@@ -50,7 +50,8 @@ impl Delta {
 }
 
 /// `Surrogate-Control` (W3C Edge Architecture).
-const SURROGATE_CONTROL: header::HeaderName = header::HeaderName::from_static("surrogate-control");
+pub(crate) const SURROGATE_CONTROL: header::HeaderName =
+    header::HeaderName::from_static("surrogate-control");
 
 /// The directives of a response that a shared cache acts on.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

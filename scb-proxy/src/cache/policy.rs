@@ -19,7 +19,7 @@ use http::{Response, StatusCode};
 use scb_core::conditional::{Validators, http_date_secs};
 use scb_core::date::{from_unix_secs, unix_secs};
 
-use super::directives::{Delta, RequestDirectives, ResponseDirectives};
+use super::directives::{Delta, RequestDirectives, ResponseDirectives, SURROGATE_CONTROL};
 
 /// The longest heuristic freshness (10% of the time since `Last-Modified`, §4.2.2): a
 /// day, so that a file untouched for years is still checked daily.
@@ -100,7 +100,12 @@ impl Policy {
             return None;
         }
         let request = RequestDirectives::parse(req);
-        let d = ResponseDirectives::parse(&res.headers);
+        let seen = Seen::of(&res.headers);
+        let d = if seen.directives {
+            ResponseDirectives::parse(&res.headers)
+        } else {
+            ResponseDirectives::default()
+        };
         if d.must_understand && !understood(status) {
             return None;
         }
@@ -116,10 +121,10 @@ impl Policy {
             return None;
         }
         // A cookie is one client's: an answer that sets one is shared only if it says so.
-        if res.headers.contains_key(header::SET_COOKIE) && !d.public {
+        if seen.set_cookie && !d.public {
             return None;
         }
-        let expires = res.headers.contains_key(header::EXPIRES);
+        let expires = seen.expires.first.is_some();
         let explicit = d.public
             || d.max_age.is_some()
             || d.s_maxage.is_some()
@@ -128,9 +133,17 @@ impl Policy {
         if !explicit && !HEURISTIC_STATUSES.contains(&status.as_u16()) {
             return None;
         }
-        let vary = vary_of(&res.headers, req)?;
-        let policy = Self::from_head(&d, &res.headers, vary, request_time, response_time);
-        let validators = Validators::of(&res.headers);
+        let vary = if seen.vary {
+            vary_of(&res.headers, req)?
+        } else {
+            Vec::new()
+        };
+        let policy = Self::from_head(&d, &seen, vary, request_time, response_time);
+        let validators = if seen.validators {
+            Validators::of(&res.headers)
+        } else {
+            Validators::default()
+        };
         if policy.lifetime.is_zero()
             && validators.etag.is_none()
             && validators.last_modified.is_none()
@@ -144,9 +157,14 @@ impl Policy {
         let mut head = Response::new(()).into_parts().0;
         head.status = status;
         head.version = res.version;
-        let hop_by_hop = crate::forward::hop_by_hop(&res.headers);
+        // The fields `Connection` names are looked for only when there is one.
+        let named = seen
+            .connection
+            .then(|| crate::forward::hop_by_hop(&res.headers));
         let stripped = |name: &HeaderName| {
-            hop_by_hop(name)
+            named
+                .as_ref()
+                .map_or_else(|| crate::forward::is_hop_by_hop(name), |named| named(name))
                 || NOT_STORED.contains(name)
                 || name == header::SET_COOKIE
                 || d.private_fields
@@ -160,12 +178,14 @@ impl Policy {
 
     fn from_head(
         d: &ResponseDirectives,
-        headers: &HeaderMap,
+        seen: &Seen<'_>,
         vary: Vec<(HeaderName, Option<String>)>,
         request_time: SystemTime,
         response_time: SystemTime,
     ) -> Self {
-        let date = single(headers, &header::DATE)
+        let date = seen
+            .date
+            .single()
             .and_then(date_secs)
             .map_or(response_time, from_unix_secs);
         // §4.2.3: the larger of what the clock says and what the caches on the way said.
@@ -173,22 +193,24 @@ impl Policy {
         let delay = response_time
             .duration_since(request_time)
             .unwrap_or_default();
-        let initial_age = apparent.max(age_value(headers) + delay);
+        let initial_age = apparent.max(age_value(seen.age) + delay);
         let lifetime = if let Some(s) = d.surrogate_max_age {
             Duration::from_secs(s.secs())
         } else if let Some(s) = d.s_maxage {
             Duration::from_secs(s.secs())
         } else if let Some(m) = d.max_age {
             Duration::from_secs(m.secs())
-        } else if headers.contains_key(header::EXPIRES) {
+        } else if seen.expires.first.is_some() {
             // An Expires that is not one valid date means already expired (§5.3).
-            single(headers, &header::EXPIRES)
+            seen.expires
+                .single()
                 .and_then(|v| http_date_secs(v.as_bytes()))
                 .map(from_unix_secs)
                 .and_then(|expires| expires.duration_since(date).ok())
                 .unwrap_or_default()
         } else {
-            single(headers, &header::LAST_MODIFIED)
+            seen.last_modified
+                .single()
                 .and_then(|v| http_date_secs(v.as_bytes()))
                 .and_then(|modified| {
                     let since = unix_secs(date).checked_sub(modified)?;
@@ -364,22 +386,83 @@ fn date_secs(value: &HeaderValue) -> Option<i64> {
     })
 }
 
-fn single<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Option<&'a HeaderValue> {
-    let mut all = headers.get_all(name).iter();
-    match (all.next(), all.next()) {
-        (Some(v), None) => Some(v),
-        _ => None,
+/// The response fields the policy reads, found in one pass over the head: a response
+/// has a handful of fields and most of those the policy asks about are absent, so a
+/// lookup of each (a hash and a probe, about 100 instructions) cost more than comparing
+/// every name once.
+#[derive(Debug, Default)]
+struct Seen<'a> {
+    date: Lines<'a>,
+    age: Lines<'a>,
+    expires: Lines<'a>,
+    last_modified: Lines<'a>,
+    /// `Cache-Control` or `Surrogate-Control`.
+    directives: bool,
+    /// `ETag` or `Last-Modified`.
+    validators: bool,
+    vary: bool,
+    set_cookie: bool,
+    connection: bool,
+}
+
+impl<'a> Seen<'a> {
+    fn of(headers: &'a HeaderMap) -> Self {
+        let mut seen = Self::default();
+        for (name, value) in headers {
+            if name == header::DATE {
+                seen.date.see(value);
+            } else if name == header::CACHE_CONTROL || name == SURROGATE_CONTROL {
+                seen.directives = true;
+            } else if name == header::AGE {
+                seen.age.see(value);
+            } else if name == header::EXPIRES {
+                seen.expires.see(value);
+            } else if name == header::LAST_MODIFIED {
+                seen.last_modified.see(value);
+                seen.validators = true;
+            } else if name == header::ETAG {
+                seen.validators = true;
+            } else if name == header::VARY {
+                seen.vary = true;
+            } else if name == header::SET_COOKIE {
+                seen.set_cookie = true;
+            } else if name == header::CONNECTION {
+                seen.connection = true;
+            }
+        }
+        seen
+    }
+}
+
+/// The lines of one field: the first, and whether there were more.
+#[derive(Clone, Copy, Debug, Default)]
+struct Lines<'a> {
+    first: Option<&'a HeaderValue>,
+    several: bool,
+}
+
+impl<'a> Lines<'a> {
+    fn see(&mut self, value: &'a HeaderValue) {
+        if self.first.is_some() {
+            self.several = true;
+        } else {
+            self.first = Some(value);
+        }
+    }
+
+    /// The value, when the field came exactly once.
+    fn single(self) -> Option<&'a HeaderValue> {
+        if self.several { None } else { self.first }
     }
 }
 
 /// The `Age` a response arrived with: zero when absent; anything but one non-negative
 /// integer (a list, two lines, a sign, a fraction, a parameter) reads as the greatest age
 /// (§1.2.2's 2^31), so that a confused upstream's answer is revalidated, never trusted.
-fn age_value(headers: &HeaderMap) -> Duration {
-    let mut all = headers.get_all(header::AGE).iter();
-    let secs = match (all.next(), all.next()) {
+fn age_value(age: Lines<'_>) -> Duration {
+    let secs = match (age.first, age.several) {
         (None, _) => 0,
-        (Some(v), None) => {
+        (Some(v), false) => {
             let text = v.as_bytes();
             if !text.is_empty() && text.iter().all(u8::is_ascii_digit) {
                 std::str::from_utf8(text)
@@ -627,6 +710,45 @@ mod tests {
         .unwrap()
         .policy;
         assert_eq!(p.reuse(&RequestDirectives::default(), now), Reuse::Validate);
+    }
+
+    #[test]
+    fn a_date_sent_twice_is_no_date_and_hop_by_hop_fields_go_without_connection() {
+        let now = SystemTime::now();
+        let old = httpdate::fmt_http_date(now - Duration::from_secs(120));
+        // One past date makes a minute's freshness stale; the same date twice is ignored
+        // (the response's arrival counts instead), so the response is fresh.
+        let p = store(&head(
+            200,
+            &[
+                ("cache-control", "max-age=60"),
+                ("date", &old),
+                ("date", &old),
+            ],
+        ))
+        .unwrap()
+        .policy;
+        assert_eq!(p.reuse(&RequestDirectives::default(), now), Reuse::Fresh);
+        // The same for a heuristic lifetime: two Last-Modified lines give none, and
+        // without validators or a lifetime nothing is stored.
+        let lm = "Mon, 01 Jan 2024 00:00:00 GMT";
+        assert!(store(&head(200, &[("last-modified", lm)])).is_some());
+        let twice = store(&head(200, &[("last-modified", lm), ("last-modified", lm)]));
+        assert!(twice.is_some_and(|s| s.policy.lifetime.is_zero()));
+        // No `Connection`: the fixed hop-by-hop fields still go.
+        let stored = store(&head(
+            200,
+            &[
+                ("cache-control", "max-age=60"),
+                ("keep-alive", "timeout=5"),
+                ("proxy-connection", "keep-alive"),
+                ("x-kept", "1"),
+            ],
+        ))
+        .unwrap();
+        assert!(!stored.head.headers.contains_key("keep-alive"));
+        assert!(!stored.head.headers.contains_key("proxy-connection"));
+        assert!(stored.head.headers.contains_key("x-kept"));
     }
 
     #[test]
