@@ -6,6 +6,9 @@
 # Server on CPU 0 (one worker), wrk on CPU 1, 64 connections, 5 s after 2 s of warm-up.
 # Usage: bench/scripts/close-syscalls.sh scb [target/release/scb]
 #        bench/scripts/close-syscalls.sh nginx [deferred]
+# With KEEPALIVE=1 the clients keep their connections (no `Connection: close`): the same
+# counts per request of a keep-alive connection ("a connection" in the output is then a
+# request).
 # Needs perf, wrk, curl, taskset, nginx.
 set -euo pipefail
 server=$1
@@ -48,7 +51,9 @@ fi
 for _ in $(seq 1 100); do curl -sf -o /dev/null "http://127.0.0.1:$port/respond" && break; sleep 0.2; done
 pid=$master
 if [ "$server" != scb ]; then pid=$(pgrep -P "$master" | head -1); fi
-load() { taskset -c 1 wrk -t1 -c64 -d"$1" -H "Connection: close" "http://127.0.0.1:$port/respond"; }
+close=(-H "Connection: close")
+if [ "${KEEPALIVE:-}" = 1 ]; then close=(); fi
+load() { taskset -c 1 wrk -t1 -c64 -d"$1" "${close[@]}" "http://127.0.0.1:$port/respond"; }
 load 2s >/dev/null
 events=task-clock,context-switches
 for call in accept4 recvfrom sendto writev close epoll_ctl epoll_wait; do
