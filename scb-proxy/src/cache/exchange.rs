@@ -71,7 +71,7 @@ where
         if found.is_none() && self.store.disk().is_some() {
             found = self.store.from_disk(&key).await;
         }
-        let source = Source::of(url);
+        let source = self.store.source(url, &key);
         // The first look is the one just made; after a wait, the store is read again.
         let mut first = Some(found);
         let mut nothing_stored;
@@ -158,8 +158,16 @@ where
         let method = req.method().clone();
         let client = req.headers().clone();
         let mut upstream = req;
-        for name in &ANSWERED_HERE {
-            upstream.headers_mut().remove(name);
+        // Most requests carry none of them: one pass over the names says so for less
+        // than four removals' lookups.
+        if upstream
+            .headers()
+            .keys()
+            .any(|name| ANSWERED_HERE.contains(name))
+        {
+            for name in &ANSWERED_HERE {
+                upstream.headers_mut().remove(name);
+            }
         }
         // A HEAD goes up as the GET it will be answered from, so that the answer can be
         // stored for both (as nginx's `proxy_cache_convert_head`).

@@ -221,8 +221,8 @@ pub(crate) struct Url<'a> {
 /// purge names, whatever the key template kept of it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Source {
-    pub(crate) host: Box<str>,
-    pub(crate) target: Box<str>,
+    pub(crate) host: Arc<str>,
+    pub(crate) target: Arc<str>,
 }
 
 impl Source {
@@ -231,6 +231,18 @@ impl Source {
         Self {
             host: url.host.to_ascii_lowercase().into(),
             target: url.target.into(),
+        }
+    }
+
+    /// The URL of a request whose key `key` is, as `keying` makes it: the key's own
+    /// strings when the key is the URL (no copy), else [`Source::of`].
+    pub(crate) fn keyed(keying: &Keying, url: Url<'_>, key: &Key) -> Self {
+        match keying {
+            Keying::Url => Self {
+                host: Arc::clone(&key.host),
+                target: Arc::clone(&key.target),
+            },
+            Keying::Template(_) => Self::of(url),
         }
     }
 
@@ -375,6 +387,21 @@ mod tests {
             Keying::Url.key(url(true, "example.com", "/")).host,
             Cow::Borrowed(_)
         ));
+    }
+
+    #[test]
+    fn a_source_is_the_lower_cased_url_and_shares_a_url_key_s_strings() {
+        let request = url(true, "Example.com", "/a?b");
+        let key = Keying::Url.key(request).to_key();
+        let source = Source::keyed(&Keying::Url, request, &key);
+        assert_eq!(source, Source::of(request));
+        assert_eq!(&*source.host, "example.com");
+        assert!(Arc::ptr_eq(&source.host, &key.host));
+        assert!(Arc::ptr_eq(&source.target, &key.target));
+        // A template's key is not the URL: the source is made from the URL itself.
+        let keying = Keying::template("v1:{path}").unwrap();
+        let key = keying.key(request).to_key();
+        assert_eq!(Source::keyed(&keying, request, &key), Source::of(request));
     }
 
     #[test]

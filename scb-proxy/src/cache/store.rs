@@ -343,6 +343,12 @@ impl Store {
         self.shape.keying.key(url)
     }
 
+    /// The URL `url` a response stored under `key` (made by [`Store::key`]) is fetched
+    /// for, sharing the key's strings where the key is the URL.
+    pub(crate) fn source(&self, url: Url<'_>, key: &Key) -> Source {
+        Source::keyed(&self.shape.keying, url, key)
+    }
+
     fn write(&self) -> MutexGuard<'_, ()> {
         // The guard protects no data of its own: a panic under it leaves nothing torn.
         self.writer.lock().unwrap_or_else(PoisonError::into_inner)
