@@ -36,7 +36,7 @@
 use std::time::SystemTime;
 
 use crate::date::unix_secs;
-use crate::http1::trim_ows;
+use crate::http1::{has_any, trim_ows};
 use http::Method;
 use http::header::{self, GetAll, HeaderMap, HeaderValue};
 
@@ -120,13 +120,11 @@ const PRECONDITIONS: [header::HeaderName; 4] = [
 ];
 
 /// Whether `headers` carry any precondition field (`If-Match`, `If-Unmodified-Since`,
-/// `If-None-Match`, `If-Modified-Since`): when none, every request proceeds.
-///
-/// One pass over the fields, comparing names: a request has a handful of fields, and
-/// that costs less than the four hash lookups of asking for each (about 400
-/// instructions a request under callgrind).
+/// `If-None-Match`, `If-Modified-Since`): when none, every request proceeds. One pass
+/// over the names ([`has_any`]) rather than four lookups: about 400 instructions a
+/// request under callgrind.
 pub fn has_preconditions(headers: &HeaderMap) -> bool {
-    headers.keys().any(|name| PRECONDITIONS.contains(name))
+    has_any(headers, &PRECONDITIONS)
 }
 
 /// [`evaluate`] against validators that may be absent or weak: a field that compares

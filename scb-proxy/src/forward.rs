@@ -21,6 +21,7 @@ use std::net::IpAddr;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::uri::{Authority, PathAndQuery};
 pub use scb_core::client_ip::{InvalidNetwork, TrustedProxies};
+use scb_core::http1::has_any;
 
 /// The hop-by-hop fields removed in both directions, besides those `Connection` names,
 /// and `Expect` (see the module docs; no response carries it). `Connection` first:
@@ -78,7 +79,9 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
 /// names), for a copy that leaves them out in the same pass rather than removing them
 /// after (each removal hashes).
 pub(crate) fn hop_by_hop(headers: &HeaderMap) -> impl Fn(&HeaderName) -> bool + use<> {
-    let named = if headers.contains_key(header::CONNECTION) {
+    // Usually absent (a proxied response has had it stripped): looked for by a pass
+    // over the names before its lines are read.
+    let named = if has_any(headers, &[header::CONNECTION]) {
         connection_tokens(headers).unwrap_or_default()
     } else {
         Vec::new()

@@ -67,6 +67,23 @@ impl FieldOffsets {
     }
 }
 
+/// Whether `headers` have a field of any of `names`.
+///
+/// One pass over the map's names, comparing: a message has a handful of fields, and the
+/// names asked about are usually absent, so this costs less than a lookup (a hash and a
+/// probe, about 100 instructions under callgrind) for each name asked.
+///
+/// ```
+/// use http::{HeaderMap, HeaderValue, header};
+/// let mut headers = HeaderMap::new();
+/// headers.insert(header::HOST, HeaderValue::from_static("example.com"));
+/// assert!(scb_core::http1::has_any(&headers, &[header::RANGE, header::HOST]));
+/// assert!(!scb_core::http1::has_any(&headers, &[header::RANGE]));
+/// ```
+pub fn has_any(headers: &HeaderMap, names: &[HeaderName]) -> bool {
+    headers.keys().any(|name| names.contains(name))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,7 +5,7 @@
 pub mod chunked;
 mod fields;
 
-pub use fields::{FieldError, FieldOffsets};
+pub use fields::{FieldError, FieldOffsets, has_any};
 
 /// 1*DIGIT and nothing else (no sign, no whitespace, no list), without overflow.
 pub fn parse_content_length(v: &[u8]) -> Option<u64> {

@@ -13,6 +13,7 @@ use http::response::Parts;
 use http::{Method, Response, StatusCode};
 use scb_core::Body;
 use scb_core::conditional::{Precondition, Validators, evaluate_validators};
+use scb_core::http1::has_any;
 use scb_core::range::{self, Boundary, Ranges};
 
 use super::policy::copy_head;
@@ -54,8 +55,7 @@ pub(crate) fn from_entry(
     status: &str,
 ) -> Response<Body> {
     let age = HeaderValue::from(entry.policy.age(now).as_secs());
-    // One pass over the request's few names costs less than five lookups.
-    if status == HIT && !headers.keys().any(|name| ANSWER_CHANGING.contains(name)) {
+    if status == HIT && !has_any(headers, &ANSWER_CHANGING) {
         // The common hit: one map, sized once, and no precondition or range to weigh.
         let mut res = Response::new(if method == Method::HEAD {
             Body::empty()

@@ -11,6 +11,7 @@ use std::borrow::Cow;
 
 use http::HeaderMap;
 use http::header::{self, HeaderValue};
+use scb_core::http1::has_any;
 
 /// A delta-seconds value: valid (capped at 2^31, §1.2.2) or not.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -122,7 +123,7 @@ impl ResponseDirectives {
             }
         });
         // Seldom sent: one pass over the names is cheaper than hashing this one.
-        if !headers.keys().any(|name| name == SURROGATE_CONTROL) {
+        if !has_any(headers, &[SURROGATE_CONTROL]) {
             return d;
         }
         // A directive with a `;target` is for the surrogate it names, not for one
@@ -148,10 +149,7 @@ impl RequestDirectives {
         let mut d = Self::default();
         // Most requests carry neither field: one pass over the names says so for less
         // than the three lookups below (callgrind: 430 -> about 60 instructions).
-        if !headers
-            .keys()
-            .any(|name| name == header::CACHE_CONTROL || name == header::PRAGMA)
-        {
+        if !has_any(headers, &[header::CACHE_CONTROL, header::PRAGMA]) {
             return d;
         }
         directives_of(headers, &header::CACHE_CONTROL, |(name, value)| {

@@ -157,14 +157,9 @@ impl Policy {
         let mut head = Response::new(()).into_parts().0;
         head.status = status;
         head.version = res.version;
-        // The fields `Connection` names are looked for only when there is one.
-        let named = seen
-            .connection
-            .then(|| crate::forward::hop_by_hop(&res.headers));
+        let hop_by_hop = crate::forward::hop_by_hop(&res.headers);
         let stripped = |name: &HeaderName| {
-            named
-                .as_ref()
-                .map_or_else(|| crate::forward::is_hop_by_hop(name), |named| named(name))
+            hop_by_hop(name)
                 || NOT_STORED.contains(name)
                 || name == header::SET_COOKIE
                 || d.private_fields
@@ -360,7 +355,6 @@ fn understood(status: StatusCode) -> bool {
     matches!(status.as_u16(), 200..=206 | 300..=305 | 307 | 308 | 400..=417 | 421 | 422 | 426 | 500..=505)
 }
 
-/// The value of a field sent exactly once.
 /// A `Date` in Unix seconds. An origin's `Date` changes once a second and the
 /// responses of that second carry the same bytes, so the last IMF-fixdate parsed on this
 /// thread is kept with its value (parsing one costs about 870 instructions under
@@ -386,7 +380,8 @@ fn date_secs(value: &HeaderValue) -> Option<i64> {
     })
 }
 
-/// The response fields the policy reads, found in one pass over the head: a response
+/// The response fields the policy reads, found in one pass over the head (as
+/// [`has_any`](scb_core::http1::has_any) finds one): a response
 /// has a handful of fields and most of those the policy asks about are absent, so a
 /// lookup of each (a hash and a probe, about 100 instructions) cost more than comparing
 /// every name once.
@@ -402,7 +397,6 @@ struct Seen<'a> {
     validators: bool,
     vary: bool,
     set_cookie: bool,
-    connection: bool,
 }
 
 impl<'a> Seen<'a> {
@@ -426,8 +420,6 @@ impl<'a> Seen<'a> {
                 seen.vary = true;
             } else if name == header::SET_COOKIE {
                 seen.set_cookie = true;
-            } else if name == header::CONNECTION {
-                seen.connection = true;
             }
         }
         seen
