@@ -157,17 +157,14 @@ impl ReverseProxy {
         let _ = self.shared.active_task.set(task.abort_handle());
     }
 
-    /// Sends `req` up; `tried_last` is set to each upstream tried, so that an error
-    /// answer can name the last; the upstream that answered is noted in `notes`, with its
-    /// status and the time from the first try to its response head (connects and failed
-    /// tries count: the time the client waited on upstreams). Also the forward-auth
-    /// check's way up, which needs the error as an error (to log it).
-    pub(crate) async fn forward<B>(
-        &self,
-        mut req: Request<B>,
-        notes: Option<&AccessNotes>,
-        tried_last: &mut Option<usize>,
-    ) -> Result<Response<Body>, ProxyError>
+    /// Checks `req` and addresses it for the upstream: everything a request's tries need
+    /// that can be done before the first await.
+    ///
+    /// Apart from [`forward`](Self::forward) so that the request lives in the proxy's
+    /// future once, in the caller's [`Outbound`], which `forward` borrows: as an `async fn`'s
+    /// argument it would be kept twice (the argument and the local it moves into) beside its
+    /// parts, and the future, 3.5 KiB, was copied whole into its box on every request.
+    pub(crate) fn outbound<B>(&self, mut req: Request<B>) -> Result<Outbound, ProxyError>
     where
         B: http_body::Body<Data = Bytes> + Send + 'static,
         B::Error: Into<BoxError>,
@@ -203,7 +200,7 @@ impl ReverseProxy {
         let (mut parts, body) = req.into_parts();
         // For the log lines of failed tries (a reference count, not a copy).
         let id = parts.extensions.get::<Id>().cloned();
-        let id = id.as_ref();
+        let notes = parts.extensions.get::<AccessNotes>().cloned();
         let connect = parts.extensions.get::<ConnectInfo>();
         let secure = connect.is_some_and(|info| info.secure);
         let owner = config
@@ -236,9 +233,32 @@ impl ReverseProxy {
         let client_host = (keep_host && self.pool.multiplexed.is_some())
             .then(|| parts.headers.get(header::HOST).cloned())
             .flatten();
-        // Stays here across tries: a failed send leaves it whole unless its body went out,
-        // and only bodiless requests are sent again.
-        let mut request = Some(Request::from_parts(parts, body));
+        Ok(Outbound {
+            request: Some(Request::from_parts(parts, body)),
+            client_upgrade,
+            id,
+            notes,
+            span,
+            owner,
+            key,
+            client_host,
+            keep_host,
+            replayable,
+            tried_last: None,
+        })
+    }
+
+    /// Sends `out`'s request up; `out.tried_last` is set to each upstream tried, so that an
+    /// error answer can name the last; the upstream that answered is noted in the access
+    /// log's notes, with its status and the time from the first try to its response head
+    /// (connects and failed tries count: the time the client waited on upstreams). Also
+    /// the forward-auth check's way up, which needs the error as an error (to log it).
+    pub(crate) async fn forward(&self, out: &mut Outbound) -> Result<Response<Body>, ProxyError> {
+        let shared = &*self.shared;
+        let config = &shared.settings;
+        let id = out.id.as_ref();
+        let span = out.span.as_ref();
+        let notes = out.notes.as_ref();
         let mut replayed = false;
 
         // One clock read for the deadline and the first pick; later picks (after a
@@ -256,7 +276,7 @@ impl ReverseProxy {
                 .balancer
                 .pick(
                     &shared.upstreams,
-                    key,
+                    out.key,
                     &tried[..tries],
                     pick_at.take().unwrap_or_else(Instant::now),
                 )
@@ -270,18 +290,21 @@ impl ReverseProxy {
             };
             tried[tries] = index;
             tries += 1;
-            *tried_last = Some(index);
+            out.tried_last = Some(index);
             let state = &shared.upstreams[index];
 
             if self.pool.multiplexed.is_some() {
-                let Some(req) = request.take() else {
+                // Stays in `out` across tries: a failed try gives it back whole unless its
+                // body went out, and only bodiless requests are sent again.
+                let Some(req) = out.request.take() else {
                     break;
                 };
                 // Boxed: the HTTP/1.1 path's future stays as small as it was.
-                let tried = Box::pin(self.try_h2(index, req, deadline, client_host.as_ref(), id));
+                let tried =
+                    Box::pin(self.try_h2(index, req, deadline, out.client_host.as_ref(), id));
                 match tried.await {
                     H2Try::Done(Ok(response)) => {
-                        if let Some(span) = &span {
+                        if let Some(span) = span {
                             span.upstream_response(state.upstream.authority(), response.status());
                         }
                         if let Some(notes) = notes {
@@ -295,10 +318,10 @@ impl ReverseProxy {
                     }
                     H2Try::Done(Err(e)) => return Err(e),
                     H2Try::Again { req, error } => {
-                        request = Some(req);
+                        out.request = Some(req);
                         match error {
                             Some(e) => {
-                                if let Some(span) = &span {
+                                if let Some(span) = span {
                                     span.upstream_retry(state.upstream.authority(), &e);
                                 }
                                 last = e;
@@ -310,20 +333,23 @@ impl ReverseProxy {
                     }
                 }
             }
-            let Some(request) = request.as_mut() else {
+            let Some(request) = out.request.as_mut() else {
                 break;
             };
 
             let Conn {
                 mut connection,
                 reused,
-            } = match self.pool.checkout(index, owner) {
+            } = match self.pool.checkout(index, out.owner) {
                 Some(conn) => conn,
-                None => match tokio::time::timeout_at(
+                // Boxed: with keep-alive upstreams a new connection is the rare case, and
+                // its future (1.5 KiB, a TLS handshake's) would otherwise be part of every
+                // request's.
+                None => match Box::pin(tokio::time::timeout_at(
                     deadline,
                     self.pool
-                        .connect(&state.upstream, owner, shared.tls.as_ref()),
-                )
+                        .connect(&state.upstream, out.owner, shared.tls.as_ref()),
+                ))
                 .await
                 {
                     Err(_) => return Err(ProxyError::TryTimeout),
@@ -331,7 +357,7 @@ impl ReverseProxy {
                     Ok(Err(e)) => {
                         // Nothing was sent: another upstream may take it.
                         self.failed(state, &e, id);
-                        if let Some(span) = &span {
+                        if let Some(span) = span {
                             span.upstream_retry(state.upstream.authority(), &e);
                         }
                         last = e;
@@ -339,10 +365,14 @@ impl ReverseProxy {
                     }
                 },
             };
-            if let Some(span) = &span {
+            if let Some(span) = span {
                 span.upstream_connected(state.upstream.authority(), reused);
             }
-            forward::set_host(request.headers_mut(), state.upstream.authority(), keep_host);
+            forward::set_host(
+                request.headers_mut(),
+                state.upstream.authority(),
+                out.keep_host,
+            );
             state.metrics.request();
             let in_flight = InFlight::start(state);
             let sent = tokio::time::Instant::now();
@@ -356,9 +386,15 @@ impl ReverseProxy {
                     let answered = tokio::time::Instant::now();
                     state.metrics.response(answered - sent);
                     state.health.record_success(&state.metrics);
-                    let response =
-                        self.client_response(index, owner, connection, head, client_upgrade, id);
-                    if let Some(span) = &span {
+                    let response = self.client_response(
+                        index,
+                        out.owner,
+                        connection,
+                        head,
+                        out.client_upgrade.take(),
+                        id,
+                    );
+                    if let Some(span) = span {
                         span.upstream_response(state.upstream.authority(), response.status());
                     }
                     if let Some(notes) = notes {
@@ -382,7 +418,7 @@ impl ReverseProxy {
                     // A fresh connection closed at once: the upstream is failing.
                     let e = ProxyError::Reset(e);
                     self.failed(state, &e, id);
-                    if let Some(span) = &span {
+                    if let Some(span) = span {
                         span.upstream_retry(state.upstream.authority(), &e);
                     }
                     last = e;
@@ -399,7 +435,7 @@ impl ReverseProxy {
                     return Err(e);
                 }
                 Ok(Err(SendError::Io(e))) => {
-                    if reused && replayable && !replayed {
+                    if reused && out.replayable && !replayed {
                         // Failed on a reused connection before any response byte: most
                         // likely the upstream closed it as the request went out. An
                         // idempotent request without a body is safe to send once more.
@@ -789,40 +825,69 @@ where
     }
 
     fn call(&mut self, req: Request<B>) -> ResponseFuture {
-        let proxy = self.clone();
         // Only HTTP/2 upstreams carry gRPC (it needs trailers): HTTP/1.1 proxies skip the
         // lookup.
         let grpc = self.shared.settings.protocol.is_h2() && is_grpc(req.headers());
-        // The access log's notes, when it records: the upstream is noted there.
-        let notes = req.extensions().get::<AccessNotes>().cloned();
-        let span = req.extensions().get::<SpanNotes>().cloned();
+        let answer = move |e: ProxyError| {
+            if grpc {
+                e.into_grpc_response()
+            } else {
+                e.into_response()
+            }
+        };
+        let mut out = match self.outbound(req) {
+            Ok(out) => out,
+            Err(e) => {
+                return ResponseFuture {
+                    inner: Box::pin(std::future::ready(Ok(answer(e)))),
+                };
+            }
+        };
+        let proxy = self.clone();
         ResponseFuture {
             inner: Box::pin(async move {
-                let mut tried = None;
-                Ok(proxy
-                    .forward(req, notes.as_ref(), &mut tried)
-                    .await
-                    .unwrap_or_else(|e| {
-                        let res = if grpc {
-                            e.into_grpc_response()
-                        } else {
-                            e.into_response()
-                        };
-                        // The upstream that failed, for the access log, as for an answer.
-                        if let Some(index) = tried {
-                            let upstream = proxy.shared.upstreams[index].upstream.authority();
-                            if let Some(notes) = &notes {
-                                notes.upstream(upstream);
-                            }
-                            if let Some(span) = &span {
-                                span.upstream_failed(upstream);
-                            }
+                Ok(proxy.forward(&mut out).await.unwrap_or_else(|e| {
+                    // The upstream that failed, for the access log, as for an answer.
+                    if let Some(index) = out.tried_last {
+                        let upstream = proxy.shared.upstreams[index].upstream.authority();
+                        if let Some(notes) = &out.notes {
+                            notes.upstream(upstream);
                         }
-                        res
-                    }))
+                        if let Some(span) = &out.span {
+                            span.upstream_failed(upstream);
+                        }
+                    }
+                    answer(e)
+                }))
             }),
         }
     }
+}
+
+/// A request checked and addressed for the upstream ([`ReverseProxy::outbound`]), with
+/// what its tries need of the client's.
+pub(crate) struct Outbound {
+    /// Taken by an HTTP/2 try and given back when the try may be made again: a failed
+    /// send leaves it whole unless its body went out, and only bodiless requests are sent
+    /// again.
+    request: Option<Request<Body>>,
+    /// The client's side of an upgrade it asked for.
+    client_upgrade: Option<OnUpgrade>,
+    /// The request id, for the log lines of failed tries (a reference count, not a copy).
+    id: Option<Id>,
+    /// The access log's notes, when it records: the upstream is noted there.
+    notes: Option<AccessNotes>,
+    span: Option<SpanNotes>,
+    owner: Owner,
+    /// The balancer's hash of the request, if it hashes.
+    key: Option<u64>,
+    /// The client's Host, kept for an HTTP/2 upstream's target.
+    client_host: Option<HeaderValue>,
+    keep_host: bool,
+    /// An idempotent request without a body: safe to send once more.
+    replayable: bool,
+    /// The last upstream tried, if any.
+    pub(crate) tried_last: Option<usize>,
 }
 
 /// Response future of [`ReverseProxy`].

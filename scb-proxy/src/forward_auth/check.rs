@@ -146,8 +146,11 @@ fn subrequest<B>(req: &Request<B>, uri: &PathAndQuery) -> Request<Body> {
 /// Sends `sub` through `proxy` and reads the verdict.
 async fn check(proxy: ReverseProxy, sub: Request<Body>, copy: &[HeaderName]) -> Verdict {
     let id = sub.extensions().get::<Id>().cloned();
-    let mut tried = None;
-    match proxy.forward(sub, None, &mut tried).await {
+    let answer = match proxy.outbound(sub) {
+        Ok(mut out) => proxy.forward(&mut out).await,
+        Err(e) => Err(e),
+    };
+    match answer {
         Ok(answer) => verdict(answer, copy).await,
         Err(e) => {
             let status = e.status();
