@@ -1,6 +1,7 @@
 //! One request through the cache: a hit, a miss, a revalidation, a stale answer, or an
 //! unsafe method that invalidates.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -49,108 +50,126 @@ where
     S::Future: Send,
     S::Error: Send + 'static,
 {
-    pub(super) async fn run(self, req: Request<Body>) -> Result<Response<Body>, S::Error> {
-        let Some(url) = url_of(&req) else {
-            return self.inner.oneshot(req).await;
-        };
-        if !matches!(*req.method(), Method::GET | Method::HEAD) {
-            let (secure, source) = (url.secure, Source::of(url));
-            return self.unsafe_method(req, secure, source).await;
-        }
-        let lookup = self.store.key(url);
-        let directives = RequestDirectives::parse(req.headers());
-        // A fresh hit is answered from the borrowed key, without allocating one.
-        let now = SystemTime::now();
-        let mut found = self.store.variants(&lookup);
-        if let Some(variants) = &found
-            && let Some(entry) = selected(variants, req.headers())
-            && entry.policy.reuse(&directives, now) == Reuse::Fresh
-        {
-            return Ok(from_entry(req.method(), req.headers(), entry, now, HIT));
-        }
-        let key = lookup.to_key();
-        if found.is_none() && self.store.disk().is_some() {
-            found = self.store.from_disk(&key).await;
-        }
-        let source = self.store.source(url, &key);
-        // The first look is the one just made; after a wait, the store is read again.
-        let mut first = Some(found);
-        let mut nothing_stored;
-        let mut waited = false;
-        let (stale, guard) = loop {
+    /// The answer to `req`.
+    ///
+    /// An `async` block rather than an `async fn`, and the miss borrows the request: an
+    /// `async fn` keeps each argument twice (the argument and the local it moves into), and
+    /// a callee given the request by value a third time. The future is boxed on every
+    /// request, hit or miss, and was 4.2 KiB; the rare paths (a revalidation, an unsafe
+    /// method) are boxed on their own, so that their futures are not part of every one.
+    #[expect(
+        clippy::manual_async_fn,
+        reason = "an async fn would keep its arguments twice"
+    )]
+    pub(super) fn run(
+        mut self,
+        mut req: Request<Body>,
+    ) -> impl Future<Output = Result<Response<Body>, S::Error>> + Send + 'static {
+        async move {
+            let Some(url) = url_of(&req) else {
+                return self.inner.oneshot(req).await;
+            };
+            if !matches!(*req.method(), Method::GET | Method::HEAD) {
+                let (secure, source) = (url.secure, Source::of(url));
+                return Box::pin(self.unsafe_method(req, secure, source)).await;
+            }
+            let lookup = self.store.key(url);
+            let directives = RequestDirectives::parse(req.headers());
+            // A fresh hit is answered from the borrowed key, without allocating one.
             let now = SystemTime::now();
-            let variants = match first.take() {
-                Some(found) => found,
-                None => self.store.variants(&key),
-            };
-            nothing_stored = variants.is_none();
-            let selected = variants
-                .as_deref()
-                .and_then(|variants| selected(variants, req.headers()));
-            let stale = match selected {
-                Some(entry) if entry.policy.reuse(&directives, now) == Reuse::Fresh => {
-                    return Ok(from_entry(req.method(), req.headers(), entry, now, HIT));
-                }
-                Some(entry) => Some(Arc::clone(entry)),
-                None => None,
-            };
-            if directives.only_if_cached {
-                let mut res = scb_core::respond::reason(StatusCode::GATEWAY_TIMEOUT);
-                set_status(&mut res, "scb; fwd=miss; detail=only-if-cached");
-                return Ok(res);
-            }
-            if let Some(entry) = &stale
-                && entry.policy.allows_while_revalidate(&directives, now)
+            let mut found = self.store.variants(&lookup);
+            if let Some(variants) = &found
+                && let Some(entry) = selected(variants, req.headers())
+                && entry.policy.reuse(&directives, now) == Reuse::Fresh
             {
-                let res = from_entry(
-                    req.method(),
-                    req.headers(),
-                    entry,
-                    now,
-                    "scb; hit; detail=stale-while-revalidate",
-                );
-                // One refresh at a time: if another request leads a fill of this key, it
-                // is already being refreshed.
-                if let Join::Lead(guard) = self.fills.join(&key) {
-                    let entry = Arc::clone(entry);
-                    tokio::spawn(self.refresh(req, key, source, directives, entry, guard));
-                }
-                return Ok(res);
+                return Ok(from_entry(req.method(), req.headers(), entry, now, HIT));
             }
-            if waited {
-                break (stale, None);
+            let key = lookup.to_key();
+            if found.is_none() && self.store.disk().is_some() {
+                found = self.store.from_disk(&key).await;
             }
-            match self.fills.join(&key) {
-                Join::Lead(guard) => break (stale, Some(guard)),
-                Join::Pass => break (stale, None),
-                Join::Follow(follower) => {
-                    follower.wait(self.settings.collapse_timeout).await;
-                    // Look again: the fill may have stored what this request wants. If
-                    // not, it goes upstream itself rather than queueing again.
-                    waited = true;
-                }
-            }
-        };
-        match stale {
-            Some(entry) => {
-                self.revalidate(req, key, source, directives, entry, guard)
-                    .await
-            }
-            None => {
-                let why = if nothing_stored {
-                    Miss::Uri
-                } else {
-                    Miss::Vary
+            let source = self.store.source(url, &key);
+            // The first look is the one just made; after a wait, the store is read again.
+            let mut first = Some(found);
+            let mut nothing_stored;
+            let mut waited = false;
+            let (stale, guard) = loop {
+                let now = SystemTime::now();
+                let variants = match first.take() {
+                    Some(found) => found,
+                    None => self.store.variants(&key),
                 };
-                self.miss(req, key, source, why, guard).await
+                nothing_stored = variants.is_none();
+                let selected = variants
+                    .as_deref()
+                    .and_then(|variants| selected(variants, req.headers()));
+                let stale = match selected {
+                    Some(entry) if entry.policy.reuse(&directives, now) == Reuse::Fresh => {
+                        return Ok(from_entry(req.method(), req.headers(), entry, now, HIT));
+                    }
+                    Some(entry) => Some(Arc::clone(entry)),
+                    None => None,
+                };
+                if directives.only_if_cached {
+                    let mut res = scb_core::respond::reason(StatusCode::GATEWAY_TIMEOUT);
+                    set_status(&mut res, "scb; fwd=miss; detail=only-if-cached");
+                    return Ok(res);
+                }
+                if let Some(entry) = &stale
+                    && entry.policy.allows_while_revalidate(&directives, now)
+                {
+                    let res = from_entry(
+                        req.method(),
+                        req.headers(),
+                        entry,
+                        now,
+                        "scb; hit; detail=stale-while-revalidate",
+                    );
+                    // One refresh at a time: if another request leads a fill of this key, it
+                    // is already being refreshed.
+                    if let Join::Lead(guard) = self.fills.join(&key) {
+                        let entry = Arc::clone(entry);
+                        tokio::spawn(self.refresh(req, key, source, directives, entry, guard));
+                    }
+                    return Ok(res);
+                }
+                if waited {
+                    break (stale, None);
+                }
+                match self.fills.join(&key) {
+                    Join::Lead(guard) => break (stale, Some(guard)),
+                    Join::Pass => break (stale, None),
+                    Join::Follow(follower) => {
+                        follower.wait(self.settings.collapse_timeout).await;
+                        // Look again: the fill may have stored what this request wants. If
+                        // not, it goes upstream itself rather than queueing again.
+                        waited = true;
+                    }
+                }
+            };
+            match stale {
+                Some(entry) => {
+                    Box::pin(self.revalidate(req, key, source, directives, entry, guard)).await
+                }
+                None => {
+                    let why = if nothing_stored {
+                        Miss::Uri
+                    } else {
+                        Miss::Vary
+                    };
+                    self.miss(&mut req, key, source, why, guard).await
+                }
             }
         }
     }
 
-    /// Forwards a miss and stores the answer if it may be stored.
+    /// Forwards a miss and stores the answer if it may be stored. The request is taken
+    /// from `req` to go up (borrowed, so that the caller's future holds it once).
     async fn miss(
-        self,
-        req: Request<Body>,
+        // `&mut`: a shared borrow would make the future `Send` only for a `Sync` inner
+        // service.
+        &mut self,
+        req: &mut Request<Body>,
         key: Key,
         source: Source,
         why: Miss,
@@ -158,7 +177,9 @@ where
     ) -> Result<Response<Body>, S::Error> {
         let method = req.method().clone();
         let client = req.headers().clone();
-        let mut upstream = req;
+        // Ready first, so that the request is not held across that wait as well.
+        self.inner.ready().await?;
+        let mut upstream = std::mem::take(req);
         // Most requests carry none of them: checked before four removals' lookups.
         if has_any(upstream.headers(), &ANSWERED_HERE) {
             for name in &ANSWERED_HERE {
@@ -170,7 +191,7 @@ where
         *upstream.method_mut() = Method::GET;
         let request_time = SystemTime::now();
         let generation = self.store.generation();
-        let res = self.inner.clone().oneshot(upstream).await?;
+        let res = self.inner.call(upstream).await?;
         let (head, body) = res.into_parts();
         let Some(storable) = Policy::storable(&client, &head, request_time, SystemTime::now())
         else {

@@ -105,6 +105,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use futures_util::FutureExt as _;
 use http::{Request, Response};
 use scb_core::Body;
 use tower::{Layer, Service};
@@ -334,8 +335,9 @@ where
             fills: Arc::clone(&self.shared.fills),
             settings: self.settings,
         };
-        Box::pin(async move {
-            let res = exchange.run(req).await;
+        // `map`, not an `async` block awaiting it: that would hold the exchange's future
+        // twice (the captured one and the one awaited).
+        Box::pin(exchange.run(req).map(move |res| {
             if let Ok(res) = &res {
                 store.metrics().count(
                     res.headers()
@@ -344,7 +346,7 @@ where
                 );
             }
             res
-        })
+        }))
     }
 }
 
