@@ -45,12 +45,14 @@ impl FieldOffsets {
 
     /// The fields as a header map, sliced out of `head`: the front of the buffer
     /// [`record`](Self::record) saw, frozen. `spare` is room for fields added later (no
-    /// growing the map on the way); `see` looks at each field, in order, before it goes in.
+    /// growing the map on the way); `see` looks at each field, in order, and says whether
+    /// it goes in (`Ok(false)`: a field read for its meaning here, left out so that it need
+    /// not be removed after, which costs a hash).
     pub fn to_map<E>(
         &self,
         head: &Bytes,
         spare: usize,
-        mut see: impl FnMut(&HeaderName, &HeaderValue) -> Result<(), E>,
+        mut see: impl FnMut(&HeaderName, &HeaderValue) -> Result<bool, E>,
     ) -> Result<HeaderMap, FieldError<E>> {
         let mut headers = HeaderMap::with_capacity(self.fields.len() + spare);
         for field in &self.fields {
@@ -60,8 +62,9 @@ impl FieldOffsets {
             let (start, len) = field.value;
             let value = HeaderValue::from_maybe_shared(head.slice(start..start + len))
                 .map_err(|_| FieldError::Value)?;
-            see(&name, &value).map_err(FieldError::Refused)?;
-            headers.append(name, value);
+            if see(&name, &value).map_err(FieldError::Refused)? {
+                headers.append(name, value);
+            }
         }
         Ok(headers)
     }
@@ -112,7 +115,7 @@ mod tests {
         let map = offsets
             .to_map(&head, 4, |name, value| {
                 seen.push(format!("{name}={}", value.to_str().unwrap()));
-                Ok::<_, ()>(())
+                Ok::<_, ()>(true)
             })
             .unwrap();
         assert_eq!(seen, ["x-a=1", "set-cookie=a", "set-cookie=b"]);
@@ -126,14 +129,30 @@ mod tests {
     }
 
     #[test]
+    fn fields_the_reader_leaves_out_are_not_in_the_map() {
+        let head = Bytes::from_static(b"A: 1\r\nB: 2\r\nA: 3\r\n");
+        let offsets = offsets_of(&head, &[("A", "1"), ("B", "2"), ("A", "3")]);
+        let mut seen = 0;
+        let map = offsets
+            .to_map(&head, 0, |name, _| {
+                seen += 1;
+                Ok::<_, ()>(name != "b")
+            })
+            .unwrap();
+        assert_eq!(seen, 3, "every field is seen");
+        assert!(!map.contains_key("b"));
+        assert_eq!(map.get_all("a").iter().collect::<Vec<_>>(), ["1", "3"]);
+    }
+
+    #[test]
     fn bad_names_and_values_and_refused_fields_are_errors() {
         let head = Bytes::from_static(b"B@d: 1\r\nok: v\x7f\r\n");
         assert_eq!(
-            offsets_of(&head, &[("B@d", "1")]).to_map(&head, 0, |_, _| Ok::<_, ()>(())),
+            offsets_of(&head, &[("B@d", "1")]).to_map(&head, 0, |_, _| Ok::<_, ()>(true)),
             Err(FieldError::Name)
         );
         assert_eq!(
-            offsets_of(&head, &[("ok", "v\x7f")]).to_map(&head, 0, |_, _| Ok::<_, ()>(())),
+            offsets_of(&head, &[("ok", "v\x7f")]).to_map(&head, 0, |_, _| Ok::<_, ()>(true)),
             Err(FieldError::Value)
         );
         let head = Bytes::from_static(b"a: 1\r\n");

@@ -129,6 +129,13 @@ pub(crate) fn only_interim(buf: &[u8]) -> bool {
     true
 }
 
+/// Whether a `Connection` value names nothing but `close` and `keep-alive`.
+fn only_persistence(value: &[u8]) -> bool {
+    scb_core::http1::connection_tokens(value).all(|token| {
+        token.eq_ignore_ascii_case(b"close") || token.eq_ignore_ascii_case(b"keep-alive")
+    })
+}
+
 /// What the framing-relevant fields said, checked as they are seen.
 struct Rules {
     version: Version,
@@ -149,7 +156,8 @@ impl Rules {
         }
     }
 
-    fn see(&mut self, name: &HeaderName, value: &HeaderValue) -> Result<(), &'static str> {
+    /// Reads one field; `Ok(false)` leaves it out of the response's map.
+    fn see(&mut self, name: &HeaderName, value: &HeaderValue) -> Result<bool, &'static str> {
         match *name {
             header::CONTENT_LENGTH => {
                 if self.content_length.is_some() {
@@ -178,10 +186,18 @@ impl Rules {
                 let options = scb_core::http1::ConnectionOptions::of([value.as_bytes()]);
                 self.close |= options.close;
                 self.keep_alive |= options.keep_alive;
+                // `Connection: keep-alive` (or `close`), which most upstreams send with
+                // every response, says all it has to say here: it is hop-by-hop and
+                // names no other field, so it is not put in the map only to be removed
+                // again (700 instructions of a proxied request). A value naming other
+                // fields, or `upgrade`, stays for the hop-by-hop pass and the upgrade.
+                if only_persistence(value.as_bytes()) {
+                    return Ok(false);
+                }
             }
             _ => {}
         }
-        Ok(())
+        Ok(true)
     }
 
     fn finish(self, status: StatusCode, method: &Method) -> Result<(Framing, bool), &'static str> {

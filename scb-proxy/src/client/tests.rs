@@ -164,6 +164,33 @@ fn framing_follows_rfc_9112() {
     assert_eq!(head.parts.headers["content-length"], "10");
 }
 
+#[test]
+fn a_connection_field_naming_only_persistence_is_read_and_left_out() {
+    let parse = |head: &str| parse_str(head, &Method::GET).unwrap().unwrap();
+    // Read for what it says, and not kept: it would only be removed again.
+    let head = parse("HTTP/1.1 200 OK\r\nConnection: keep-alive\r\nContent-Length: 0\r\n\r\n");
+    assert!(head.keep_alive);
+    assert!(!head.parts.headers.contains_key("connection"));
+    let head = parse("HTTP/1.1 200 OK\r\nConnection: Close\r\nContent-Length: 0\r\n\r\n");
+    assert!(!head.keep_alive);
+    assert!(!head.parts.headers.contains_key("connection"));
+    let head = parse("HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 0\r\n\r\n");
+    assert!(
+        head.keep_alive,
+        "an HTTP/1.0 upstream's keep-alive is still heard"
+    );
+    // One that names another field, or an upgrade, stays for the hop-by-hop pass (which
+    // removes the fields it names) and for the upgrade.
+    let head = parse(
+        "HTTP/1.1 200 OK\r\nConnection: close, X-Hop\r\nX-Hop: 1\r\nContent-Length: 0\r\n\r\n",
+    );
+    assert!(!head.keep_alive);
+    assert_eq!(head.parts.headers["connection"], "close, X-Hop");
+    let head = parse("HTTP/1.1 101 Switching\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n");
+    assert_eq!(head.framing, Framing::Upgrade);
+    assert_eq!(head.parts.headers["connection"], "Upgrade");
+}
+
 /// A header field name that is none of the framing fields.
 fn field_name() -> impl Strategy<Value = String> {
     "x-[a-z0-9!#$%&'*+.^_`|~-]{1,20}"

@@ -146,7 +146,9 @@ pub(crate) fn parse(
     // growing the map.
     let headers = scratch
         .fields
-        .to_map(&head, 4, |name, value| framing.see(name, value))
+        .to_map(&head, 4, |name, value| {
+            framing.see(name, value).map(|()| true)
+        })
         .map_err(|e| match e {
             FieldError::Name => HeadError::bad("invalid header name"),
             FieldError::Value => HeadError::bad("invalid header value"),
