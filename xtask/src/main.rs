@@ -17,6 +17,8 @@
 //!   (`--quick`, `--servers`, `--scenarios`, `--duration`, `--workers`, ...).
 //! - `profile SCENARIO [ARGS]`: syscalls, context switches and instructions per request
 //!   for scb in one scenario (strace, /proc, callgrind), through the harness.
+//! - `pgo`: a profile-guided release build of scb (`pgo.rs`), in
+//!   `target/pgo-use/release/scb`.
 //! - `h2spec [RUNS]`: the HTTP/2 conformance suite (`--h2spec PATH`, `H2SPEC`, or
 //!   `../shared/tools/h2spec/h2spec`; skipped with a line saying so when none exists,
 //!   unless `SCB_REQUIRE_TOOLS` is set) against scb's h2c and TLS listeners RUNS times each (default 5), through the harness;
@@ -56,6 +58,7 @@ use std::process::{Command, ExitCode};
 use anyhow::{Context as _, bail};
 
 mod circles;
+mod pgo;
 
 const USAGE: &str = "usage: cargo xtask <command>
 
@@ -68,6 +71,10 @@ commands:
   bench [ARGS]        build release binaries, run the load harness; ARGS go to it
                       (--quick --servers a,b --scenarios a,b --duration S --workers N ...)
   profile SCENARIO    syscalls, context switches and instructions per request for scb
+  pgo                 a profile-guided release build of scb: instrumented build, a
+                      training run of the bench's shapes (needs nginx, wrk, h2load,
+                      openssl and an llvm-profdata of rustc's LLVM), tuned build in
+                      target/pgo-use/release/scb
   h2spec [RUNS]       the HTTP/2 conformance suite against scb's h2c and TLS listeners,
                       RUNS times each (default 5); fails on a case outside the known list
   soak [--time S]     mixed and misbehaving load for S seconds (default 600); fails on
@@ -91,6 +98,7 @@ fn main() -> ExitCode {
             }
         },
         Some("circles") if std::env::args().len() == 2 => circles::check(&workspace_root()),
+        Some("pgo") if std::env::args().len() == 2 => pgo::build(&workspace_root()),
         Some("bench") => bench(&std::env::args().skip(2).collect::<Vec<_>>(), "run"),
         Some("profile") if std::env::args().len() >= 3 => {
             bench(&std::env::args().skip(2).collect::<Vec<_>>(), "profile")
