@@ -891,7 +891,7 @@ pub(crate) struct Outbound {
     /// An idempotent request without a body: safe to send once more.
     replayable: bool,
     /// The last upstream tried, if any.
-    pub(crate) tried_last: Option<usize>,
+    tried_last: Option<usize>,
 }
 
 /// Response future of [`ReverseProxy`].
