@@ -9,13 +9,13 @@
 //! (bench/RESULTS.md, issue 25). Buckets known in advance need none of it: a record is a
 //! scan of 16 bounds and two uncontended atomic additions, and memory is fixed.
 //!
-//! Shards: each thread adds into the counters of its own shard (threads are numbered as
-//! they first record), so workers on different cores do not pull one cache line between
-//! them on every request. A scrape sums the shards.
+//! Shards: each thread adds into the counters of its own shard ([`super::slot`]: a plain
+//! load and store when the thread owns it), so workers on different cores do not pull one
+//! cache line between them on every request. A scrape sums the shards.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use super::sharded::{add_f64, thread_shard};
+use super::slot::{add_f64, add_u64, shard};
 
 use metrics::HistogramFn;
 
@@ -28,12 +28,12 @@ const STRIDE_ALIGN: usize = 128 / std::mem::size_of::<AtomicU64>();
 #[derive(Debug)]
 pub(crate) struct BucketHistogram {
     bounds: Box<[f64]>,
-    /// `shards` runs of `stride` counters: per bound the observations at or below it and
-    /// above the previous one, then those above every bound, then the sum's bits.
+    /// `owned + 1` runs of `stride` counters (the owned shards, then the shared one): per
+    /// bound the observations at or below it and above the previous one, then those above
+    /// every bound, then the sum's bits.
     cells: Box<[AtomicU64]>,
     stride: usize,
-    /// Shard count minus one (a power of two).
-    mask: usize,
+    owned: usize,
 }
 
 /// What a scrape reads: cumulative counts per bound, the total and the sum.
@@ -46,21 +46,23 @@ pub(crate) struct Snapshot {
 }
 
 impl BucketHistogram {
-    /// A histogram with `bounds` (ascending and finite: [`super::MetricsRecorder`] checks)
-    /// and `shards` sets of counters, rounded up to a power of two.
-    pub(crate) fn new(bounds: &[f64], shards: usize) -> Self {
-        let shards = shards.clamp(1, 64).next_power_of_two();
+    /// A histogram with `bounds` (ascending and finite: [`super::MetricsRecorder`] checks),
+    /// `owned` sets of counters for the threads that own a shard and one for the others.
+    pub(crate) fn new(bounds: &[f64], owned: usize) -> Self {
+        let owned = owned.clamp(1, 64);
         let stride = (bounds.len() + 2).next_multiple_of(STRIDE_ALIGN);
         Self {
             bounds: bounds.into(),
-            cells: (0..shards * stride).map(|_| AtomicU64::new(0)).collect(),
+            cells: (0..(owned + 1) * stride)
+                .map(|_| AtomicU64::new(0))
+                .collect(),
             stride,
-            mask: shards - 1,
+            owned,
         }
     }
 
     fn shard(&self, index: usize) -> &[AtomicU64] {
-        let start = (index & self.mask) * self.stride;
+        let start = index * self.stride;
         &self.cells[start..start + self.bounds.len() + 2]
     }
 
@@ -71,7 +73,7 @@ impl BucketHistogram {
         let bounds = self.bounds.len();
         let mut per_bucket = vec![0u64; bounds + 1];
         let mut sum = 0.0;
-        for shard in 0..=self.mask {
+        for shard in 0..=self.owned {
             let cells = self.shard(shard);
             for (total, cell) in per_bucket.iter_mut().zip(cells) {
                 *total += cell.load(Relaxed);
@@ -98,7 +100,8 @@ impl BucketHistogram {
 
 impl HistogramFn for BucketHistogram {
     fn record(&self, value: f64) {
-        let cells = self.shard(thread_shard());
+        let (index, owned) = shard(self.owned);
+        let cells = self.shard(index);
         // The first bound at or above the value, scanned from the smallest: most requests
         // take less than the first bound or two, where the scan stops at once and a binary
         // search of 16 always makes four probes (37 instructions a record under callgrind).
@@ -109,8 +112,8 @@ impl HistogramFn for BucketHistogram {
             .iter()
             .position(|bound| *bound >= value)
             .unwrap_or(self.bounds.len());
-        cells[bucket].fetch_add(1, Relaxed);
-        add_f64(&cells[self.bounds.len() + 1], value);
+        add_u64(&cells[bucket], owned, 1);
+        add_f64(&cells[self.bounds.len() + 1], owned, value);
     }
 }
 

@@ -12,6 +12,7 @@
 
 mod histogram;
 mod sharded;
+mod slot;
 
 use std::collections::HashMap;
 use std::num::NonZero;
@@ -49,7 +50,9 @@ pub(crate) struct MetricsHandle {
 struct Storage {
     /// Metric name -> its bucket bounds, ascending and finite.
     bounds: HashMap<String, Box<[f64]>>,
-    /// Counter shards per histogram: the machine's parallelism.
+    /// Owned shards per counter, gauge and histogram ([`slot`]): one per worker at the
+    /// machine's parallelism, and a few for the threads that record beside the workers
+    /// (the main and control threads), which may claim a slot before a worker does.
     shards: usize,
     /// Every series registered, by key: registering a key again (a reload building its
     /// routes anew) continues the same counts, as a Prometheus counter must.
@@ -78,7 +81,7 @@ impl MetricsRecorder {
             prometheus: PrometheusBuilder::new().build_recorder(),
             storage: Arc::new(Storage {
                 bounds,
-                shards: std::thread::available_parallelism().map_or(1, NonZero::get),
+                shards: std::thread::available_parallelism().map_or(1, NonZero::get) + 4,
                 series: Mutex::default(),
                 descriptions: Mutex::default(),
                 counters: Mutex::default(),

@@ -3,55 +3,42 @@
 //! Why: the exporter's counter is one atomic (and a second for its recency generation)
 //! that every worker adds into on every request, so with many workers the cache line
 //! travels between cores on each one; the in-flight gauge is written twice a request.
-//! Here a worker adds into its own line, uncontended, and [`super::MetricsHandle::render`]
+//! Here a worker adds into its own line, uncontended and without an atomic
+//! read-modify-write when it owns the shard ([`super::slot`]), and [`super::MetricsHandle::render`]
 //! sums the shards into the exporter's handles before the exporter renders them: the
 //! counts are read only when scraped.
 
-use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use metrics::{CounterFn, GaugeFn};
+
+use super::slot::{add_f64, add_u64, shard};
 
 /// Cells per shard: a cache-line pair, so that adjacent shards are not prefetched together.
 const STRIDE: usize = 128 / std::mem::size_of::<AtomicU64>();
 
-/// This thread's number, handed out in the order threads first record.
-pub(super) fn thread_shard() -> usize {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    thread_local! {
-        // A `const` cell, numbered on first use: no lazy-initialisation state to check
-        // on every record.
-        static SHARD: Cell<usize> = const { Cell::new(usize::MAX) };
-    }
-    SHARD.with(|shard| {
-        if shard.get() == usize::MAX {
-            shard.set(NEXT.fetch_add(1, Relaxed) % 64);
-        }
-        shard.get()
-    })
-}
-
-/// One cell per shard, each on its own cache lines.
+/// One cell per shard, each on its own cache lines: `owned` shards, then the shared one.
 #[derive(Debug)]
 struct Cells {
     cells: Box<[AtomicU64]>,
-    /// Shard count minus one (a power of two).
-    mask: usize,
+    owned: usize,
 }
 
 impl Cells {
-    fn new(shards: usize, initial: u64) -> Self {
-        let shards = shards.clamp(1, 64).next_power_of_two();
+    fn new(owned: usize, initial: u64) -> Self {
+        let owned = owned.clamp(1, 64);
         Self {
-            cells: (0..shards * STRIDE)
+            cells: (0..(owned + 1) * STRIDE)
                 .map(|_| AtomicU64::new(initial))
                 .collect(),
-            mask: shards - 1,
+            owned,
         }
     }
 
-    fn mine(&self) -> &AtomicU64 {
-        &self.cells[(thread_shard() & self.mask) * STRIDE]
+    /// This thread's cell, and whether this thread owns it.
+    fn mine(&self) -> (&AtomicU64, bool) {
+        let (index, owned) = shard(self.owned);
+        (&self.cells[index * STRIDE], owned)
     }
 
     fn each(&self) -> impl Iterator<Item = &AtomicU64> {
@@ -76,7 +63,8 @@ impl ShardedCounter {
 
 impl CounterFn for ShardedCounter {
     fn increment(&self, value: u64) {
-        self.0.mine().fetch_add(value, Relaxed);
+        let (cell, owned) = self.0.mine();
+        add_u64(cell, owned, value);
     }
 
     fn absolute(&self, value: u64) {
@@ -84,7 +72,7 @@ impl CounterFn for ShardedCounter {
         // goes into this thread's shard.
         let current = self.value();
         if value > current {
-            self.0.mine().fetch_add(value - current, Relaxed);
+            self.increment(value - current);
         }
     }
 }
@@ -122,21 +110,8 @@ impl ShardedGauge {
     }
 
     fn add(&self, delta: f64) {
-        add_f64(self.shards.mine(), delta);
-    }
-}
-
-/// Adds `delta` to the `f64` whose bits `cell` holds. A loop, though the cell is this
-/// thread's shard: another thread shares it when there are more threads than shards.
-pub(super) fn add_f64(cell: &AtomicU64, delta: f64) {
-    let mut current = cell.load(Relaxed);
-    while let Err(actual) = cell.compare_exchange_weak(
-        current,
-        (f64::from_bits(current) + delta).to_bits(),
-        Relaxed,
-        Relaxed,
-    ) {
-        current = actual;
+        let (cell, owned) = self.shards.mine();
+        add_f64(cell, owned, delta);
     }
 }
 
