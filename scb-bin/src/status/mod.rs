@@ -45,7 +45,7 @@
 //!   "requests": {
 //!     "per_second": 120.4,              every route's responses
 //!     "errors_per_second": 0.2,         of those, 5xx
-//!     "in_flight": 3,                   received, not yet answered with a head
+//!     "in_flight": 3,                   waiting for their response head
 //!     "total": 51234                    since the route's counter was registered
 //!   },
 //!   "status_classes": { "1xx": 0, "2xx": 118.0, "3xx": 1.2, "4xx": 1.0, "5xx": 0.2 },
