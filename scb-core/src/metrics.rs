@@ -101,7 +101,7 @@ pub fn describe() {
     ::metrics::describe_gauge!(
         REQUESTS_IN_FLIGHT,
         Unit::Count,
-        "HTTP requests received and not yet answered with a response head"
+        "HTTP requests waiting for their response head"
     );
     ::metrics::describe_counter!(
         RESPONSE_BYTES_TOTAL,
