@@ -436,7 +436,9 @@ struct CountPanic<'a>(&'a mut Option<InFlight>);
 
 impl Drop for CountPanic<'_> {
     fn drop(&mut self) {
-        if std::thread::panicking()
+        // Answered (the flight taken) is the usual case: no look at the panic count then.
+        if self.0.is_some()
+            && std::thread::panicking()
             && let Some(flight) = self.0.take()
         {
             flight.record_duration();
