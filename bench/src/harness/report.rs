@@ -241,7 +241,41 @@ pub(crate) fn rounds(rows: &[Row]) -> String {
             num(median(&tuned), 2)
         );
     }
+    out.push_str(&metrics_cost(rows));
     out
+}
+
+/// What `[metrics]` costs in each scenario: scb-metrics' req/CPU-s over scb's in the same
+/// round, and the median of those ratios (1.00: free; issue 25 asks for 0.98 or more).
+/// Paired by round, as the ratios to nginx are, so that the machine's drift between rounds
+/// falls on both. Empty unless both servers ran in rounds.
+fn metrics_cost(rows: &[Row]) -> String {
+    let mut lines = String::new();
+    for row in rows
+        .iter()
+        .filter(|r| r.server == Server::ScbMetrics && !r.rounds.is_empty())
+    {
+        let ratios = per_round_ratios(rows, row, Server::Scb);
+        if ratios.is_empty() {
+            continue;
+        }
+        let each: Vec<String> = ratios.iter().map(|r| format!("{r:.2}")).collect();
+        let _ = writeln!(
+            lines,
+            "| {} | {} | {} |",
+            row.scenario,
+            each.join(", "),
+            num(median(&ratios), 3)
+        );
+    }
+    if lines.is_empty() {
+        return lines;
+    }
+    format!(
+        "\n`[metrics]` on over off: scb-metrics' req/CPU-s over scb's in the same round.\n\n\
+         | scenario | per round | median |\n\
+         | -------- | --------- | -----: |\n{lines}"
+    )
 }
 
 /// `row`'s req/CPU-s in each round divided by `baseline`'s in the same round and scenario.
@@ -357,6 +391,29 @@ mod tests {
         );
         assert!(
             text.contains("| nginx | respond | 100 (1.00), 200 (1.00), 400 (1.00) | 1.00 |"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("on over off"),
+            "no scb-metrics rows, no metrics line: {text}"
+        );
+    }
+
+    #[test]
+    fn rounds_pair_scb_metrics_with_scb_for_what_metrics_cost() {
+        let mut rows = rows();
+        rows.push(measured(
+            Server::ScbMetrics,
+            Scenario::Respond,
+            880_000,
+            6.0,
+        ));
+        rows[1].rounds = vec![100.0, 200.0, 400.0];
+        rows.last_mut().unwrap().rounds = vec![99.0, 210.0, 380.0];
+        let text = rounds(&rows);
+        assert!(text.contains("`[metrics]` on over off"), "{text}");
+        assert!(
+            text.contains("| respond | 0.99, 1.05, 0.95 | 0.990 |"),
             "{text}"
         );
     }
