@@ -167,3 +167,58 @@ fn every_response_is_counted_once_whoever_answered_it() {
     assert_eq!(metric(&text, &version), Some(1.0), "{text}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Counts stay exact with more workers than the recorder has shards of their own (the
+/// machine's parallelism plus four): those past them add into a shared shard atomically,
+/// the others into their own without atomic additions. Requests from many threads on new
+/// connections, spread by the kernel over the workers' listeners.
+#[test]
+fn counts_are_exact_with_more_workers_than_owned_shards() {
+    const THREADS: usize = 16;
+    const EACH: usize = 60;
+    let parallelism = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    let workers = parallelism + 8;
+    let config = format!(
+        "[server]\nworkers = {workers}\n\
+         [metrics]\nlisten = \"127.0.0.1:0\"\n\
+         [[listen]]\naddr = \"127.0.0.1:0\"\n\
+         [[route]]\nname = \"hello\"\npath = \"/hello\"\nrespond = {{ body = \"hi\" }}\n"
+    );
+    let server = Server::start(&config);
+    let addr = server.addrs[0];
+    let clients: Vec<_> = (0..THREADS)
+        .map(|_| {
+            std::thread::spawn(move || {
+                for _ in 0..EACH {
+                    let answer = raw_exchange(
+                        addr,
+                        b"GET /hello HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+                    );
+                    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+                }
+            })
+        })
+        .collect();
+    for client in clients {
+        client.join().unwrap();
+    }
+    let text = get(server.metrics.unwrap(), "/metrics").text().to_owned();
+    let sent = (THREADS * EACH) as f64;
+    for (series, want) in [
+        (
+            r#"scb_http_requests_total{route="hello",method="GET",status="200"}"#,
+            sent,
+        ),
+        (
+            r#"scb_http_request_duration_seconds_count{route="hello"}"#,
+            sent,
+        ),
+        (
+            r#"scb_http_response_bytes_total{route="hello"}"#,
+            2.0 * sent,
+        ),
+        ("scb_http_requests_in_flight", 0.0),
+    ] {
+        assert_eq!(metric(&text, series), Some(want), "{series} in\n{text}");
+    }
+}
