@@ -4,33 +4,14 @@
 # Usage: bench/scripts/cache-hit-callgrind.sh [target/release/scb]
 # Needs valgrind, wrk, curl, nginx (the origin). One worker, no access log, no [metrics].
 set -euo pipefail
+. "$(dirname "$0")/cache-origin.sh"
 bin=${1:-target/release/scb}
 work=$(mktemp -d)
 trap 'kill $origin 2>/dev/null || true; rm -rf "$work"' EXIT
 mkdir -p "$work/www/static"
 printf 'hello, world\n' > "$work/www/static/a.txt"
 touch -d 2024-01-01 "$work/www/static/a.txt"
-# The origin answers every path with the same 13 bytes, cacheable for a day.
-cat > "$work/nginx.conf" <<NGINX
-daemon off;
-worker_processes 1;
-pid $work/nginx.pid;
-error_log $work/nginx-error.log;
-events { worker_connections 1024; }
-http {
-    access_log off;
-    client_body_temp_path $work/b; proxy_temp_path $work/p; fastcgi_temp_path $work/f;
-    uwsgi_temp_path $work/u; scgi_temp_path $work/s;
-    server {
-        listen 127.0.0.1:18190;
-        location / {
-            default_type text/plain;
-            add_header Cache-Control "max-age=86400";
-            return 200 "hello, world\n";
-        }
-    }
-}
-NGINX
+write_origin_conf "$work" 18190
 nginx -e stderr -c "$work/nginx.conf" &
 origin=$!
 cat > "$work/scb.toml" <<TOML
@@ -40,28 +21,9 @@ workers = 1
 addr = "127.0.0.1:18191"
 [log]
 access = false
-[[route]]
-path = "/respond"
-respond = { body = "hello, world\n" }
-[[route]]
-prefix = "/static/"
-static = { root = "$work/www" }
-[[route]]
-prefix = "/proxy/"
-proxy = { upstreams = ["127.0.0.1:18190"] }
-[[route]]
-prefix = "/"
-proxy = { upstreams = ["127.0.0.1:18190"] }
-cache = { max_bytes = "256MiB" }
+$(cache_routes "$work" 18190 256MiB)
 TOML
-# A new URL for every request: each one a miss that is stored.
-cat > "$work/unique.lua" <<'LUA'
-local n = 0
-request = function()
-  n = n + 1
-  return wrk.format("GET", "/miss/" .. n)
-end
-LUA
+write_unique_lua "$work"
 for path in /respond /static/a.txt /proxy/a /a /miss/; do
     out="$work/cg.out"
     rm -f "$out"

@@ -9,6 +9,7 @@
 # request), HTTP/2 with ten streams and with one, in the clear and over TLS.
 # Needs nginx, wrk, h2load, curl, openssl. Ports 18290-18293 on 127.0.0.1.
 set -euo pipefail
+. "$(dirname "$0")/cache-origin.sh"
 bin=$1
 profiles=$2
 for tool in nginx wrk h2load curl openssl; do
@@ -22,27 +23,7 @@ mkdir -p "$work/www/static"
 printf 'hello, world\n' > "$work/www/static/a.txt"
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 \
     -subj /CN=localhost -keyout "$work/key.pem" -out "$work/cert.pem" 2>/dev/null
-# The origin answers every path with the same 13 bytes, cacheable for a day.
-cat > "$work/nginx.conf" <<NGINX
-daemon off;
-worker_processes 1;
-pid $work/nginx.pid;
-error_log $work/nginx-error.log;
-events { worker_connections 1024; }
-http {
-    access_log off;
-    client_body_temp_path $work/b; proxy_temp_path $work/p; fastcgi_temp_path $work/f;
-    uwsgi_temp_path $work/u; scgi_temp_path $work/s;
-    server {
-        listen 127.0.0.1:18290;
-        location / {
-            default_type text/plain;
-            add_header Cache-Control "max-age=86400";
-            return 200 "hello, world\n";
-        }
-    }
-}
-NGINX
+write_origin_conf "$work" 18290
 nginx -e stderr -c "$work/nginx.conf" &
 origin=$!
 cat > "$work/scb.toml" <<TOML
@@ -56,28 +37,9 @@ addr = "127.0.0.1:18292"
 tls = { cert = "$work/cert.pem", key = "$work/key.pem" }
 [log]
 access = false
-[[route]]
-path = "/respond"
-respond = { body = "hello, world\n" }
-[[route]]
-prefix = "/static/"
-static = { root = "$work/www" }
-[[route]]
-prefix = "/proxy/"
-proxy = { upstreams = ["127.0.0.1:18290"] }
-[[route]]
-prefix = "/"
-proxy = { upstreams = ["127.0.0.1:18290"] }
-cache = { max_bytes = "64MiB" }
+$(cache_routes "$work" 18290 64MiB)
 TOML
-# A new URL for every request: each one a miss that is stored.
-cat > "$work/unique.lua" <<'LUA'
-local n = 0
-request = function()
-  n = n + 1
-  return wrk.format("GET", "/miss/" .. n)
-end
-LUA
+write_unique_lua "$work"
 LLVM_PROFILE_FILE="$profiles/scb-%p-%m.profraw" "$bin" run "$work/scb.toml" >"$work/scb.log" 2>&1 &
 scb=$!
 for _ in $(seq 1 100); do curl -sf -o /dev/null http://127.0.0.1:18291/respond && break; sleep 0.2; done

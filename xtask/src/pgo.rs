@@ -7,7 +7,7 @@
 //! release build's artefacts.
 //!
 //! Why: under callgrind the profiled build runs a quarter fewer instructions a request
-//! (a fixed response 10,763 -> 8,054, a proxied request 25,742 -> 19,690) and misses the
+//! (a fixed response 10,763 -> 8,018, a proxied request 25,742 -> 19,597) and misses the
 //! instruction cache about half as often (bench/RESULTS.md, 2026-12-07): the per-request
 //! path crosses hyper, tower and scb's crates, and the profile tells LLVM which of that
 //! code is hot, what to inline and how to lay it out.

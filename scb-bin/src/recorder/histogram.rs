@@ -7,7 +7,7 @@
 //! two 5-second upkeeps, a clock read and an epoch pin per request, and the sorting on
 //! the control thread: the 8-12 MiB and several percent of CPU that `[metrics]` cost
 //! (bench/RESULTS.md, issue 25). Buckets known in advance need none of it: a record is a
-//! scan of 16 bounds and two uncontended atomic additions, and memory is fixed.
+//! scan of 16 bounds and two uncontended additions, and memory is fixed.
 //!
 //! Shards: each thread adds into the counters of its own shard ([`super::slot`]: a plain
 //! load and store when the thread owns it), so workers on different cores do not pull one
