@@ -191,6 +191,38 @@ pub(crate) fn median(values: &[f64]) -> Option<f64> {
     }
 }
 
+/// A 95% confidence interval for the median of the distribution `values` were drawn from,
+/// with no assumption about its shape: the order statistics `k` places in from either end,
+/// `k` the largest for which fewer than `k` of `n` fair coin flips come up heads with
+/// probability at most 2.5% (the binomial sign-test interval; covers at least 95%). `None`
+/// below six values, where even the extremes cover less.
+///
+/// Why: a run's median ratio says where the rounds sit, not how sure it is; with rounds
+/// that scatter ±20% a median of 0.98 from six rounds and from thirty are different claims.
+pub(crate) fn median_interval(values: &[f64]) -> Option<(f64, f64)> {
+    let n = values.len();
+    // P(B <= j) for B ~ Binomial(n, 1/2), summed term by term: C(n, i) / 2^n.
+    let mut term = 0.5_f64.powi(i32::try_from(n).ok()?);
+    let mut below = 0.0;
+    let mut k = 0;
+    for i in 0..n / 2 {
+        below += term;
+        if below > 0.025 {
+            break;
+        }
+        k = i + 1;
+        #[expect(clippy::cast_precision_loss, reason = "round counts are small")]
+        let next = term * (n - i) as f64 / (i + 1) as f64;
+        term = next;
+    }
+    if k == 0 {
+        return None;
+    }
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    Some((sorted[k - 1], sorted[n - k]))
+}
+
 /// Sets each measured row's ratio of req/CPU-s to nginx's and to nginx-tuned's in the same
 /// scenario (their own rows get 1.0). A row stays without a ratio when its baseline was not
 /// measured in that scenario.
@@ -242,6 +274,22 @@ pub(crate) mod tests {
                 peak_rss_kib: 10 * 1024,
             }),
         )
+    }
+
+    #[test]
+    fn the_median_interval_is_the_sign_test_one() {
+        let values: Vec<f64> = (1..=12).rev().map(f64::from).collect();
+        assert_eq!(median_interval(&values), Some((3.0, 10.0)));
+        let six: Vec<f64> = (1..=6).map(f64::from).collect();
+        assert_eq!(median_interval(&six), Some((1.0, 6.0)));
+        assert_eq!(
+            median_interval(&six[..5]),
+            None,
+            "five rounds cover 94% at best"
+        );
+        let thirty: Vec<f64> = (1..=30).map(f64::from).collect();
+        assert_eq!(median_interval(&thirty), Some((10.0, 21.0)));
+        assert_eq!(median_interval(&[]), None);
     }
 
     #[test]

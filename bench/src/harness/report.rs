@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 
 use crate::harness::environment::Environment;
-use crate::harness::figures::{Outcome, Row, median};
+use crate::harness::figures::{Outcome, Row, median, median_interval};
 use crate::harness::load::H2_STREAMS;
 use crate::harness::server::Server;
 
@@ -246,9 +246,10 @@ pub(crate) fn rounds(rows: &[Row]) -> String {
 }
 
 /// What `[metrics]` costs in each scenario: scb-metrics' req/CPU-s over scb's in the same
-/// round, and the median of those ratios (1.00: free; issue 25 asks for 0.98 or more).
-/// Paired by round, as the ratios to nginx are, so that the machine's drift between rounds
-/// falls on both. Empty unless both servers ran in rounds.
+/// round, the median of those ratios (1.00: free; issue 25 asks for 0.98 or more) and its
+/// 95% interval (from six rounds; [`median_interval`]). Paired by round, as the ratios to
+/// nginx are, so that the machine's drift between rounds falls on both. Empty unless both
+/// servers ran in rounds.
 fn metrics_cost(rows: &[Row]) -> String {
     let mut lines = String::new();
     for row in rows
@@ -260,9 +261,13 @@ fn metrics_cost(rows: &[Row]) -> String {
             continue;
         }
         let each: Vec<String> = ratios.iter().map(|r| format!("{r:.2}")).collect();
+        let interval = median_interval(&ratios).map_or_else(
+            || "-".to_owned(),
+            |(low, high)| format!("{low:.3}-{high:.3}"),
+        );
         let _ = writeln!(
             lines,
-            "| {} | {} | {} |",
+            "| {} | {} | {} | {interval} |",
             row.scenario,
             each.join(", "),
             num(median(&ratios), 3)
@@ -273,8 +278,8 @@ fn metrics_cost(rows: &[Row]) -> String {
     }
     format!(
         "\n`[metrics]` on over off: scb-metrics' req/CPU-s over scb's in the same round.\n\n\
-         | scenario | per round | median |\n\
-         | -------- | --------- | -----: |\n{lines}"
+         | scenario | per round | median | 95% interval of the median |\n\
+         | -------- | --------- | -----: | -------------------------: |\n{lines}"
     )
 }
 
@@ -413,7 +418,15 @@ mod tests {
         let text = rounds(&rows);
         assert!(text.contains("`[metrics]` on over off"), "{text}");
         assert!(
-            text.contains("| respond | 0.99, 1.05, 0.95 | 0.990 |"),
+            text.contains("| respond | 0.99, 1.05, 0.95 | 0.990 | - |"),
+            "{text}"
+        );
+        // Six rounds: the interval spans the extremes.
+        rows[1].rounds.extend([100.0, 100.0, 100.0]);
+        rows.last_mut().unwrap().rounds.extend([97.0, 101.0, 98.0]);
+        let text = rounds(&rows);
+        assert!(
+            text.contains("| respond | 0.99, 1.05, 0.95, 0.97, 1.01, 0.98 | 0.985 | 0.950-1.050 |"),
             "{text}"
         );
     }
