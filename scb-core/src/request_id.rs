@@ -82,7 +82,7 @@ pub fn generate() -> HeaderValue {
         g.counter.set(n.wrapping_add(1));
         let mut hex = [0u8; 32];
         hex[..16].copy_from_slice(&g.prefix);
-        hex[16..].copy_from_slice(&hex64(mix(n)));
+        hex[16..].copy_from_slice(&crate::http1::hex_digits(mix(n)));
         let mut buffer = g.buffer.take();
         if buffer.capacity() < hex.len() {
             buffer = BytesMut::with_capacity(hex.len() * IDS_PER_BUFFER);
@@ -110,7 +110,7 @@ thread_local! {
     // The counter also starts at a random point, so two threads that happened to draw the
     // same prefix would still have to collide on a 64-bit counter value to repeat an id.
     static GENERATOR: Generator = Generator {
-        prefix: hex64(fastrand::u64(..)),
+        prefix: crate::http1::hex_digits(fastrand::u64(..)),
         counter: Cell::new(fastrand::u64(..)),
         buffer: Cell::new(BytesMut::new()),
     };
@@ -123,31 +123,6 @@ const fn mix(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^ (z >> 31)
-}
-
-/// `n` as 16 lowercase hex digits, most significant first. Without a loop: each nibble is
-/// spread into a byte of its own, then `'0'` or `'a' - 10` is added to all of them at once
-/// (a digit loop over a `u128` was most of the 240 instructions an id took).
-fn hex64(n: u64) -> [u8; 16] {
-    // The eight nibbles of `half` into the eight bytes of a u64, nibble i in byte i.
-    let spread = |half: u32| {
-        let mut x = u64::from(half);
-        x = (x | (x << 16)) & 0x0000_ffff_0000_ffff;
-        x = (x | (x << 8)) & 0x00ff_00ff_00ff_00ff;
-        (x | (x << 4)) & 0x0f0f_0f0f_0f0f_0f0f
-    };
-    // Per byte v (0..=15): v + 6 reaches 16 exactly when v is a letter; no byte carries
-    // into the next, as every sum stays below 256.
-    let ascii = |x: u64| {
-        let letters = ((x + 0x0606_0606_0606_0606) >> 4) & 0x0101_0101_0101_0101;
-        (x + 0x3030_3030_3030_3030 + letters * u64::from(b'a' - b'0' - 10)).to_be_bytes()
-    };
-    let mut out = [0u8; 16];
-    #[expect(clippy::cast_possible_truncation, reason = "the two halves, by design")]
-    let (high, low) = ((n >> 32) as u32, n as u32);
-    out[..8].copy_from_slice(&ascii(spread(high)));
-    out[8..].copy_from_slice(&ascii(spread(low)));
-    out
 }
 
 /// The request id, as a request extension set by [`RequestId`].
@@ -527,25 +502,6 @@ mod tests {
         let here = generate();
         let there = std::thread::spawn(generate).join().unwrap();
         assert_ne!(here.as_bytes()[..16], there.as_bytes()[..16]);
-    }
-
-    #[test]
-    fn hex64_writes_what_format_writes() {
-        let mut rng = fastrand::Rng::with_seed(7);
-        let samples = [
-            0,
-            1,
-            9,
-            10,
-            15,
-            16,
-            0xdead_beef,
-            u64::MAX,
-            0x0123_4567_89ab_cdef,
-        ];
-        for n in samples.into_iter().chain((0..10_000).map(|_| rng.u64(..))) {
-            assert_eq!(hex64(n), format!("{n:016x}").as_bytes(), "{n:#x}");
-        }
     }
 
     #[test]
